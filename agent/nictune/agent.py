@@ -1,0 +1,125 @@
+"""The agent: one JSON request in, one JSON host report out.
+
+The local CLI calls `run()` in-process; for a network namespace it runs
+`python -m nictune.agent` under `ip netns exec`; over SSH the same module
+runs from a zipapp.  One code path for every target.
+
+Request (version 1):
+    {"nictune_request": 1, "command": "plan"|"apply"|"verify"|"rollback"|"show",
+     "host": "label", "state_dir": "/var/lib/nictune",
+     "profile": {"path": str, "doc": {...}, "sources": {"a/b": "file:line"}}}
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from nictune import __version__, model as m
+from nictune.errors import InvalidRequest, NictuneError, exit_code
+from nictune.host import Host
+from nictune.journal import DEFAULT_STATE_DIR
+from nictune.model import Outcome
+
+REQUEST_FORMAT = 1
+COMMANDS = ("plan", "apply", "verify", "rollback", "show")
+NEEDS_PROFILE = ("plan", "apply", "verify")
+
+
+def _validated(request) -> dict:
+    if not isinstance(request, dict) or request.get("nictune_request") != REQUEST_FORMAT:
+        raise InvalidRequest(f"not a nictune request (want nictune_request: {REQUEST_FORMAT})")
+    if request.get("command") not in COMMANDS:
+        raise InvalidRequest(f"unknown command {request.get('command')!r}")
+    if request["command"] in NEEDS_PROFILE:
+        profile = request.get("profile")
+        if not isinstance(profile, dict) or not isinstance(profile.get("doc"), dict):
+            raise InvalidRequest("the request carries no profile document")
+    return request
+
+
+def execute(request: dict, host: Host) -> Outcome:
+    """Run one validated request against `host`."""
+    from nictune.engine import Engine
+
+    engine = Engine(host, request.get("state_dir") or DEFAULT_STATE_DIR)
+    command = request["command"]
+    if command == "rollback":
+        return engine.rollback()
+    if command == "show":
+        return engine.show()
+    profile = request["profile"]
+    doc, sources = profile["doc"], profile.get("sources") or {}
+    if command == "apply":
+        return engine.apply(doc, sources, profile.get("path"))
+    return engine.plan(doc, sources, command)
+
+
+def report(outcome: Outcome, host_label: str, started: float) -> dict:
+    """A host report: the unit every command and every fleet run returns."""
+    counts: dict = {}
+    for c in outcome.changes:
+        counts[c.status] = counts.get(c.status, 0) + 1
+    kind = outcome.error["kind"] if outcome.error else None
+    code = exit_code(kind)
+    if code == 0 and (counts.get(m.PENDING) or counts.get(m.DRIFT)):
+        code = 2
+    out = {
+        "host": host_label,
+        "command": outcome.command,
+        "ok": outcome.error is None,
+        "exit_code": code,
+        "changed": bool(counts.get(m.APPLIED) or counts.get(m.REVERTED) or
+                        outcome.command == "rollback" and outcome.changes),
+        "summary": counts,
+        "changes": [c.as_dict() for c in outcome.changes],
+        "warnings": outcome.warnings,
+        "error": outcome.error,
+        "seconds": round(time.monotonic() - started, 4),
+    }
+    if outcome.facts:
+        out["facts"] = outcome.facts
+    out.update(outcome.extra)
+    return out
+
+
+def run(request, host: Host | None = None, label: str | None = None) -> dict:
+    """Never raises for expected failures: they become the report's error."""
+    started = time.monotonic()
+    label = label or (request.get("host") if isinstance(request, dict) else None) or "local"
+    command = request.get("command", "?") if isinstance(request, dict) else "?"
+    own_host = host is None
+    host = host or Host()
+    try:
+        outcome = execute(_validated(request), host)
+    except NictuneError as e:
+        outcome = Outcome(command, error=e.as_dict())
+    except OSError as e:
+        outcome = Outcome(command, error={"kind": "system", "message": str(e)})
+    except ValueError as e:  # validate.InvalidInput and malformed values
+        outcome = Outcome(command, error={"kind": "invalid-input", "message": str(e)})
+    finally:
+        if own_host:
+            host.close()
+    return report(outcome, label, started)
+
+
+def main() -> int:
+    try:
+        request = json.load(sys.stdin)
+    except ValueError as e:
+        request = None
+        result = report(Outcome("?", error={"kind": "invalid-input",
+                                            "message": f"request is not JSON: {e}"}),
+                        "local", time.monotonic())
+    else:
+        result = run(request)
+    result["agent"] = __version__
+    json.dump(result, sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

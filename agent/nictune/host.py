@@ -1,0 +1,116 @@
+"""The host being tuned, as the knobs see it: sockets, file root, facts.
+
+The agent always runs inside the network namespace it tunes (`ip netns exec`
+for local namespaces, sshd for remote hosts), so netlink, /proc/sys and
+/sys all show the right devices without any setns juggling here.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass
+class Interface:
+    """Facts used by `match:` selectors and shown by `nictune show`."""
+
+    name: str
+    index: int
+    driver: Optional[str]
+    mac: Optional[str]
+    pci_id: Optional[str]  # "vendor:device", e.g. "15b3:1021" for ConnectX-7
+    bus_info: Optional[str]
+    firmware: Optional[str]
+
+    def matches(self, selectors: dict) -> bool:
+        """All given selectors must match; a list means any of its items."""
+        for field, wanted in selectors.items():
+            options = wanted if isinstance(wanted, list) else [wanted]
+            have = getattr(self, field)
+            if have is None:
+                return False
+            if field == "name":
+                ok = any(fnmatch.fnmatchcase(have, pat) for pat in options)
+            elif field == "mac":
+                ok = have.lower() in {o.lower() for o in options}
+            elif field == "pci_id":
+                ok = have.lower() in {o.lower() for o in options}
+            else:
+                ok = have in options
+            if not ok:
+                return False
+        return True
+
+
+class Host:
+    """Lazily opened kernel handles, shared by all knob families of one run."""
+
+    def __init__(self, root: str = "/"):
+        self.root = root
+        self._rtnl = None
+        self._ethtool = None
+        self._interfaces: Optional[list] = None
+
+    def path(self, *parts: str) -> str:
+        return os.path.join(self.root, *parts)
+
+    def rtnl(self):
+        if self._rtnl is None:
+            from nictune.netlink.rtnl import Rtnl
+
+            self._rtnl = Rtnl()
+        return self._rtnl
+
+    def ethtool(self):
+        if self._ethtool is None:
+            from nictune.netlink.ethtool import Ethtool
+
+            self._ethtool = Ethtool()
+        return self._ethtool
+
+    def interfaces(self) -> list:
+        """Every link but loopback, with the facts selectors need (read once)."""
+        if self._interfaces is None:
+            from nictune.netlink.drvinfo import drvinfo
+
+            found = []
+            for link in self.rtnl().links():
+                if link.name == "lo":
+                    continue
+                info = drvinfo(link.name)
+                found.append(
+                    Interface(
+                        name=link.name,
+                        index=link.index,
+                        driver=(info.driver if info else None) or link.kind,
+                        mac=link.mac,
+                        pci_id=self._pci_id(link.name),
+                        bus_info=(info.bus_info if info else None) or None,
+                        firmware=(info.fw_version if info else None) or None,
+                    )
+                )
+            self._interfaces = found
+        return self._interfaces
+
+    def _pci_id(self, ifname: str) -> Optional[str]:
+        base = self.path("sys/class/net", ifname, "device")
+        try:
+            with open(os.path.join(base, "vendor")) as v, open(os.path.join(base, "device")) as d:
+                return f"{v.read().strip()[2:]}:{d.read().strip()[2:]}"
+        except OSError:
+            return None
+
+    def close(self) -> None:
+        for handle in (self._rtnl, self._ethtool):
+            if handle is not None:
+                handle.close()
+        self._rtnl = self._ethtool = None
+
+    def __enter__(self) -> "Host":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,109 @@
+"""The apply journal and the per-host lock, kept under the state directory.
+
+The before-values of an apply are on disk before its first write, so a
+crash mid-apply can still be undone by `nictune rollback`.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import tempfile
+import time
+from contextlib import contextmanager
+from typing import Optional
+
+from nictune.errors import Locked
+from nictune.validate import check_path
+
+DEFAULT_STATE_DIR = "/var/lib/nictune"
+JOURNAL_FORMAT = 1
+HISTORY_KEPT = 20
+
+APPLYING = "applying"
+COMMITTED = "committed"
+ROLLED_BACK = "rolled-back"
+ROLLBACK_FAILED = "rollback-failed"
+
+
+def write_atomic(path: str, text: str, mode: int = 0o600) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=".nictune-", dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class Journal:
+    def __init__(self, state_dir: str = DEFAULT_STATE_DIR):
+        self.dir = check_path(state_dir, "state directory")
+        self.path = os.path.join(self.dir, "journal.json")
+        self.record: Optional[dict] = None
+
+    def _ensure_dir(self) -> None:
+        os.makedirs(os.path.join(self.dir, "history"), mode=0o700, exist_ok=True)
+
+    @contextmanager
+    def lock(self):
+        """One apply or rollback at a time on a host (or namespace)."""
+        self._ensure_dir()
+        fd = os.open(os.path.join(self.dir, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                if e.errno in (errno.EAGAIN, errno.EACCES):
+                    raise Locked(f"another nictune apply or rollback holds {self.dir}/lock") from None
+                raise
+            yield
+        finally:
+            os.close(fd)
+
+    def begin(self, changes: list, profile: Optional[str]) -> dict:
+        self._ensure_dir()
+        now = time.time()
+        self.record = {
+            "journal": JOURNAL_FORMAT,
+            "id": time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now)) + f"-{os.getpid()}",
+            "started": now,
+            "profile": profile,
+            "status": APPLYING,
+            "changes": [{"key": c.key.as_dict(), "before": c.before, "after": c.after}
+                        for c in changes],
+        }
+        self._save()
+        return self.record
+
+    def finish(self, status: str) -> None:
+        assert self.record is not None
+        self.record["status"] = status
+        self.record["finished"] = time.time()
+        self._save()
+        self._archive()
+
+    def _save(self) -> None:
+        write_atomic(self.path, json.dumps(self.record, indent=1, sort_keys=True))
+
+    def _archive(self) -> None:
+        history = os.path.join(self.dir, "history")
+        write_atomic(os.path.join(history, self.record["id"] + ".json"),
+                     json.dumps(self.record, sort_keys=True))
+        for old in sorted(os.listdir(history))[:-HISTORY_KEPT]:
+            os.unlink(os.path.join(history, old))
+
+    def load(self) -> Optional[dict]:
+        try:
+            with open(self.path) as f:
+                self.record = json.load(f)
+        except FileNotFoundError:
+            return None
+        return self.record

@@ -1,0 +1,81 @@
+"""The one abstraction for a setting: a knob family.
+
+A family turns a profile section into Keys for this host (expand), reads the
+current values in one batch (read), says whether the device can take a value
+(check), and writes (apply).  Diff, verify, journal and rollback are written
+once, in the engine, over what families return.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from nictune.host import Host
+from nictune.model import Desired, Key, Unsupported, Want
+
+# source(path...) -> "file:line" of that profile key, for reviews.
+SourceOf = Callable[..., str]
+
+
+class Family:
+    name = ""            # Key.family
+    sections: tuple = ()       # keys of an interfaces entry this family owns
+    host_sections: tuple = ()  # keys of the host: section this family owns
+
+    def __init__(self, host: Host):
+        self.host = host
+
+    # -- profile -> keys ---------------------------------------------------
+    def expand(self, target: str, sections: dict, source: SourceOf) -> list:
+        """Default: each owned section is a mapping of setting name -> value."""
+        out = []
+        for section, settings in sections.items():
+            for name, raw in settings.items():
+                out.append(Desired(Key(self.name, target, self.key_name(name)),
+                                   self.parse(name, raw), source(section, name)))
+        return out
+
+    def key_name(self, name: str) -> str:
+        return name
+
+    def parse(self, name: str, raw: Any) -> Want:
+        return Want.parse(raw)
+
+    # -- host -> values ----------------------------------------------------
+    def read(self, keys: list) -> dict:
+        """Current value (or Unsupported) of every key, in one batch."""
+        raise NotImplementedError
+
+    def check(self, key: Key, want: Want) -> Optional[str]:
+        """Why the device cannot take `want`, from limits seen by read()."""
+        return None
+
+    def note(self, key: Key) -> str:
+        """Something a reviewer should know about this key, shown in plans."""
+        return ""
+
+    def apply(self, items: list) -> None:
+        """Write [(key, value)]; raise on refusal.  Success is decided by
+        reading back, never by this returning."""
+        raise NotImplementedError
+
+    def revert(self, items: list) -> None:
+        """Restore [(key, before)], in the order given.  Families with coupled
+        settings override this; plain ones just write the old values."""
+        self.apply(items)
+
+    # -- host -> profile (nictune show) ----------------------------------
+    def show(self, target: str) -> dict:
+        """Current values of this family on `target`, as profile sections."""
+        return {}
+
+
+def group_by_target(items: list) -> dict:
+    grouped: dict = {}
+    for key, value in items:
+        grouped.setdefault(key.target, {})[key.name] = value
+    return grouped
+
+
+def unsupported_everywhere(keys: list, reason: str) -> dict:
+    return {key: Unsupported(reason) for key in keys}

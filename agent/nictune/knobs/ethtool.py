@@ -1,0 +1,205 @@
+"""ethtool settings over the ethtool generic-netlink family.
+
+Features are per bit, named as the kernel names them; ethtool's short
+aliases are accepted.  Rings, channels, coalesce and pause share one shape
+(a dump per family of every device, one set message per device) and so one
+class.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+from typing import Optional
+
+from nictune.knobs.base import Family, group_by_target
+from nictune.model import Desired, Key, Unsupported, Want
+from nictune.validate import FEATURE_NAME, check
+
+# ethtool's own aliases (its off_flag_def table).  One-bit aliases are
+# normalised to the kernel name; several-bit aliases stay as written and
+# stand for every bit their pattern matches on the device.
+FEATURE_ALIASES = {
+    "rx": "rx-checksum",
+    "gso": "tx-generic-segmentation",
+    "gro": "rx-gro",
+    "lro": "rx-lro",
+    "ufo": "tx-udp-fragmentation",
+    "rxvlan": "rx-vlan-hw-parse",
+    "txvlan": "tx-vlan-hw-insert",
+    "ntuple": "rx-ntuple-filter",
+    "rxhash": "rx-hashing",
+}
+FEATURE_GROUPS = {
+    "tx": "tx-checksum-*",
+    "sg": "tx-scatter-gather*",
+    "tso": "tx-tcp*-segmentation",
+}
+MIXED = "mixed"
+
+
+class ApplyRefused(RuntimeError):
+    pass
+
+
+class FeaturesFamily(Family):
+    name = "features"
+    sections = ("features",)
+
+    def __init__(self, host):
+        super().__init__(host)
+        self._devices: dict = {}
+
+    def key_name(self, name: str) -> str:
+        check(FEATURE_NAME, name, "feature name")
+        return FEATURE_ALIASES.get(name, name)
+
+    def _bits(self, target: str, name: str, changeable_only: bool) -> list:
+        dev = self._devices[target]
+        pattern = FEATURE_GROUPS.get(name)
+        if pattern is None:
+            names = [name] if name in dev.active else []
+        else:
+            names = sorted(b for b in dev.active if fnmatch.fnmatchcase(b, pattern))
+        return [b for b in names if b in dev.changeable] if changeable_only else names
+
+    def read(self, keys):
+        self._devices = self.host.ethtool().features()
+        out = {}
+        for key in keys:
+            dev = self._devices.get(key.target)
+            if dev is None:
+                out[key] = Unsupported("no such interface, or it has no ethtool features")
+                continue
+            bits = self._bits(key.target, key.name, True) or self._bits(key.target, key.name, False)
+            if not bits:
+                hint = difflib.get_close_matches(key.name, list(dev.active) + list(FEATURE_GROUPS), 1)
+                out[key] = Unsupported(f"the device has no feature {key.name!r}"
+                                       + (f"; did you mean {hint[0]!r}?" if hint else ""))
+                continue
+            values = {dev.active[b] for b in bits}
+            out[key] = values.pop() if len(values) == 1 else MIXED
+        return out
+
+    def check(self, key, want) -> Optional[str]:
+        if key.target in self._devices and not self._bits(key.target, key.name, True):
+            return f"{key.name} is fixed on this device"
+        return None
+
+    def apply(self, items):
+        for target, values in group_by_target(items).items():
+            wanted = {}
+            for name, value in values.items():
+                for bit in self._bits(target, name, True):
+                    wanted[bit] = bool(value)
+            refused = self.host.ethtool().set_features(target, wanted)
+            if refused:
+                raise ApplyRefused(f"{target}: the kernel did not change "
+                                   + ", ".join(sorted(refused)))
+
+    def show(self, target):
+        dev = self._devices.get(target)
+        if dev is None:
+            self._devices = self.host.ethtool().features()
+            dev = self._devices.get(target)
+        if dev is None:
+            return {}
+        return {"features": {b: dev.active[b] for b in sorted(dev.changeable)}}
+
+
+class EthtoolParamsFamily(Family):
+    """One of rings / channels / coalesce / pause."""
+
+    settings: tuple = ()   # profile names, which are ethtool's CLI names
+    has_max = False        # device reports "<name>-max" limits
+
+    def __init__(self, host):
+        super().__init__(host)
+        self._devices: dict = {}
+
+    def _dump(self) -> dict:
+        raise NotImplementedError
+
+    def _set(self, ifname: str, values: dict) -> None:
+        raise NotImplementedError
+
+    def read(self, keys):
+        self._devices = self._dump()
+        out = {}
+        for key in keys:
+            dev = self._devices.get(key.target)
+            if dev is None:
+                out[key] = Unsupported(f"the driver does not support {self.name} settings")
+            elif key.name not in dev:
+                out[key] = Unsupported(f"the driver does not report {self.name} {key.name}")
+            else:
+                out[key] = dev[key.name]
+        return out
+
+    def check(self, key, want) -> Optional[str]:
+        limit = self._devices.get(key.target, {}).get(f"{key.name}-max")
+        if self.has_max and limit is not None and want.target() > limit:
+            return f"{self.name} {key.name} {want.target()} is above the device maximum {limit}"
+        return None
+
+    def apply(self, items):
+        for target, values in group_by_target(items).items():
+            self._set(target, values)
+
+    def show(self, target):
+        dev = (self._devices or self._dump()).get(target)
+        if not dev:
+            return {}
+        return {self.name: {k: dev[k] for k in self.settings if k in dev}}
+
+
+class RingsFamily(EthtoolParamsFamily):
+    name = "rings"
+    sections = ("rings",)
+    settings = ("rx", "rx-mini", "rx-jumbo", "tx")
+    has_max = True
+
+    def _dump(self):
+        return self.host.ethtool().rings()
+
+    def _set(self, ifname, values):
+        self.host.ethtool().set_rings(ifname, values)
+
+
+class ChannelsFamily(EthtoolParamsFamily):
+    name = "channels"
+    sections = ("channels",)
+    settings = ("rx", "tx", "other", "combined")
+    has_max = True
+
+    def _dump(self):
+        return self.host.ethtool().channels()
+
+    def _set(self, ifname, values):
+        self.host.ethtool().set_channels(ifname, values)
+
+
+class CoalesceFamily(EthtoolParamsFamily):
+    name = "coalesce"
+    sections = ("coalesce",)
+    settings = ("adaptive-rx", "adaptive-tx", "cqe-mode-rx", "cqe-mode-tx",
+                "rx-usecs", "rx-frames", "rx-usecs-irq", "rx-frames-irq",
+                "tx-usecs", "tx-frames", "tx-usecs-irq", "tx-frames-irq")
+
+    def _dump(self):
+        return self.host.ethtool().coalesce()
+
+    def _set(self, ifname, values):
+        self.host.ethtool().set_coalesce(ifname, values)
+
+
+class PauseFamily(EthtoolParamsFamily):
+    name = "pause"
+    sections = ("pause",)
+    settings = ("autoneg", "rx", "tx")
+
+    def _dump(self):
+        return self.host.ethtool().pause()
+
+    def _set(self, ifname, values):
+        self.host.ethtool().set_pause(ifname, values)

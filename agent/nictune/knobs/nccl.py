@@ -1,0 +1,111 @@
+"""The NCCL configuration file, owned whole by nictune.
+
+NCCL reads NAME=VALUE lines, splits at the first '=' and trims nothing, so
+the file is rendered exactly, written atomically, and compared as text.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import tempfile
+
+from nictune.knobs.base import Family
+from nictune.model import HOST, Desired, Key, Unsupported, Want
+from nictune.validate import NCCL_NAME, NCCL_VALUE, check, check_path
+
+DEFAULT_PATH = "/etc/nccl.conf"
+HEADER = "# Managed by nictune: edit the profile, not this file.\n"
+
+
+def render(env: dict) -> str:
+    lines = [HEADER]
+    for name, value in env.items():
+        check(NCCL_NAME, name, "NCCL variable name")
+        if isinstance(value, bool):
+            value = int(value)
+        text = check(NCCL_VALUE, str(value), f"value of {name}")
+        lines.append(f"{name}={text}\n")
+    return "".join(lines)
+
+
+def parse(text: str) -> dict:
+    env = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "=" in line:
+            name, value = line.split("=", 1)
+            env[name] = value
+    return env
+
+
+class NcclFamily(Family):
+    name = "nccl"
+    host_sections = ("nccl",)
+
+    def expand(self, target, sections, source):
+        section = sections.get("nccl")
+        if not section:
+            return []
+        path = check_path(section.get("path", DEFAULT_PATH), "NCCL config path")
+        text = render(section.get("env", {}))
+        return [Desired(Key(self.name, HOST, path), Want(text), source("nccl"))]
+
+    def _file(self, key: Key) -> str:
+        return self.host.path(check_path(key.name).lstrip("/"))
+
+    def read(self, keys):
+        out = {}
+        for key in keys:
+            path = self._file(key)
+            try:
+                with open(path) as f:
+                    out[key] = f.read()
+            except FileNotFoundError:
+                parent = os.path.dirname(path)
+                out[key] = None if os.path.isdir(parent) else Unsupported(
+                    f"directory {os.path.dirname(key.name)} does not exist")
+            except (OSError, UnicodeDecodeError) as e:
+                out[key] = Unsupported(f"cannot read: {e}")
+        return out
+
+    def apply(self, items):
+        for key, text in items:
+            path = self._file(key)
+            if text is None:  # reverting to "there was no file"
+                if os.path.lexists(path):
+                    os.unlink(path)
+            else:
+                _write(path, text)
+
+    def show(self, target):
+        if target != HOST:
+            return {}
+        key = Key(self.name, HOST, DEFAULT_PATH)
+        text = self.read([key])[key]
+        if not isinstance(text, str):
+            return {}
+        return {"nccl": {"path": DEFAULT_PATH, "env": parse(text)}}
+
+
+def _write(path: str, text: str) -> None:
+    """Atomic replace; in place when the file is a bind mount (containers,
+    `ip netns exec` over /etc/netns/NAME/), which cannot be renamed over."""
+    fd, tmp = tempfile.mkstemp(prefix=".nictune-", dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        try:
+            os.replace(tmp, path)
+        except OSError as e:
+            if e.errno != errno.EBUSY:
+                raise
+            with open(path, "w") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

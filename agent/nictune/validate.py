@@ -1,0 +1,61 @@
+"""Checks for every user-supplied string that reaches the system.
+
+The JSON Schema (controller side) uses these same patterns, and the host side
+checks again before touching anything: a request may come from anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+# Kernel rule (dev_valid_name): 1..15 bytes, not "." or "..", no "/", ":" or
+# whitespace.  We also refuse shell and glob metacharacters outright.
+IFNAME = r"^(?!\.{1,2}$)[A-Za-z0-9_.@-]{1,15}$"
+# A glob over interface names: the same alphabet plus * ? [ ] !.
+IFGLOB = r"^[A-Za-z0-9_.@*?\[\]!-]{1,64}$"
+# Host-level sysctls: dotted names under net., no empty or dot-dot parts.
+SYSCTL_KEY = r"^net(\.[A-Za-z0-9_-]+){1,6}$"
+# Per-interface sysctls are named relative to net.<family>.conf.<ifname>.
+IF_SYSCTL_KEY = r"^ipv[46]\.[A-Za-z0-9_-]{1,64}$"
+# A sysctl value: numbers, words and the separators multi-value keys use.
+SYSCTL_VALUE = r"^[A-Za-z0-9_ \t.,:/+-]{0,256}$"
+NCCL_NAME = r"^NCCL_[A-Z0-9_]{1,64}$"
+# NCCL reads "NAME=VALUE" lines of at most 1023 bytes and trims nothing.
+NCCL_VALUE = r"^[^\n\r\x00]{0,900}$"
+FEATURE_NAME = r"^[a-z0-9_-]{1,64}$"
+MAC = r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$"
+PCI_ID = r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{4}$"
+DRIVER = r"^[A-Za-z0-9_-]{1,32}$"
+NETNS = r"^[A-Za-z0-9_.-]{1,64}$"
+ABS_PATH = r"^/[A-Za-z0-9_./+-]{0,255}$"
+
+_compiled: dict[str, re.Pattern] = {}
+
+
+class InvalidInput(ValueError):
+    """A value that must not reach the system."""
+
+
+def matches(pattern: str, value: object) -> bool:
+    if not isinstance(value, str):
+        return False
+    rx = _compiled.get(pattern)
+    if rx is None:
+        rx = _compiled[pattern] = re.compile(pattern)
+    return rx.fullmatch(value) is not None and "\n" not in value
+
+
+def check(pattern: str, value: object, what: str) -> str:
+    if not matches(pattern, value):
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        raise InvalidInput(f"invalid {what}: {shown}")
+    return value  # type: ignore[return-value]
+
+
+def check_path(value: object, what: str = "path") -> str:
+    """An absolute, already-normalised path with no '..' part."""
+    path = check(ABS_PATH, value, what)
+    if os.path.normpath(path) != path or "/../" in path + "/" or path.endswith("/"):
+        raise InvalidInput(f"invalid {what}: {path!r} must be absolute and normalised")
+    return path
