@@ -1,0 +1,1 @@
+"""The command line: thin wrappers over the loader, targets and agent."""

@@ -1,0 +1,55 @@
+"""Root of the `nictune` command."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from nictune import __version__
+from nictune.cli import host_cmds, lab_cmds, profile_cmds
+
+app = typer.Typer(
+    name="nictune",
+    help="Plan, apply, verify and roll back NIC tuning on AI hosts.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"nictune {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks of internal errors."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """nictune: YAML profiles in, reviewed diffs out, verified changes on hosts."""
+
+
+profile_cmds.register(app)
+host_cmds.register(app)
+app.add_typer(lab_cmds.lab, name="lab")
+
+
+def main() -> None:
+    debug = "--debug" in sys.argv[1:] or os.environ.get("NICTUNE_DEBUG") == "1"
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        sys.exit(130)
+    except Exception as e:  # the last line of defence: no tracebacks for users
+        if debug:
+            raise
+        sys.stderr.write(f"nictune: internal error: {type(e).__name__}: {e} "
+                         "(run with --debug for the traceback, and please report it)\n")
+        sys.exit(1)

@@ -1,0 +1,188 @@
+"""Everything the CLI prints: human tables and diffs, or the JSON report.
+
+On a terminal, rich tables with coloured before/after; otherwise the same
+rows as plain text, so logs and change reviews stay readable.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import sys
+from typing import Optional
+
+from nictune import REPORT_FORMAT, __version__
+from nictune.control.request import combined_exit
+
+STYLE = {"pending": "yellow", "drift": "yellow", "applied": "green", "ok": "dim",
+         "reverted": "cyan", "failed": "bold red", "unsupported": "red", "revert-failed": "bold red",
+         "skipped": "dim", "not-applied": "dim"}
+
+
+def envelope(command: str, hosts: list, error: Optional[dict] = None, **extra) -> dict:
+    codes = [h["exit_code"] for h in hosts]
+    report = {"nictune_report": REPORT_FORMAT, "nictune": __version__, "command": command,
+              "exit_code": 1 if error else combined_exit(codes), "hosts": hosts}
+    if error:
+        report["error"] = error
+    report.update(extra)
+    return report
+
+
+class Printer:
+    def __init__(self, as_json: bool):
+        self.as_json = as_json
+        self._console = None
+
+    @property
+    def console(self):
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(highlight=False, soft_wrap=True)
+        return self._console
+
+    @property
+    def rich(self) -> bool:
+        return sys.stdout.isatty()
+
+    # -- generic ---------------------------------------------------------
+    def json(self, data) -> None:
+        sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+    def line(self, text: str = "", style: Optional[str] = None) -> None:
+        if self.rich and style:
+            self.console.print(text, style=style, markup=False)
+        else:
+            sys.stdout.write(text + "\n")
+
+    def warn(self, text: str) -> None:
+        sys.stderr.write(f"warning: {text}\n")
+
+    def error(self, text: str) -> None:
+        sys.stderr.write(f"error: {text}\n")
+
+    # -- reports ----------------------------------------------------------
+    def report(self, report: dict, show_ok: bool = False, profile: str = "") -> None:
+        if self.as_json:
+            self.json(report)
+            return
+        if report.get("error") and not report["hosts"]:
+            self.error(report["error"]["message"])
+            return
+        for host in report["hosts"]:
+            self.host(host, show_ok, profile)
+
+    def host(self, host: dict, show_ok: bool, profile: str) -> None:
+        command = host["command"]
+        self.line(f"{host['host']}: {command}" + (f" {profile}" if profile else ""), "bold")
+        rows = [c for c in host["changes"] if show_ok or c["status"] != "ok"]
+        if rows:
+            self._table(rows)
+            for c in rows:
+                self._text_diff(c)
+        for w in host.get("warnings", []):
+            self.warn(w)
+        self.line(_summary(host), STYLE.get("failed") if host.get("error") else None)
+        if host.get("error"):
+            self.error(host["error"]["message"])
+
+    def _table(self, rows: list) -> None:
+        cells = [(_where(c), f"{c['key']['family']} {_name(c)}", _value(c["before"]),
+                  _after(c), c["status"], c.get("note") or c.get("source", "")) for c in rows]
+        header = ("target", "setting", "before", "after", "status", "source / note")
+        if self.rich:
+            from rich.table import Table
+
+            table = Table(box=None, pad_edge=False, show_edge=False)
+            for h in header:
+                table.add_column(h, overflow="fold")
+            for where, setting, before, after, status, note in cells:
+                style = STYLE.get(status, "")
+                table.add_row(where, setting, f"[red]{_esc(before)}[/]" if status != "ok" else _esc(before),
+                              f"[green]{_esc(after)}[/]", f"[{style}]{status}[/]" if style else status,
+                              _esc(note))
+            self.console.print(table)
+            return
+        widths = [max(len(str(r[i])) for r in cells + [header]) for i in range(5)]
+        for r in [header] + cells:
+            text = "  ".join(str(v).ljust(w) for v, w in zip(r, widths)) + "  " + r[5]
+            self.line("  " + text.rstrip())
+
+    def _text_diff(self, c: dict) -> None:
+        before, after = c["before"], c["after"]
+        if not (isinstance(after, str) and "\n" in after) and not (isinstance(before, str) and "\n" in before):
+            return
+        if before == after:
+            return
+        name = _name(c)
+        lines = difflib.unified_diff((before or "").splitlines(True), (after or "").splitlines(True),
+                                     f"{name} (before)", f"{name} (after)")
+        for ln in lines:
+            ln = ln.rstrip("\n")
+            style = "green" if ln.startswith("+") else "red" if ln.startswith("-") else "cyan" if ln.startswith("@") else None
+            self.line("    " + ln, style)
+
+
+def _esc(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(str(text))
+
+
+def _where(c: dict) -> str:
+    return c["key"]["target"]
+
+
+def _name(c: dict) -> str:
+    key = c["key"]
+    if key["family"] == "sysctl" and key["target"] != "host":
+        # net.ipv4.conf.<if>.arp_ignore is shown as the profile spells it.
+        fam = key["name"].split(".")[1]
+        return f"{fam}." + key["name"][len(f"net.{fam}.conf.{key['target']}."):]
+    return key["name"]
+
+
+def _value(v) -> str:
+    if v is True:
+        return "on"
+    if v is False:
+        return "off"
+    if v is None:
+        return "(none)"
+    if isinstance(v, str) and "\n" in v:
+        return f"({v.count(chr(10))} lines)"
+    if isinstance(v, str) and v == "":
+        return '""'
+    return str(v)
+
+
+def _after(c: dict) -> str:
+    bound = {"min": "at least ", "max": "at most "}.get(c.get("bound") or "", "")
+    return bound + _value(c["after"])
+
+
+def _summary(host: dict) -> str:
+    s = host.get("summary", {})
+    n = lambda status: s.get(status, 0)  # noqa: E731
+    ok = n("ok")
+    command = host["command"]
+    if command == "plan":
+        if n("pending"):
+            return f"{n('pending')} change(s) pending, {ok} setting(s) already as wanted."
+        return f"Nothing to change: {ok} setting(s) already as wanted."
+    if command == "verify":
+        if n("drift"):
+            return f"Drift: {n('drift')} setting(s) differ from the profile, {ok} as wanted."
+        return f"No drift: {ok} setting(s) as wanted."
+    if command == "apply":
+        if host.get("error"):
+            return "Apply failed; see below."
+        if n("applied"):
+            return f"Applied {n('applied')} change(s), each verified by reading it back; {ok} already as wanted."
+        return f"Nothing to change: {ok} setting(s) already as wanted."
+    if command == "rollback":
+        if host.get("error"):
+            return "Rollback incomplete."
+        return f"Restored {n('reverted')} setting(s) from apply {host.get('journal', '?')}."
+    return ""

@@ -1,0 +1,48 @@
+"""Commands that only read profiles: validate, schema."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from nictune.cli.options import JsonOpt, ProfilesArg
+from nictune.cli.output import Printer, envelope
+from nictune.profile.loader import ProfileError, load_profile
+
+
+def validate(profiles: ProfilesArg, as_json: JsonOpt = False) -> None:
+    """Check profiles against the schema, with their extends: chains."""
+    results = []
+    for path in profiles:
+        try:
+            loaded = load_profile(str(path))
+            results.append({"path": str(path), "ok": True, "files": loaded.files})
+        except ProfileError as e:
+            results.append({"path": str(path), "ok": False,
+                            "error": {"kind": "profile", "message": str(e)}})
+    failed = [r for r in results if not r["ok"]]
+    out = Printer(as_json)
+    if as_json:
+        report = envelope("validate", [], profiles=results)
+        report["exit_code"] = 1 if failed else 0
+        out.json(report)
+    else:
+        for r in results:
+            if r["ok"]:
+                out.line(f"ok: {r['path']}")
+            else:
+                out.error(r["error"]["message"])
+    raise typer.Exit(1 if failed else 0)
+
+
+def schema(as_json: JsonOpt = False) -> None:
+    """Print the profile JSON Schema (2020-12), for editors and CI."""
+    from nictune.profile.schema import schema_json
+
+    sys.stdout.write(schema_json() + "\n")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(validate)
+    app.command()(schema)
