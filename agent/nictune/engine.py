@@ -282,7 +282,8 @@ class Engine:
         facts: dict = {}
         for iface in self.host.interfaces():
             entry: dict = {"match": {"name": iface.name}}
-            for fam in self.fams.ordered:
+            # Link basics first: it is what a reader looks for.
+            for fam in sorted(self.fams.ordered, key=lambda f: f.name != "link"):
                 if fam.sections:
                     entry.update(fam.show(iface.name))
             entries[_entry_name(iface.name, entries)] = entry

@@ -9,8 +9,8 @@ import typer
 
 from nictune.journal import DEFAULT_STATE_DIR
 
-ProfileArg = Annotated[Path, typer.Argument(help="Profile YAML file.", show_default=False)]
-ProfilesArg = Annotated[List[Path], typer.Argument(help="Profile YAML files.", show_default=False)]
+ProfileArg = Annotated[Path, typer.Argument(metavar="PROFILE", help="Profile YAML file.", show_default=False)]
+ProfilesArg = Annotated[List[Path], typer.Argument(metavar="PROFILE...", help="Profile YAML files.", show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the JSON report (format: docs/report-format.md).")]
 NetnsOpt = Annotated[Optional[str], typer.Option("--netns", "-n", metavar="NS",
                                                  help="Run inside this network namespace.")]

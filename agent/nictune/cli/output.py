@@ -83,31 +83,36 @@ class Printer:
                 self._text_diff(c)
         for w in host.get("warnings", []):
             self.warn(w)
-        self.line(_summary(host), STYLE.get("failed") if host.get("error") else None)
+        if host["changes"] or not host.get("error"):
+            self.line(_summary(host), STYLE.get("failed") if host.get("error") else None)
         if host.get("error"):
             self.error(host["error"]["message"])
 
     def _table(self, rows: list) -> None:
-        cells = [(_where(c), f"{c['key']['family']} {_name(c)}", _value(c["before"]),
-                  _after(c), c["status"], c.get("note") or c.get("source", "")) for c in rows]
-        header = ("target", "setting", "before", "after", "status", "source / note")
+        header = ("target", "setting", "before", "after", "status", "source", "note")
+        cells = [(_where(c), f"{c['key']['family']} {_name(c)}", _value(c["before"]), _after(c),
+                  c["status"], c.get("source", ""), c.get("note", "")) for c in rows]
+        if not any(c[6] for c in cells):
+            header, cells = header[:6], [c[:6] for c in cells]
         if self.rich:
             from rich.table import Table
 
             table = Table(box=None, pad_edge=False, show_edge=False)
-            for h in header:
-                table.add_column(h, overflow="fold")
-            for where, setting, before, after, status, note in cells:
+            for i, h in enumerate(header):
+                # Keys and values stay whole; source and note wrap if needed.
+                table.add_column(h, no_wrap=i < 5, overflow="fold")
+            for row in cells:
+                status = row[4]
                 style = STYLE.get(status, "")
-                table.add_row(where, setting, f"[red]{_esc(before)}[/]" if status != "ok" else _esc(before),
-                              f"[green]{_esc(after)}[/]", f"[{style}]{status}[/]" if style else status,
-                              _esc(note))
+                table.add_row(row[0], row[1],
+                              f"[red]{_esc(row[2])}[/]" if status != "ok" else _esc(row[2]),
+                              f"[green]{_esc(row[3])}[/]", f"[{style}]{status}[/]" if style else status,
+                              *(_esc(v) for v in row[5:]))
             self.console.print(table)
             return
-        widths = [max(len(str(r[i])) for r in cells + [header]) for i in range(5)]
+        widths = [max(len(str(r[i])) for r in cells + [header]) for i in range(len(header))]
         for r in [header] + cells:
-            text = "  ".join(str(v).ljust(w) for v, w in zip(r, widths)) + "  " + r[5]
-            self.line("  " + text.rstrip())
+            self.line("  " + "  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip())
 
     def _text_diff(self, c: dict) -> None:
         before, after = c["before"], c["after"]
