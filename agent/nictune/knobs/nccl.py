@@ -82,8 +82,8 @@ class NcclFamily(Family):
             return {}
         key = Key(self.name, HOST, DEFAULT_PATH)
         text = self.read([key])[key]
-        if not isinstance(text, str):
-            return {}
+        if not isinstance(text, str) or not parse(text):
+            return {}  # no file, or nothing NCCL would read from it
         return {"nccl": {"path": DEFAULT_PATH, "env": parse(text)}}
 
 
