@@ -16,7 +16,7 @@ import re
 from typing import Optional
 
 from nictune import model as m
-from nictune.errors import Conflict, NictuneError, NoJournal, UnsupportedKeys
+from nictune.errors import Conflict, Interrupted, NictuneError, NoJournal
 from nictune.host import Host
 from nictune.journal import (
     APPLYING,
@@ -199,6 +199,12 @@ class Engine:
 
     def apply(self, doc: dict, sources: dict, profile: Optional[str]) -> Outcome:
         with self.journal.lock():
+            last = self.journal.load()
+            if last is not None and last["status"] == APPLYING:
+                # Its journal holds the only record of the values it overwrote.
+                raise Interrupted(f"apply {last['id']} did not finish (the agent was stopped "
+                                  "mid-write); run `nictune rollback` to restore what it changed, "
+                                  "then apply again")
             desire, changes = self._plan(doc, sources)
             out = Outcome("apply", changes, list(desire.warnings))
             _report_unsupported(out, desire)

@@ -20,6 +20,7 @@ EXIT_CODES = {
     "conflict": EXIT_ERROR,
     "locked": EXIT_ERROR,
     "no-journal": EXIT_ERROR,
+    "interrupted": EXIT_ERROR,
     "system": EXIT_ERROR,
     "transport": EXIT_ERROR,
     "rolled-back": EXIT_ROLLED_BACK,
@@ -42,10 +43,6 @@ class InvalidRequest(NictuneError):
     kind = "invalid-input"
 
 
-class UnsupportedKeys(NictuneError):
-    kind = "unsupported"
-
-
 class Conflict(NictuneError):
     kind = "conflict"
 
@@ -56,6 +53,10 @@ class Locked(NictuneError):
 
 class NoJournal(NictuneError):
     kind = "no-journal"
+
+
+class Interrupted(NictuneError):
+    kind = "interrupted"
 
 
 class TransportError(NictuneError):

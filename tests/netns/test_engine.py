@@ -192,6 +192,45 @@ def test_failure_mid_plan_rolls_everything_back(lab):
     assert json.loads((lab.state / "netns" / lab.ns_a / "journal.json").read_text())["status"] == "rolled-back"
 
 
+def test_stacked_mtu_goes_through_whatever_the_entry_order(lab):
+    # The upper device comes first in the profile: its MTU is refused until
+    # the lower device's has been raised, and nictune retries it.
+    assert lab.run(lab.ns_a, ["ip", "link", "add", "link", "ntv0", "name", "ntmv0",
+                              "type", "macvlan"]).returncode == 0
+    body = FULL.replace("interfaces:\n", "interfaces:\n  upper:\n    match: {name: ntmv0}\n"
+                                          "    mtu: 9000\n")
+    code, report = nictune(lab, "apply", write_profile(lab, body))
+    assert code == 0, report
+    assert link(lab, "ntmv0")["mtu"] == link(lab)["mtu"] == 9000
+    code, report = nictune(lab, "rollback")
+    assert code == 0 and link(lab, "ntmv0")["mtu"] == link(lab)["mtu"] == 1500
+
+
+def test_an_interrupted_apply_must_be_rolled_back_first(lab):
+    before = snapshot(lab)
+    journal_dir = lab.state / "netns" / lab.ns_a
+    journal_dir.mkdir(parents=True)
+    # What a crash after the first write leaves: the journal, still "applying".
+    lab.run(lab.ns_a, ["sysctl", "-w", "net.ipv4.tcp_ecn=1"])
+    (journal_dir / "journal.json").write_text(json.dumps({
+        "journal": 1, "id": "crashed", "status": "applying", "profile": "p.yaml",
+        "changes": [{"key": {"family": "sysctl", "target": "host", "name": "net.ipv4.tcp_ecn"},
+                     "before": int(before_ecn(before)), "after": 1},
+                    {"key": {"family": "link", "target": "ntv0", "name": "mtu"},
+                     "before": 1500, "after": 9000}]}))
+    code, report = nictune(lab, "apply", write_profile(lab, FULL))
+    assert code == 1 and report["hosts"][0]["error"]["kind"] == "interrupted"
+    code, report = nictune(lab, "rollback")
+    assert code == 0, report
+    assert snapshot(lab) == before
+    assert nictune(lab, "apply", write_profile(lab, FULL))[0] == 0
+
+
+def before_ecn(snap: dict) -> str:
+    line = next(x for x in snap["sysctl"].splitlines() if x.startswith("net.ipv4.tcp_ecn ="))
+    return line.split("=")[1].strip()
+
+
 def test_kernel_refusing_a_sysctl_rolls_back(lab):
     before = snapshot(lab)
     profile = write_profile(lab, FULL.replace("net.ipv4.tcp_rmem: [4096, 131072, 6291456]",

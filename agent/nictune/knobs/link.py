@@ -52,15 +52,31 @@ class LinkFamily(Family):
         return None
 
     def apply(self, items):
+        """Stacked devices (VLAN, macvlan on a rail) refuse an MTU above their
+        lower device's, and a lower device refuses to go below an upper's on
+        some drivers: rather than model the topology, retry what the kernel
+        refused after the others went through, until nothing more succeeds."""
+        pending = list(group_by_target(items).items())
+        while pending:
+            refused = []
+            for target, values in pending:
+                try:
+                    self._set(target, values)
+                except OSError as e:
+                    refused.append((target, values, e))
+            if len(refused) == len(pending):
+                raise refused[0][2]
+            pending = [(target, values) for target, values, _ in refused]
+
+    def _set(self, target: str, values: dict) -> None:
         links = self._links or self._dump()
-        for target, values in group_by_target(items).items():
-            state = values.get("state")
-            self.host.rtnl().set_link(
-                links[target].index,
-                mtu=values.get("mtu"),
-                txqlen=values.get("txqueuelen"),
-                up=None if state is None else state == "up",
-            )
+        state = values.get("state")
+        self.host.rtnl().set_link(
+            links[target].index,
+            mtu=values.get("mtu"),
+            txqlen=values.get("txqueuelen"),
+            up=None if state is None else state == "up",
+        )
 
     def show(self, target):
         link = (self._links or self._dump()).get(target)
