@@ -19,6 +19,10 @@ STYLE = {"pending": "yellow", "drift": "yellow", "applied": "green", "ok": "dim"
          "skipped": "dim", "not-applied": "dim"}
 
 
+# What the two value columns mean, per command.
+COLUMNS = {"verify": ("actual", "expected"), "rollback": ("restored", "undone")}
+
+
 def envelope(command: str, hosts: list, error: Optional[dict] = None, **extra) -> dict:
     codes = [h["exit_code"] for h in hosts]
     report = {"nictune_report": REPORT_FORMAT, "nictune": __version__, "command": command,
@@ -78,7 +82,7 @@ class Printer:
         self.line(f"{host['host']}: {command}" + (f" {profile}" if profile else ""), "bold")
         rows = [c for c in host["changes"] if show_ok or c["status"] != "ok"]
         if rows:
-            self._table(rows)
+            self._table(rows, COLUMNS.get(command, ("before", "after")))
             for c in rows:
                 self._text_diff(c)
         for w in host.get("warnings", []):
@@ -88,8 +92,8 @@ class Printer:
         if host.get("error"):
             self.error(host["error"]["message"])
 
-    def _table(self, rows: list) -> None:
-        header = ("target", "setting", "before", "after", "status", "source", "note")
+    def _table(self, rows: list, values: tuple) -> None:
+        header = ("target", "setting", *values, "status", "source", "note")
         cells = [(_where(c), f"{c['key']['family']} {_name(c)}", _value(c["before"]), _after(c),
                   c["status"], c.get("source", ""), c.get("note", "")) for c in rows]
         if not any(c[6] for c in cells):
