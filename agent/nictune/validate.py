@@ -21,8 +21,9 @@ IF_SYSCTL_KEY = r"^ipv[46]\.[A-Za-z0-9_-]{1,64}$"
 # A sysctl value: numbers, words and the separators multi-value keys use.
 SYSCTL_VALUE = r"^[A-Za-z0-9_ \t.,:/+-]{0,256}$"
 NCCL_NAME = r"^NCCL_[A-Z0-9_]{1,64}$"
-# NCCL reads "NAME=VALUE" lines of at most 1023 bytes and trims nothing.
-NCCL_VALUE = r"^[^\n\r\x00]{0,900}$"
+# NCCL reads "NAME=VALUE" lines of at most 1023 bytes and trims nothing, so
+# leading or trailing blanks would become part of the value: refuse them.
+NCCL_VALUE = r"^([^\s\x00]([^\n\r\x00]{0,898}[^\s\x00])?)?$"
 FEATURE_NAME = r"^[a-z0-9_-]{1,64}$"
 MAC = r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$"
 PCI_ID = r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{4}$"

@@ -38,7 +38,7 @@ PATTERN_WORDS: Dict[str, str] = {
     v.IF_SYSCTL_KEY: "a per-interface sysctl name such as ipv4.rp_filter: ipv4. or ipv6. and then 1-64 letters, digits, '_' or '-'",
     v.SYSCTL_VALUE: "text of up to 256 letters, digits, spaces, tabs and _ . , : / + -",
     v.NCCL_NAME: "an NCCL variable name: NCCL_ and then 1-64 capital letters, digits or '_'",
-    v.NCCL_VALUE: "text of up to 900 characters on one line",
+    v.NCCL_VALUE: "text of up to 900 characters on one line, with no blank at either end",
     v.FEATURE_NAME: "an ethtool feature name: 1-64 lowercase letters, digits, '_' or '-'",
     v.MAC: "a MAC address such as 0c:42:a1:00:00:01",
     v.PCI_ID: "a PCI vendor:device id such as 15b3:1021",
