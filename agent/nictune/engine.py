@@ -229,10 +229,11 @@ class Engine:
                 _sort_out_group(self.fams, desire, [c for c in touched if c.status == m.PENDING])
                 e.change.status, e.change.note = m.FAILED, e.note
                 self._roll_back(out, pending, touched, e.change)
-            except (OSError, NictuneError, RuntimeError, ValueError) as e:
-                failed = _sort_out_group(self.fams, desire, [c for c in touched if c.status == m.PENDING])
+            except Exception as e:  # noqa: BLE001 - whatever broke, the host goes back
+                group = [c for c in touched if c.status == m.PENDING] or touched or pending[:1]
+                failed = _sort_out_group(self.fams, desire, group)
                 failed.status, failed.note = m.FAILED, f"write refused: {e}"
-                self._roll_back(out, pending, touched, failed)
+                self._roll_back(out, pending, touched or [failed], failed)
             else:
                 self.journal.finish(COMMITTED)
             return out
