@@ -66,21 +66,36 @@ class Host:
 
     def ethtool(self):
         if self._ethtool is None:
-            from nictune.netlink.ethtool import Ethtool
+            # NICTUNE_ETHTOOL=ioctl forces the legacy SIOCETHTOOL backend:
+            # for testing it, and for kernels whose ethtool genl family
+            # misbehaves.  Otherwise it is the fallback when the kernel has
+            # no ethtool genl family (< 5.6, or CONFIG_ETHTOOL_NETLINK=n):
+            # resolving the family then fails with ENOENT.
+            if os.environ.get("NICTUNE_ETHTOOL") != "ioctl":
+                import errno
 
-            self._ethtool = Ethtool()
+                from nictune.netlink.errors import NetlinkError
+                from nictune.netlink.ethtool import Ethtool
+
+                try:
+                    self._ethtool = Ethtool()
+                    return self._ethtool
+                except NetlinkError as e:
+                    if e.errno != errno.ENOENT:
+                        raise
+            from nictune.netlink.ethtool_ioctl import EthtoolIoctl
+
+            self._ethtool = EthtoolIoctl()
         return self._ethtool
 
     def interfaces(self) -> list:
         """Every link but loopback, with the facts selectors need (read once)."""
         if self._interfaces is None:
-            from nictune.netlink.drvinfo import drvinfo
-
             found = []
             for link in self.rtnl().links():
                 if link.name == "lo":
                     continue
-                info = drvinfo(link.name)
+                info = self._drvinfo(link.name)
                 found.append(
                     Interface(
                         name=link.name,
@@ -94,6 +109,12 @@ class Host:
                 )
             self._interfaces = found
         return self._interfaces
+
+    def _drvinfo(self, ifname: str):
+        """ethtool -i of one device (a seam: tests stand in recorded state)."""
+        from nictune.netlink.drvinfo import drvinfo
+
+        return drvinfo(ifname)
 
     def _pci_id(self, ifname: str) -> Optional[str]:
         base = self.path("sys/class/net", ifname, "device")
