@@ -226,7 +226,9 @@ class Engine:
                 # A later family can undo an earlier one: verify the whole plan.
                 _fail_if_differs(self.fams, desire, pending)
             except _VerifyFailed as e:
-                _sort_out_group(self.fams, desire, [c for c in touched if c.status == m.PENDING])
+                group = [c for c in touched if c.status == m.PENDING]
+                if group:  # empty when the final whole-plan check failed
+                    _sort_out_group(self.fams, desire, group)
                 e.change.status, e.change.note = m.FAILED, e.note
                 self._roll_back(out, pending, touched, e.change)
             except Exception as e:  # noqa: BLE001 - whatever broke, the host goes back
@@ -268,12 +270,13 @@ class Engine:
             # Keys an interrupted apply never reached are at their before-value already.
             self.fams.read([c.key for c in changes])
             out.changes = changes
+            interrupted = record["status"] == APPLYING  # finish() overwrites it
             ok = restore(self.fams, changes)
             self.journal.finish(ROLLED_BACK if ok else ROLLBACK_FAILED)
             if not ok:
                 out.error = {"kind": "rollback-failed",
                              "message": "some keys could not be restored: a human must look"}
-            if record["status"] == APPLYING:
+            if interrupted:
                 out.warnings.append(f"apply {record['id']} had not finished; restored what it wrote")
             return out
 

@@ -84,7 +84,7 @@ class Printer:
         if rows:
             self._table(rows, COLUMNS.get(command, ("before", "after")))
             for c in rows:
-                self._text_diff(c)
+                self._text_diff(c, command)
         for w in host.get("warnings", []):
             self.warn(w)
         if host["changes"] or not host.get("error"):
@@ -118,15 +118,18 @@ class Printer:
         for r in [header] + cells:
             self.line("  " + "  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip())
 
-    def _text_diff(self, c: dict) -> None:
+    def _text_diff(self, c: dict, command: str = "") -> None:
         before, after = c["before"], c["after"]
         if not (isinstance(after, str) and "\n" in after) and not (isinstance(before, str) and "\n" in before):
             return
         if before == after:
             return
         name = _name(c)
-        lines = difflib.unified_diff((before or "").splitlines(True), (after or "").splitlines(True),
-                                     f"{name} (before)", f"{name} (after)")
+        old, new, labels = before, after, COLUMNS.get(command, ("before", "after"))
+        if command == "rollback":  # what the rollback did: from the applied text back
+            old, new, labels = after, before, labels[::-1]
+        lines = difflib.unified_diff((old or "").splitlines(True), (new or "").splitlines(True),
+                                     f"{name} ({labels[0]})", f"{name} ({labels[1]})")
         for ln in lines:
             ln = ln.rstrip("\n")
             style = "green" if ln.startswith("+") else "red" if ln.startswith("-") else "cyan" if ln.startswith("@") else None
@@ -159,6 +162,10 @@ def _value(v) -> str:
         return "off"
     if v is None:
         return "(none)"
+    if isinstance(v, dict):  # a feature group whose bits differ
+        on = sorted(k for k, bit in v.items() if bit)
+        off = sorted(k for k, bit in v.items() if not bit)
+        return f"mixed (on: {', '.join(on)})" if len(on) <= len(off) else f"mixed (off: {', '.join(off)})"
     if isinstance(v, str) and "\n" in v:
         return f"({v.count(chr(10))} lines)"
     if isinstance(v, str) and v == "":

@@ -35,7 +35,6 @@ FEATURE_GROUPS = {
     "sg": "tx-scatter-gather*",
     "tso": "tx-tcp*-segmentation",
 }
-MIXED = "mixed"
 
 
 class ApplyRefused(RuntimeError):
@@ -78,7 +77,9 @@ class FeaturesFamily(Family):
                                        + (f"; did you mean {hint[0]!r}?" if hint else ""))
                 continue
             values = {dev.active[b] for b in bits}
-            out[key] = values.pop() if len(values) == 1 else MIXED
+            # Bits that differ read as {bit: on/off}, so that a rollback can
+            # put each one back (one bool would lose which).
+            out[key] = values.pop() if len(values) == 1 else {b: dev.active[b] for b in bits}
         return out
 
     def check(self, key, want) -> Optional[str]:
@@ -91,7 +92,10 @@ class FeaturesFamily(Family):
             wanted = {}
             for name, value in values.items():
                 for bit in self._bits(target, name, True):
-                    wanted[bit] = bool(value)
+                    if not isinstance(value, dict):
+                        wanted[bit] = bool(value)
+                    elif bit in value:  # restoring a group that was mixed
+                        wanted[bit] = bool(value[bit])
             refused = self.host.ethtool().set_features(target, wanted)
             if refused:
                 raise ApplyRefused(f"{target}: the kernel did not change "

@@ -1,0 +1,365 @@
+"""Fake kernel for recorded NIC state (mlx5, MANA): stands in for hardware no kernel here has; real-kernel behaviour is tested in tests/netns.
+
+A recorded state (tests/golden/states/*.json, or a golden case's
+observed.json) says what the host's kernel shows:
+
+    links      list of nictune.netlink.rtnl.Link fields (RTM_GETLINK)
+    drvinfo    {ifname: DrvInfo fields}                  (ethtool -i)
+    features   {ifname: {"active": {bit: bool}, "changeable": [bit, ...]}}
+    rings, channels, coalesce, pause
+               {ifname: {ethtool CLI name: value, "<name>-max": limit}};
+               a device missing from a map has no such driver operation,
+               exactly as the kernel leaves it out of the netlink dump
+    files      {path relative to /: text}, written under Host.root
+               (/proc/sys/..., /sys/class/net/X/device/{vendor,device},
+               /etc/nccl.conf); "dirs" lists directories to create
+    quirks     {ifname: {...}} driver behaviour that matters to nictune:
+               rings_round_up_pow2 / rings_min (MANA), mtu_propagates_to
+               (hv_netvsc sets its MANA VF's MTU first)
+
+An observed.json may start from a recorded state and change parts of it:
+{"base": "cx7-host", ...overlay...}; mappings merge, null deletes, and
+"links" entries merge by name.
+
+The fakes behave like the kernel where nictune depends on it: an MTU
+outside [min_mtu, max_mtu] is EINVAL, rings or channels above the maximum
+are EINVAL, an operation the driver lacks is EOPNOTSUPP, FEATURES_SET
+acknowledges fixed bits and reports them back as not applied, MANA rounds
+ring sizes up to a power of two, and an MTU change resets the interface's
+net.ipv6.conf.<if>.mtu as addrconf does.  Tests inject further refusals
+with FakeKernel.fail().
+"""
+
+from __future__ import annotations
+
+import copy
+import errno
+import json
+import os
+from dataclasses import asdict, fields
+from typing import Callable, Optional
+
+from nictune.host import Host
+from nictune.netlink.drvinfo import DrvInfo
+from nictune.netlink.errors import NetlinkError
+from nictune.netlink.ethtool import Features
+from nictune.netlink.rtnl import Link
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STATES = os.path.join(HERE, "golden", "states")
+OPS = ("rings", "channels", "coalesce", "pause")
+_LINK_FIELDS = {f.name for f in fields(Link)}
+_IPV6_MIN_MTU = 1280
+
+
+# -- recorded state -----------------------------------------------------------
+
+def load_state(name_or_path: str) -> dict:
+    """A recorded state by name (tests/golden/states/NAME.json) or path,
+    with its "base" resolved."""
+    path = name_or_path
+    if not path.endswith(".json"):
+        path = os.path.join(STATES, f"{name_or_path}.json")
+    with open(path) as f:
+        state = json.load(f)
+    return resolve(state)
+
+
+def resolve(state: dict) -> dict:
+    state = copy.deepcopy(state)
+    base = state.pop("base", None)
+    if base is None:
+        return state
+    return overlay(load_state(base), state)
+
+
+def overlay(base: dict, patch: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in patch.items():
+        if key == "comment":
+            out[key] = value
+        elif key == "links":
+            by_name = {link["name"]: link for link in out.get("links", [])}
+            for link in value:
+                if link.get("delete"):
+                    by_name.pop(link["name"], None)
+                elif link["name"] in by_name:
+                    by_name[link["name"]].update(link)
+                else:
+                    by_name[link["name"]] = dict(link)
+            out["links"] = sorted(by_name.values(), key=lambda l: l["index"])
+        elif value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = overlay(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+# -- the fake kernel ------------------------------------------------------------
+
+class Fault:
+    """A refusal the fake kernel returns for matching writes."""
+
+    def __init__(self, op: str, ifname: Optional[str], error: BaseException,
+                 when: Optional[Callable[[dict], bool]] = None, times: Optional[int] = None):
+        self.op, self.ifname, self.error, self.when, self.times = op, ifname, error, when, times
+
+    def hit(self, op: str, ifname: str, values: dict) -> bool:
+        if op != self.op or (self.ifname is not None and ifname != self.ifname):
+            return False
+        if self.times is not None and self.times <= 0:
+            return False
+        if self.when is not None and not self.when(values):
+            return False
+        if self.times is not None:
+            self.times -= 1
+        return True
+
+
+class FakeKernel:
+    """The mutable recorded state, shared by FakeRtnl and FakeEthtool."""
+
+    def __init__(self, state: dict, root: str):
+        if os.path.isdir(root) and os.listdir(root):
+            raise ValueError(f"{root} is not empty: each fake host needs a root of its own")
+        self.state = resolve(state)
+        self.root = root
+        self.links = {}
+        for raw in self.state.get("links", []):
+            link = Link(**{k: v for k, v in raw.items() if k in _LINK_FIELDS})
+            self.links[link.name] = link
+        self.drvinfo = {name: DrvInfo(**info) for name, info in self.state.get("drvinfo", {}).items()}
+        self.features = {name: {"active": dict(dev["active"]), "changeable": set(dev["changeable"])}
+                         for name, dev in self.state.get("features", {}).items()}
+        self.ops = {op: copy.deepcopy(self.state.get(op, {})) for op in OPS}
+        self.quirks = self.state.get("quirks", {})
+        self.faults: list = []
+        self.writes: list = []  # (op, ifname, values) of every write that reached the kernel
+        self.on_write: list = []  # callables(op, ifname, values), run before each write
+        for d in self.state.get("dirs", []):
+            os.makedirs(os.path.join(root, d), exist_ok=True)
+        for rel, text in self.state.get("files", {}).items():
+            path = os.path.join(root, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                f.write(text)
+
+    # -- test controls --
+    def fail(self, op: str, ifname: Optional[str] = None, code: int = errno.EINVAL,
+             extack: Optional[str] = None, when=None, times=None, error=None) -> Fault:
+        """Make writes of `op` (set_link, set_features, set_rings, ...) fail."""
+        fault = Fault(op, ifname, error or NetlinkError(code, extack), when, times)
+        self.faults.append(fault)
+        return fault
+
+    def _write(self, op: str, ifname: str, values: dict) -> None:
+        for hook in self.on_write:
+            hook(op, ifname, values)
+        for fault in self.faults:
+            if fault.hit(op, ifname, values):
+                raise fault.error
+        self.writes.append((op, ifname, copy.deepcopy(values)))
+
+    def snapshot(self) -> dict:
+        """Everything a profile could change, for before/after comparisons."""
+        files = {}
+        for top, _dirs, names in os.walk(self.root):
+            for name in names:
+                path = os.path.join(top, name)
+                rel = os.path.relpath(path, self.root)
+                with open(path) as f:
+                    text = f.read()
+                # The kernel formats what /proc/sys reads back; a plain file
+                # keeps what was written ("1500" vs "1500\n").
+                files[rel] = " ".join(text.split()) if rel.startswith("proc/sys/") else text
+        return {
+            "links": {n: asdict(l) for n, l in self.links.items()},
+            "features": {n: dict(d["active"]) for n, d in self.features.items()},
+            "ops": copy.deepcopy(self.ops),
+            "files": files,
+        }
+
+    def read_file(self, rel: str) -> Optional[str]:
+        try:
+            with open(os.path.join(self.root, rel)) as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def _link(self, name: str) -> Link:
+        link = self.links.get(name)
+        if link is None:
+            raise NetlinkError(errno.ENODEV)
+        return link
+
+
+class FakeRtnl:
+    def __init__(self, kernel: FakeKernel):
+        self.k = kernel
+
+    def links(self) -> list:
+        return [copy.copy(l) for l in sorted(self.k.links.values(), key=lambda l: l.index)]
+
+    def set_link(self, index, *, mtu=None, txqlen=None, up=None) -> None:
+        if not isinstance(index, int) or isinstance(index, bool) or index <= 0:
+            raise ValueError(f"invalid interface index: {index!r}")
+        link = next((l for l in self.k.links.values() if l.index == index), None)
+        if link is None:
+            raise NetlinkError(errno.ENODEV)
+        values = {k: v for k, v in (("mtu", mtu), ("txqlen", txqlen), ("up", up)) if v is not None}
+        if not values:
+            return
+        self.k._write("set_link", link.name, values)
+        if mtu is not None and mtu != link.mtu:
+            # hv_netvsc changes its VF's MTU first and fails if the VF refuses.
+            lowers = [self.k._link(n) for n in self.k.quirks.get(link.name, {}).get("mtu_propagates_to", [])]
+            for dev in lowers + [link]:
+                _check_mtu(dev, mtu)
+            for dev in lowers + [link]:
+                self._set_mtu(dev, mtu)
+        if txqlen is not None:
+            link.txqlen = txqlen
+        if up is not None:
+            link.up = bool(up)
+            link.operstate = "UP" if up else "DOWN"
+
+    def _set_mtu(self, link: Link, mtu: int) -> None:
+        link.mtu = mtu
+        # addrconf (NETDEV_CHANGEMTU) resets the interface's IPv6 MTU.
+        rel = os.path.join("proc/sys/net/ipv6/conf", link.name, "mtu")
+        if mtu >= _IPV6_MIN_MTU and self.k.read_file(rel) is not None:
+            with open(os.path.join(self.k.root, rel), "w") as f:
+                f.write(f"{mtu}\n")
+
+    def close(self) -> None:
+        pass
+
+
+def _check_mtu(link: Link, mtu: int) -> None:
+    if link.min_mtu and mtu < link.min_mtu:
+        raise NetlinkError(errno.EINVAL, "mtu less than device minimum")
+    if link.max_mtu and mtu > link.max_mtu:
+        raise NetlinkError(errno.EINVAL, "mtu greater than device maximum")
+
+
+class FakeEthtool:
+    def __init__(self, kernel: FakeKernel):
+        self.k = kernel
+
+    def close(self) -> None:
+        pass
+
+    # -- features --
+    def features(self) -> dict:
+        return {name: Features(active=dict(d["active"]), changeable=set(d["changeable"]))
+                for name, d in self.k.features.items() if name in self.k.links}
+
+    def set_features(self, ifname: str, wanted: dict) -> dict:
+        self.k._link(ifname)
+        dev = self.k.features.get(ifname)
+        if dev is None:
+            raise NetlinkError(errno.EOPNOTSUPP)
+        for name, value in wanted.items():
+            if not isinstance(value, bool):
+                raise ValueError(f"feature {name} wants a bool, got {value!r}")
+            if name not in dev["active"]:
+                raise NetlinkError(errno.EINVAL, "bit name not found")
+        self.k._write("set_features", ifname, wanted)
+        refused = {}
+        for name, value in wanted.items():
+            if name in dev["changeable"]:
+                dev["active"][name] = value
+            elif dev["active"][name] != value:
+                refused[name] = value  # ACKed, and listed in the reply's WANTED diff
+        return refused
+
+    # -- rings, channels, coalesce, pause --
+    def _get(self, op: str) -> dict:
+        return {n: dict(v) for n, v in self.k.ops[op].items() if n in self.k.links}
+
+    def _set(self, op: str, ifname: str, values: dict) -> None:
+        self.k._link(ifname)
+        dev = self.k.ops[op].get(ifname)
+        if dev is None:
+            raise NetlinkError(errno.EOPNOTSUPP)
+        new = {}
+        for name, value in values.items():
+            if name.endswith("-max"):
+                raise ValueError(f"not a settable parameter: {name!r}")
+            if name not in dev:
+                if op in ("rings", "channels"):  # the device's maximum for it is 0
+                    raise NetlinkError(errno.EINVAL, f"requested {_WHAT[op]} exceeds maximum")
+                raise NetlinkError(errno.EOPNOTSUPP, "unsupported parameter")
+            # As Ethtool._set_values: bools for flags, u32 for the rest.
+            if isinstance(dev[name], bool) != isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{name}: bad value {value!r}")
+            limit = dev.get(f"{name}-max")
+            if limit is not None and value > limit:
+                raise NetlinkError(errno.EINVAL, f"requested {_WHAT[op]} exceeds maximum")
+            new[name] = value
+        quirks = self.k.quirks.get(ifname, {})
+        if op == "rings":
+            for name, value in new.items():
+                least = quirks.get("rings_min", {}).get(name, 0)
+                if value < least:  # mana_set_ringparam
+                    raise NetlinkError(errno.EINVAL, f"{name}:{value} less than the min:{least}")
+        self.k._write(f"set_{op}", ifname, values)
+        if op == "rings":
+            for name, value in new.items():
+                if quirks.get("rings_round_up_pow2"):
+                    value = 1 << (value - 1).bit_length()
+                new[name] = value
+        dev.update(new)
+
+    def rings(self):
+        return self._get("rings")
+
+    def set_rings(self, ifname, values):
+        self._set("rings", ifname, values)
+
+    def channels(self):
+        return self._get("channels")
+
+    def set_channels(self, ifname, values):
+        self._set("channels", ifname, values)
+
+    def coalesce(self):
+        return self._get("coalesce")
+
+    def set_coalesce(self, ifname, values):
+        self._set("coalesce", ifname, values)
+
+    def pause(self):
+        return self._get("pause")
+
+    def set_pause(self, ifname, values):
+        self._set("pause", ifname, values)
+
+
+_WHAT = {"rings": "ring size", "channels": "channel count"}
+
+
+class FakeHost(Host):
+    """nictune's Host over a FakeKernel; files live under `root`."""
+
+    def __init__(self, state, root: str):
+        super().__init__(str(root))
+        if isinstance(state, str):
+            state = load_state(state)
+        self.kernel = FakeKernel(state, str(root))
+        self._rtnl = FakeRtnl(self.kernel)
+        self._ethtool = FakeEthtool(self.kernel)
+
+    def rtnl(self):
+        return self._rtnl
+
+    def ethtool(self):
+        return self._ethtool
+
+    def _drvinfo(self, ifname: str):
+        return self.kernel.drvinfo.get(ifname)
+
+    def close(self) -> None:  # the fakes stay usable after a run
+        pass
