@@ -28,6 +28,11 @@ pytestmark = pytest.mark.recorded
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CX7 = load_profile(os.path.join(REPO, "profiles", "connectx7-training.yaml"))
 MAIA = load_profile(os.path.join(REPO, "profiles", "maia-mana.yaml"))
+# The shipped profile names the TSO bits; ethtool's "tso" alias stands for
+# every tx-tcp*-segmentation bit, mixed on a fresh MANA VF.
+MAIA_TSO = load_profile_text(
+    "nictune: 1\nextends: maia-mana.yaml\ninterfaces:\n  mana-vf:\n    features: {tso: true}\n",
+    "maia-tso.yaml", os.path.join(REPO, "profiles"))
 P0, P1 = "enp23s0f0np0", "enp23s0f1np1"
 VF = "enP30832p0s0"
 
@@ -219,7 +224,7 @@ def test_mana_ring_sizes_that_are_powers_of_two_apply(maia):
 def test_a_mixed_feature_group_is_restored_bit_by_bit(maia):
     # tso on MANA: tx-tcp-segmentation and tx-tcp6 on, tx-tcp-mangleid off.
     maia.kernel.fail("set_rings", VF, errno.EBUSY)
-    out = maia.apply(MAIA)
+    out = maia.apply(MAIA_TSO)
     assert out.error["kind"] == "rolled-back", out.error
     tso = change(out, "features", VF, "tso")
     assert tso.before == {"tx-tcp-mangleid-segmentation": False, "tx-tcp-segmentation": True,

@@ -16,11 +16,16 @@ from fakes import FakeHost
 from nictune import agent
 from nictune.cli.output import Printer, _summary, _value, envelope
 from nictune.engine import Engine
-from nictune.profile.loader import load_profile
+from nictune.profile.loader import load_profile, load_profile_text
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CX7 = load_profile(os.path.join(REPO, "profiles", "connectx7-training.yaml"))
 MAIA = load_profile(os.path.join(REPO, "profiles", "maia-mana.yaml"))
+# The shipped profile names the TSO bits; ethtool's "tso" alias stands for
+# every tx-tcp*-segmentation bit, mixed on a fresh MANA VF.
+MAIA_TSO = load_profile_text(
+    "nictune: 1\nextends: maia-mana.yaml\ninterfaces:\n  mana-vf:\n    features: {tso: true}\n",
+    "maia-tso.yaml", os.path.join(REPO, "profiles"))
 P0, P1 = "enp23s0f0np0", "enp23s0f1np1"
 
 
@@ -118,7 +123,7 @@ def test_nccl_file_is_a_unified_diff(cx7, capsys):
 
 
 def test_a_new_nccl_file_and_a_mixed_feature_group(maia, capsys):
-    out, _ = render(maia.run("plan", MAIA), capsys)
+    out, _ = render(maia.run("plan", MAIA_TSO), capsys)
     assert row(out, "host", "nccl /etc/nccl.conf", "(none)", "(6 lines)", "pending")
     diff = [line.strip() for line in out.splitlines() if line.startswith("    ")]
     assert "+NCCL_IB_HCA==mana_0" in diff and not [d for d in diff if d.startswith("-") and d != "--- /etc/nccl.conf (before)"]
