@@ -10,12 +10,12 @@ import errno
 import fcntl
 import json
 import os
-import tempfile
 import time
 from contextlib import contextmanager
 from typing import Optional
 
 from nictune.errors import Locked
+from nictune.files import write_atomic
 from nictune.validate import check_path
 
 DEFAULT_STATE_DIR = "/var/lib/nictune"
@@ -26,21 +26,6 @@ APPLYING = "applying"
 COMMITTED = "committed"
 ROLLED_BACK = "rolled-back"
 ROLLBACK_FAILED = "rollback-failed"
-
-
-def write_atomic(path: str, text: str, mode: int = 0o600) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".nictune-", dir=os.path.dirname(path))
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 class Journal:

@@ -6,10 +6,9 @@ the file is rendered exactly, written atomically, and compared as text.
 
 from __future__ import annotations
 
-import errno
 import os
-import tempfile
 
+from nictune.files import write_atomic
 from nictune.knobs.base import Family
 from nictune.model import HOST, Desired, Key, Unsupported, Want
 from nictune.validate import NCCL_NAME, NCCL_VALUE, check, check_path
@@ -75,7 +74,7 @@ class NcclFamily(Family):
                 if os.path.lexists(path):
                     os.unlink(path)
             else:
-                _write(path, text)
+                write_atomic(path, text, 0o644, busy_in_place=True)
 
     def show(self, target):
         if target != HOST:
@@ -86,26 +85,3 @@ class NcclFamily(Family):
             return {}  # no file, or nothing NCCL would read from it
         return {"nccl": {"path": DEFAULT_PATH, "env": parse(text)}}
 
-
-def _write(path: str, text: str) -> None:
-    """Atomic replace; in place when the file is a bind mount (containers,
-    `ip netns exec` over /etc/netns/NAME/), which cannot be renamed over."""
-    fd, tmp = tempfile.mkstemp(prefix=".nictune-", dir=os.path.dirname(path))
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        try:
-            os.replace(tmp, path)
-        except OSError as e:
-            if e.errno != errno.EBUSY:
-                raise
-            with open(path, "w") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
