@@ -102,10 +102,9 @@ class FeaturesFamily(Family):
                                    + ", ".join(sorted(refused)))
 
     def show(self, target):
-        dev = self._devices.get(target)
-        if dev is None:
+        if not self._devices:
             self._devices = self.host.ethtool().features()
-            dev = self._devices.get(target)
+        dev = self._devices.get(target)
         if dev is None:
             return {}
         return {"features": {b: dev.active[b] for b in sorted(dev.changeable)}}
@@ -120,6 +119,7 @@ class EthtoolParamsFamily(Family):
     def __init__(self, host):
         super().__init__(host)
         self._devices: dict = {}
+        self._shown: Optional[dict] = None
 
     def _dump(self) -> dict:
         raise NotImplementedError
@@ -151,7 +151,9 @@ class EthtoolParamsFamily(Family):
             self._set(target, values)
 
     def show(self, target):
-        dev = (self._devices or self._dump()).get(target)
+        if self._shown is None:  # one dump for every interface shown
+            self._shown = self._dump()
+        dev = self._shown.get(target)
         if not dev:
             return {}
         return {self.name: {k: dev[k] for k in self.settings if k in dev}}
