@@ -116,8 +116,9 @@ def main() -> int:
     else:
         result = run(request)
     result["agent"] = __version__
-    json.dump(result, sys.stdout)
-    sys.stdout.write("\n")
+    # One write: json.dump streams in small chunks, thousands of writes
+    # when stdout is unbuffered.
+    sys.stdout.write(json.dumps(result) + "\n")
     return 0
 
 

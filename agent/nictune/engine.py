@@ -41,6 +41,11 @@ class Families:
     def __getitem__(self, name: str):
         return self.by_name[name]
 
+    def write(self, family: str, items: list, revert: bool = False) -> None:
+        """The only way anything is written to the host."""
+        fam = self.by_name[family]
+        (fam.revert if revert else fam.apply)(items)
+
     def read(self, keys: list) -> dict:
         """Current values of `keys`, one batch per family."""
         current = {}
@@ -145,22 +150,24 @@ def _show_value(value) -> str:
 def restore(fams: Families, changes: list) -> bool:
     """Put every key of `changes` back to its before-value, newest first.
 
-    Two passes, because coupled settings can undo each other (a channel
-    count change may reset rings); whatever still differs after that is
-    reported as revert-failed for a human to look at.
+    Consecutive keys of one family go back in one write, as they were
+    applied (a NIC may refuse half of a coupled pair, such as rx without tx
+    channels).  Two passes, because coupled settings can undo each other (a
+    channel count change may reset rings); whatever still differs after
+    that is reported as revert-failed for a human to look at.
     """
     errors: dict = {}
+    current = fams.read([c.key for c in changes])
     for _ in range(2):
-        current = fams.read([c.key for c in changes])
         todo = [c for c in reversed(changes) if current[c.key] != c.before]
         if not todo:
             break
-        for c in todo:
+        for batch in _runs_of_one_family(todo):
             try:
-                fams[c.key.family].revert([(c.key, c.before)])
-            except (OSError, NictuneError, RuntimeError, ValueError) as e:
-                errors[c.key] = str(e)
-    current = fams.read([c.key for c in changes])
+                fams.write(batch[0].key.family, [(c.key, c.before) for c in batch], revert=True)
+            except Exception as e:  # noqa: BLE001 - keep restoring the rest
+                errors.update({c.key: str(e) for c in batch})
+        current = fams.read([c.key for c in changes])
     ok = True
     for c in changes:
         if current[c.key] == c.before:
@@ -174,6 +181,16 @@ def restore(fams: Families, changes: list) -> bool:
     return ok
 
 
+def _runs_of_one_family(changes: list) -> list:
+    runs: list = []
+    for c in changes:
+        if runs and runs[-1][0].key.family == c.key.family:
+            runs[-1].append(c)
+        else:
+            runs.append([c])
+    return runs
+
+
 class Engine:
     """Runs one command on one host.  Never exits the process."""
 
@@ -183,6 +200,7 @@ class Engine:
         self.journal = Journal(state_dir)
 
     def _plan(self, doc: dict, sources: dict) -> tuple:
+        self.host.forget(facts=True)  # a Host may outlive one command
         desire = expand(self.host, self.fams, doc, sources)
         current = self.fams.read(list(desire.items))
         return desire, diff(self.fams, desire, current)
@@ -219,7 +237,7 @@ class Engine:
                     if not group:
                         continue
                     touched.extend(group)
-                    fam.apply([(c.key, c.after) for c in group])
+                    self.fams.write(fam.name, [(c.key, c.after) for c in group])
                     _fail_if_differs(self.fams, desire, group)
                     for c in group:
                         c.status = m.APPLIED
@@ -262,13 +280,12 @@ class Engine:
             if record is None:
                 raise NoJournal(f"no apply journal in {self.journal.dir}: nothing to roll back")
             out = Outcome("rollback", extra={"journal": record["id"]})
+            self.host.forget(facts=True)
             if record["status"] in (ROLLED_BACK,):
                 out.warnings.append(f"apply {record['id']} was already rolled back")
                 return out
             changes = [Change(Key.from_dict(c["key"]), c["before"], c["after"], m.APPLIED)
                        for c in record["changes"]]
-            # Keys an interrupted apply never reached are at their before-value already.
-            self.fams.read([c.key for c in changes])
             out.changes = changes
             interrupted = record["status"] == APPLYING  # finish() overwrites it
             ok = restore(self.fams, changes)
@@ -281,6 +298,7 @@ class Engine:
             return out
 
     def show(self) -> Outcome:
+        self.host.forget(facts=True)
         doc: dict = {"nictune": 1}
         host_part: dict = {}
         for fam in self.fams.ordered:

@@ -53,6 +53,7 @@ class Host:
         self._rtnl = None
         self._ethtool = None
         self._interfaces: Optional[list] = None
+        self._links: Optional[list] = None
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.root, *parts)
@@ -92,7 +93,7 @@ class Host:
         """Every link but loopback, with the facts selectors need (read once)."""
         if self._interfaces is None:
             found = []
-            for link in self.rtnl().links():
+            for link in self.links():
                 if link.name == "lo":
                     continue
                 info = self._drvinfo(link.name)
@@ -109,6 +110,19 @@ class Host:
                 )
             self._interfaces = found
         return self._interfaces
+
+    def links(self) -> list:
+        """The last link dump: facts and the first link read share it."""
+        if self._links is None:
+            self._links = self.rtnl().links()
+        return self._links
+
+    def forget(self, facts: bool = False) -> None:
+        """Drop what was read: after a write (the next read must ask the
+        kernel again) and, with the interface facts, before a command."""
+        self._links = None
+        if facts:
+            self._interfaces = None
 
     def _drvinfo(self, ifname: str):
         """ethtool -i of one device (a seam: tests stand in recorded state)."""

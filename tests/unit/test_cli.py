@@ -186,16 +186,14 @@ def test_internal_errors_are_one_line_unless_debugging(monkeypatch, capsys):
 
     monkeypatch.setattr(host_cmds, "target_for", boom)
     monkeypatch.setattr(sys, "argv", ["nictune", "plan", CX7])
-    with pytest.raises(SystemExit) as info:
-        app_module.main()
-    assert info.value.code == 1
+    assert app_module.run() == 1
     err = capsys.readouterr().err
     assert "internal error: RuntimeError: boom" in err and "--debug" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
     monkeypatch.setattr(sys, "argv", ["nictune", "--debug", "plan", CX7])
     with pytest.raises(RuntimeError):
-        app_module.main()
+        app_module.run()
 
 
 # -- exit codes of host commands, on the recorded ConnectX-7 host ---------------------

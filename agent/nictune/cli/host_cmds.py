@@ -12,11 +12,13 @@ from nictune.cli.output import Printer, envelope
 from nictune.control.request import build_request
 from nictune.control.targets import target_for
 from nictune.errors import NictuneError
-from nictune.profile.loader import ProfileError, load_profile
 
 
 def _run(command: str, profile_path: Optional[str], netns: Optional[str], state_dir: str,
          as_json: bool, show_ok: bool = False) -> None:
+    # Only commands that take a profile pay for yaml and jsonschema.
+    from nictune.profile.loader import ProfileError, load_profile
+
     out = Printer(as_json)
     try:
         profile = load_profile(profile_path) if profile_path else None

@@ -8,11 +8,12 @@ import typer
 
 from nictune.cli.options import JsonOpt, ProfilesArg
 from nictune.cli.output import Printer, envelope
-from nictune.profile.loader import ProfileError, load_profile
 
 
 def validate(profiles: ProfilesArg, as_json: JsonOpt = False) -> None:
     """Check profiles against the schema, with their extends: chains."""
+    from nictune.profile.loader import ProfileError, load_profile
+
     results = []
     for path in profiles:
         try:

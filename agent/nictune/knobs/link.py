@@ -23,7 +23,7 @@ class LinkFamily(Family):
                 for name, raw in sections.items()]
 
     def _dump(self) -> dict:
-        self._links = {link.name: link for link in self.host.rtnl().links()}
+        self._links = {link.name: link for link in self.host.links()}
         return self._links
 
     def read(self, keys):
@@ -56,7 +56,12 @@ class LinkFamily(Family):
         lower device's, and a lower device refuses to go below an upper's on
         some drivers: rather than model the topology, retry what the kernel
         refused after the others went through, until nothing more succeeds."""
-        pending = list(group_by_target(items).items())
+        try:
+            self._converge(list(group_by_target(items).items()))
+        finally:
+            self.host.forget()  # the shared link dump is stale now
+
+    def _converge(self, pending: list) -> None:
         while pending:
             refused = []
             for target, values in pending:
