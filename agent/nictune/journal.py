@@ -14,7 +14,7 @@ import time
 from contextlib import contextmanager
 from typing import Optional
 
-from nictune.errors import Locked
+from nictune.errors import Locked, NictuneError
 from nictune.files import write_atomic
 from nictune.validate import check_path
 
@@ -35,7 +35,11 @@ class Journal:
         self.record: Optional[dict] = None
 
     def _ensure_dir(self) -> None:
-        os.makedirs(os.path.join(self.dir, "history"), mode=0o700, exist_ok=True)
+        try:
+            os.makedirs(os.path.join(self.dir, "history"), mode=0o700, exist_ok=True)
+        except PermissionError:
+            raise NictuneError(f"cannot create the state directory {self.dir}: permission "
+                               "denied (apply and rollback run as root; see --state-dir)") from None
 
     @contextmanager
     def lock(self):
