@@ -26,7 +26,7 @@ from nictune.journal import (
     Journal,
 )
 from nictune.knobs import FAMILIES
-from nictune.model import HOST, Change, Desired, Key, Outcome, Unsupported, Want
+from nictune.model import HOST, Change, Desired, Key, Outcome, Unsupported
 
 POLICIES = ("fail", "warn", "skip")
 

@@ -21,20 +21,12 @@ from nictune.engine import Engine
 from nictune.errors import Interrupted, NoJournal
 from nictune.knobs import FAMILIES
 from nictune.knobs.base import Family
-from nictune.profile.loader import load_profile, load_profile_text
+
+from nictune.profile.loader import load_profile_text
+from shipped import CX7, MAIA, MAIA_TSO, P0, P1, VF
 
 pytestmark = pytest.mark.recorded
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CX7 = load_profile(os.path.join(REPO, "profiles", "connectx7-training.yaml"))
-MAIA = load_profile(os.path.join(REPO, "profiles", "maia-mana.yaml"))
-# The shipped profile names the TSO bits; ethtool's "tso" alias stands for
-# every tx-tcp*-segmentation bit, mixed on a fresh MANA VF.
-MAIA_TSO = load_profile_text(
-    "nictune: 1\nextends: maia-mana.yaml\ninterfaces:\n  mana-vf:\n    features: {tso: true}\n",
-    "maia-tso.yaml", os.path.join(REPO, "profiles"))
-P0, P1 = "enp23s0f0np0", "enp23s0f1np1"
-VF = "enP30832p0s0"
 
 
 class Run:

@@ -13,20 +13,11 @@ import re
 import pytest
 
 from fakes import FakeHost
+from shipped import CX7, MAIA, MAIA_TSO, P0, P1
 from nictune import agent
 from nictune.cli.output import Printer, _summary, _value, envelope
 from nictune.engine import Engine
-from nictune.profile.loader import load_profile, load_profile_text
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CX7 = load_profile(os.path.join(REPO, "profiles", "connectx7-training.yaml"))
-MAIA = load_profile(os.path.join(REPO, "profiles", "maia-mana.yaml"))
-# The shipped profile names the TSO bits; ethtool's "tso" alias stands for
-# every tx-tcp*-segmentation bit, mixed on a fresh MANA VF.
-MAIA_TSO = load_profile_text(
-    "nictune: 1\nextends: maia-mana.yaml\ninterfaces:\n  mana-vf:\n    features: {tso: true}\n",
-    "maia-tso.yaml", os.path.join(REPO, "profiles"))
-P0, P1 = "enp23s0f0np0", "enp23s0f1np1"
 
 
 class Box:

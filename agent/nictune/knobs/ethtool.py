@@ -13,7 +13,7 @@ import fnmatch
 from typing import Optional
 
 from nictune.knobs.base import Family, group_by_target
-from nictune.model import Desired, Key, Unsupported, Want
+from nictune.model import Unsupported
 from nictune.validate import FEATURE_NAME, check
 
 # ethtool's own aliases (its off_flag_def table).  One-bit aliases are

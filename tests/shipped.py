@@ -1,0 +1,19 @@
+"""The shipped profiles and the interface names of the recorded hosts
+(tests/golden/states) that unit tests run them against."""
+
+from __future__ import annotations
+
+import os
+
+from nictune.profile.loader import load_profile, load_profile_text
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CX7 = load_profile(os.path.join(REPO, "profiles", "connectx7-training.yaml"))
+MAIA = load_profile(os.path.join(REPO, "profiles", "maia-mana.yaml"))
+# The shipped profile names the TSO bits; ethtool's "tso" alias stands for
+# every tx-tcp*-segmentation bit, mixed on a fresh MANA VF.
+MAIA_TSO = load_profile_text(
+    "nictune: 1\nextends: maia-mana.yaml\ninterfaces:\n  mana-vf:\n    features: {tso: true}\n",
+    "maia-tso.yaml", os.path.join(REPO, "profiles"))
+P0, P1 = "enp23s0f0np0", "enp23s0f1np1"  # the ConnectX-7 ports of cx7-host
+VF = "enP30832p0s0"                       # the MANA VF of maia-host
