@@ -28,8 +28,6 @@ from nictune.journal import (
 from nictune.knobs import FAMILIES
 from nictune.model import HOST, Change, Desired, Key, Outcome, Unsupported
 
-POLICIES = ("fail", "warn", "skip")
-
 
 class Families:
     """One instance of every knob family for one run, by name and in order."""

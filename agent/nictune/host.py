@@ -34,9 +34,7 @@ class Interface:
                 return False
             if field == "name":
                 ok = any(fnmatch.fnmatchcase(have, pat) for pat in options)
-            elif field == "mac":
-                ok = have.lower() in {o.lower() for o in options}
-            elif field == "pci_id":
+            elif field in ("mac", "pci_id"):  # hex: any case
                 ok = have.lower() in {o.lower() for o in options}
             else:
                 ok = have in options
