@@ -13,6 +13,7 @@ Request (version 1):
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -99,6 +100,11 @@ def run(request, host: Host | None = None, label: str | None = None) -> dict:
         outcome = Outcome(command, error={"kind": "system", "message": str(e)})
     except ValueError as e:  # validate.InvalidInput and malformed values
         outcome = Outcome(command, error={"kind": "invalid-input", "message": str(e)})
+    except Exception as e:  # noqa: BLE001 - a report, never a traceback, on the wire
+        if os.environ.get("NICTUNE_DEBUG") == "1":
+            raise
+        outcome = Outcome(command, error={"kind": "system",
+                                          "message": f"internal error: {type(e).__name__}: {e}"})
     finally:
         if own_host:
             host.close()
