@@ -307,6 +307,8 @@ def test_show_prints_a_valid_profile(lab, tmp_path):
 
 
 @pytest.mark.parametrize("bad", [
+    "interfaces:\n  x:\n    match: {name: ntv0}\n    mtu: [9000\n",  # malformed YAML
+    "interfaces:\n  x:\n    match: {name: ntv0}\n    mtu: 70000\n",  # schema
     "interfaces:\n  x:\n    match: {name: 'ntv0; reboot'}\n    mtu: 9000\n",
     "host:\n  nccl: {path: ../../etc/passwd}\n",
     "host:\n  sysctl: {net.ipv4.tcp_ecn: \"1\\nnet.core.rmem_max=1\"}\n",
