@@ -10,23 +10,12 @@ import errno
 
 import pytest
 
-from fakes import FakeHost, load_state, overlay
+from fakes import load_state, overlay
 from nictune.netlink import NetlinkError
 
 pytestmark = pytest.mark.recorded
 
-P0 = "enp23s0f0np0"
-VF = "enP30832p0s0"
-
-
-@pytest.fixture
-def cx7(tmp_path):
-    return FakeHost("cx7-host", tmp_path / "root")
-
-
-@pytest.fixture
-def maia(tmp_path):
-    return FakeHost("maia-host", tmp_path / "maia-root")
+from shipped import P0, VF
 
 
 def refused(code, call, *args, **kwargs) -> NetlinkError:

@@ -12,7 +12,6 @@ import stat
 
 import pytest
 
-from fakes import FakeHost
 from nictune.host import Host
 from nictune.knobs.ethtool import (
     FEATURE_ALIASES,
@@ -28,22 +27,11 @@ from nictune.knobs.sysctl import GLOBAL_NOTE, SysctlFamily, normalise
 from nictune.model import HOST, Key, Unsupported, Want
 from nictune.validate import InvalidInput
 
-P0 = "enp23s0f0np0"
-VF = "enP30832p0s0"
+from shipped import P0, VF
 
 
 def no_source(*parts):
     return "p.yaml:1"
-
-
-@pytest.fixture
-def cx7(tmp_path):
-    return FakeHost("cx7-host", tmp_path / "root")
-
-
-@pytest.fixture
-def maia(tmp_path):
-    return FakeHost("maia-host", tmp_path / "maia-root")
 
 
 # -- Want -----------------------------------------------------------------------
