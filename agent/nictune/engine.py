@@ -282,8 +282,8 @@ class Engine:
             if record["status"] in (ROLLED_BACK,):
                 out.warnings.append(f"apply {record['id']} was already rolled back")
                 return out
-            changes = [Change(Key.from_dict(c["key"]), c["before"], c["after"], m.APPLIED)
-                       for c in record["changes"]]
+            changes = [Change(Key.from_dict(c["key"]), c["before"], c["after"], m.APPLIED,
+                              c.get("source", "")) for c in record["changes"]]
             out.changes = changes
             interrupted = record["status"] == APPLYING  # finish() overwrites it
             ok = restore(self.fams, changes)

@@ -66,8 +66,8 @@ class Journal:
             "started": now,
             "profile": profile,
             "status": APPLYING,
-            "changes": [{"key": c.key.as_dict(), "before": c.before, "after": c.after}
-                        for c in changes],
+            "changes": [{"key": c.key.as_dict(), "before": c.before, "after": c.after,
+                         "source": c.source} for c in changes],
         }
         self._save()
         return self.record
