@@ -28,7 +28,8 @@ FEATURE_NAME = r"^[a-z0-9_-]{1,64}$"
 MAC = r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$"
 PCI_ID = r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{4}$"
 DRIVER = r"^[A-Za-z0-9_-]{1,32}$"
-NETNS = r"^[A-Za-z0-9_.-]{1,64}$"
+# A name under /run/netns: "." and ".." would leave that directory.
+NETNS = r"^(?!\.{1,2}$)[A-Za-z0-9_.-]{1,64}$"
 ABS_PATH = r"^/[A-Za-z0-9_./+-]{0,255}$"
 
 _compiled: dict[str, re.Pattern] = {}

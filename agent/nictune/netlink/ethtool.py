@@ -20,13 +20,12 @@ support that operation; a single-device GET/SET on it gives EOPNOTSUPP.
 
 from __future__ import annotations
 
-import re
 import struct
 from dataclasses import dataclass, field
 from typing import Dict, List, Set, Tuple
 
 from nictune.netlink._pyroute2 import NLA_F_NESTED, ctrlmsg, genlmsg, nla
-from nictune.netlink.names import validate_ifname
+from nictune.netlink.names import param_value, validate_features, validate_ifname
 from nictune.netlink.socket import NETLINK_GENERIC, NLM_F_ACK, NLM_F_REQUEST, NetlinkSocket
 
 GENL_ID_CTRL = 0x10
@@ -42,7 +41,6 @@ PAUSE_GET, PAUSE_SET = 21, 22
 
 ETHTOOL_FLAG_COMPACT_BITSETS = 1
 ETH_SS_FEATURES = 4
-_FEATURE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 # --- message classes -------------------------------------------------------
@@ -400,13 +398,7 @@ class Ethtool:
             if cli not in spec or not spec[cli][2]:
                 raise ValueError(f"not a settable parameter: {cli!r}")
             attr, is_bool, _ = spec[cli]
-            if is_bool:
-                if not isinstance(value, bool):
-                    raise ValueError(f"{cli} wants a bool, got {value!r}")
-                value = int(value)
-            elif isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 0xFFFFFFFF:
-                raise ValueError(f"{cli} wants an unsigned 32-bit int, got {value!r}")
-            attrs.append((attr, value))
+            attrs.append((attr, param_value(cli, value, is_bool)))
         if not attrs:
             return
         self._set(cls, cmd, ifname, attrs)
@@ -454,12 +446,9 @@ class Ethtool:
         there is masked to the requested bits that still differ from the
         resulting active set.
         """
+        validate_features(wanted)
         bits = []
         for name, value in wanted.items():
-            if not isinstance(name, str) or not _FEATURE_NAME_RE.fullmatch(name):
-                raise ValueError(f"invalid feature name: {name!r}")
-            if not isinstance(value, bool):
-                raise ValueError(f"feature {name} wants a bool, got {value!r}")
             bit = [("ETHTOOL_A_BITSET_BIT_NAME", name)]
             if value:
                 bit.append(("ETHTOOL_A_BITSET_BIT_VALUE", True))

@@ -32,17 +32,15 @@ from __future__ import annotations
 
 import array
 import errno
-import fcntl
 import socket
 import struct
 from typing import Dict, List, Optional, Tuple
 
 from nictune.netlink.errors import NetlinkError
-from nictune.netlink.ethtool import _FEATURE_NAME_RE, ETH_SS_FEATURES, Features
-from nictune.netlink.names import validate_ifname
+from nictune.netlink.ethtool import ETH_SS_FEATURES, Features
+from nictune.netlink.ioctl import inet_socket, siocethtool
+from nictune.netlink.names import param_value, validate_features, validate_ifname
 from nictune.netlink.netns import in_netns
-
-SIOCETHTOOL = 0x8946
 
 ETHTOOL_GCOALESCE, ETHTOOL_SCOALESCE = 0x0E, 0x0F
 ETHTOOL_GRINGPARAM, ETHTOOL_SRINGPARAM = 0x10, 0x11
@@ -63,8 +61,6 @@ ETH_GSTRING_LEN = 32
 # struct ifreq: char ifr_name[IFNAMSIZ]; then a union whose ifr_data is the
 # pointer to the ethtool command struct.  40 bytes on 64-bit (the union is
 # 24: struct ifmap); the kernel reads no more than that.
-_IFREQ = struct.Struct("16sP")
-_IFREQ_SIZE = 40
 
 # struct ethtool_sset_info { u32 cmd; u32 reserved; u64 sset_mask; u32 data[]; }
 # with room for the one count we ask for.
@@ -165,8 +161,7 @@ class EthtoolIoctl:
         self._netns = netns
         # The socket stays in the namespace it was created in; the ioctl
         # looks the device name up there.
-        with in_netns(netns):
-            self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        self._sock = inet_socket(netns)
         self._feature_names: List[str] | None = None
 
     def close(self) -> None:
@@ -183,13 +178,8 @@ class EthtoolIoctl:
     def _ioctl(self, ifname: str, buf: array.array) -> int:
         """SIOCETHTOOL on `ifname` with ifr_data -> `buf` (which the kernel
         reads and writes in place); returns the non-negative ioctl result."""
-        # An array's buffer address stays valid while we hold the array
-        # (as in drvinfo.py): that is what ifr_data points at.
-        ifreq = bytearray(_IFREQ.pack(ifname.encode(), buf.buffer_info()[0]).ljust(_IFREQ_SIZE, b"\0"))
         try:
-            # A mutable ifreq makes fcntl.ioctl return the syscall's result
-            # (SFEATURES reports through it) instead of a copy of the buffer.
-            return fcntl.ioctl(self._sock.fileno(), SIOCETHTOOL, ifreq, True)
+            return siocethtool(self._sock, ifname, buf)
         except OSError as e:
             raise NetlinkError(e.errno) from None
 
@@ -301,11 +291,7 @@ class EthtoolIoctl:
         WANTED lists too.  Never-changeable bits fail with EINVAL, as over
         netlink.
         """
-        for name, value in wanted.items():
-            if not isinstance(name, str) or not _FEATURE_NAME_RE.fullmatch(name):
-                raise ValueError(f"invalid feature name: {name!r}")
-            if not isinstance(value, bool):
-                raise ValueError(f"feature {name} wants a bool, got {value!r}")
+        validate_features(wanted)
         if not wanted:
             return {}
         validate_ifname(ifname)
@@ -357,13 +343,7 @@ class EthtoolIoctl:
                 missing.append(cli)
             else:
                 raise ValueError(f"not a settable parameter: {cli!r}")
-            if is_bool:
-                if not isinstance(value, bool):
-                    raise ValueError(f"{cli} wants a bool, got {value!r}")
-                value = int(value)
-            elif isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 0xFFFFFFFF:
-                raise ValueError(f"{cli} wants an unsigned 32-bit int, got {value!r}")
-            changes[cli] = value
+            changes[cli] = param_value(cli, value, is_bool)
         if not changes:
             return
         if missing:

@@ -7,12 +7,12 @@ in, so callers switch only around socket creation and switch back at once.
 from __future__ import annotations
 
 import os
-import re
 from contextlib import contextmanager
 from typing import Iterator
 
+from nictune.netlink.names import validate_netns_name
+
 CLONE_NEWNET = 0x40000000
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _libc = None
 
 
@@ -31,13 +31,6 @@ def _setns(fd: int) -> None:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
 
-
-def validate_netns_name(name: str) -> str:
-    # "." and ".." match the character class; reject them explicitly so
-    # /run/netns/<name> can never leave the directory.
-    if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or name in (".", ".."):
-        raise ValueError(f"invalid network namespace name: {name!r}")
-    return name
 
 
 @contextmanager
