@@ -94,7 +94,7 @@ class Printer:
 
     def _table(self, rows: list, values: tuple) -> None:
         header = ("target", "setting", *values, "status", "source", "note")
-        cells = [(_where(c), f"{c['key']['family']} {_name(c)}", _value(c["before"]), _after(c),
+        cells = [(c["key"]["target"], f"{c['key']['family']} {_name(c)}", _value(c["before"]), _after(c),
                   c["status"], c.get("source", ""), c.get("note", "")) for c in rows]
         if not any(c[6] for c in cells):
             header, cells = header[:6], [c[:6] for c in cells]
@@ -140,10 +140,6 @@ def _esc(text: str) -> str:
     from rich.markup import escape
 
     return escape(str(text))
-
-
-def _where(c: dict) -> str:
-    return c["key"]["target"]
 
 
 def _name(c: dict) -> str:

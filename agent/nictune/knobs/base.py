@@ -8,10 +8,10 @@ once, in the engine, over what families return.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from nictune.host import Host
-from nictune.model import Desired, Key, Unsupported, Want
+from nictune.model import Desired, Key, Want
 
 # source(path...) -> "file:line" of that profile key, for reviews.
 SourceOf = Callable[..., str]
@@ -32,14 +32,11 @@ class Family:
         for section, settings in sections.items():
             for name, raw in settings.items():
                 out.append(Desired(Key(self.name, target, self.key_name(name)),
-                                   self.parse(name, raw), source(section, name)))
+                                   Want.parse(raw), source(section, name)))
         return out
 
     def key_name(self, name: str) -> str:
         return name
-
-    def parse(self, name: str, raw: Any) -> Want:
-        return Want.parse(raw)
 
     # -- host -> values ----------------------------------------------------
     def read(self, keys: list) -> dict:
@@ -76,6 +73,3 @@ def group_by_target(items: list) -> dict:
         grouped.setdefault(key.target, {})[key.name] = value
     return grouped
 
-
-def unsupported_everywhere(keys: list, reason: str) -> dict:
-    return {key: Unsupported(reason) for key in keys}
