@@ -52,6 +52,7 @@ class Host:
         self._ethtool = None
         self._interfaces: Optional[list] = None
         self._links: Optional[list] = None
+        self._ioctl_sock = None
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.root, *parts)
@@ -125,8 +126,11 @@ class Host:
     def _drvinfo(self, ifname: str):
         """ethtool -i of one device (a seam: tests stand in recorded state)."""
         from nictune.netlink.drvinfo import drvinfo
+        from nictune.netlink.ioctl import inet_socket
 
-        return drvinfo(ifname)
+        if self._ioctl_sock is None:  # one socket for every interface
+            self._ioctl_sock = inet_socket()
+        return drvinfo(ifname, sock=self._ioctl_sock)
 
     def _pci_id(self, ifname: str) -> Optional[str]:
         base = self.path("sys/class/net", ifname, "device")
@@ -137,10 +141,10 @@ class Host:
             return None
 
     def close(self) -> None:
-        for handle in (self._rtnl, self._ethtool):
+        for handle in (self._rtnl, self._ethtool, self._ioctl_sock):
             if handle is not None:
                 handle.close()
-        self._rtnl = self._ethtool = None
+        self._rtnl = self._ethtool = self._ioctl_sock = None
 
     def __enter__(self) -> "Host":
         return self

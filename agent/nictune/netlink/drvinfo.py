@@ -32,10 +32,14 @@ def _str(raw: bytes) -> str:
     return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
-def drvinfo(ifname: str, netns: str | None = None) -> Optional[DrvInfo]:
-    """None when the device has no ethtool driver info (or does not exist)."""
+def drvinfo(ifname: str, netns: str | None = None, sock=None) -> Optional[DrvInfo]:
+    """None when the device has no ethtool driver info (or does not exist).
+
+    `sock`: an inet_socket() to reuse when asking about many devices."""
     buf = array.array("B", _DRVINFO.pack(ETHTOOL_GDRVINFO, *([b""] * 6), 0, 0, 0, 0, 0))
-    sock = inet_socket(netns)
+    own = sock is None
+    if own:
+        sock = inet_socket(netns)
     try:
         siocethtool(sock, ifname, buf)
     except OSError as e:
@@ -43,6 +47,7 @@ def drvinfo(ifname: str, netns: str | None = None) -> Optional[DrvInfo]:
             return None
         raise
     finally:
-        sock.close()
+        if own:
+            sock.close()
     fields = _DRVINFO.unpack(buf.tobytes())
     return DrvInfo(*(_str(f) for f in fields[1:5]))
