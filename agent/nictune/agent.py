@@ -4,18 +4,24 @@ The local CLI calls `run()` in-process; for a network namespace it runs
 `python -m nictune.agent` under `ip netns exec`; over SSH the same module
 runs from a zipapp.  One code path for every target.
 
-Request (version 1):
+Request (version 1), one line of JSON:
     {"nictune_request": 1, "command": "plan"|"apply"|"verify"|"rollback"|"show",
      "host": "label", "state_dir": "/var/lib/nictune",
-     "profile": {"path": str, "doc": {...}, "sources": {"a/b": "file:line"}}}
+     "profile": {"path": str, "doc": {...}, "sources": {"a/b": "file:line"}},
+     "confirm": {"timeout": 30}}            # remote applies only: nictune/watchdog.py
+The report is one line of JSON.  After a confirmed apply that changed
+something, the agent waits for the line "confirm" and answers
+{"nictune_confirm": "confirmed"|"expired"|""}.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import sys
 import time
+from typing import Optional
 
 from nictune import __version__, model as m
 from nictune.errors import InvalidRequest, NictuneError, exit_code
@@ -40,11 +46,12 @@ def _validated(request) -> dict:
     return request
 
 
-def execute(request: dict, host: Host) -> Outcome:
+def execute(request: dict, host: Host, confirm: Optional[dict] = None) -> Outcome:
     """Run one validated request against `host`."""
     from nictune.engine import Engine
 
     engine = Engine(host, request.get("state_dir") or DEFAULT_STATE_DIR)
+    engine.journal.confirm = confirm
     command = request["command"]
     if command == "rollback":
         return engine.rollback()
@@ -85,7 +92,8 @@ def report(outcome: Outcome, host_label: str, started: float) -> dict:
     return out
 
 
-def run(request, host: Host | None = None, label: str | None = None) -> dict:
+def run(request, host: Host | None = None, label: str | None = None,
+        confirm: Optional[dict] = None) -> dict:
     """Never raises for expected failures: they become the report's error."""
     started = time.monotonic()
     label = label or (request.get("host") if isinstance(request, dict) else None) or "local"
@@ -93,7 +101,7 @@ def run(request, host: Host | None = None, label: str | None = None) -> dict:
     own_host = host is None
     host = host or Host()
     try:
-        outcome = execute(_validated(request), host)
+        outcome = execute(_validated(request), host, confirm)
     except NictuneError as e:
         outcome = Outcome(command, error=e.as_dict())
     except OSError as e:
@@ -111,20 +119,69 @@ def run(request, host: Host | None = None, label: str | None = None) -> dict:
     return report(outcome, label, started)
 
 
+def _confirm_timeout(request) -> Optional[float]:
+    if not isinstance(request, dict) or request.get("command") != "apply":
+        return None
+    timeout = (request.get("confirm") or {}).get("timeout")
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and 0 < timeout <= 3600:
+        return float(timeout)
+    return None
+
+
+def _read_request():
+    stdin = sys.stdin.buffer
+    line = stdin.readline()
+    try:
+        return json.loads(line)
+    except ValueError:
+        return json.loads(line + stdin.read())  # a hand-written, multi-line request
+
+
+def _await_confirmation(state_dir: str, token: str, timeout: float) -> str:
+    from nictune.journal import Journal
+
+    journal = Journal(state_dir)
+    record = journal.load() or {}
+    if (record.get("confirm") or {}).get("token") != token:
+        return ""  # nothing was applied, nothing to confirm
+    ready, _, _ = select.select([sys.stdin.buffer], [], [], timeout)
+    if not ready or sys.stdin.buffer.readline().strip() != b"confirm":
+        return ""  # the watchdog rolls it back when the time is up
+    return journal.confirm_apply(token)
+
+
 def main() -> int:
     try:
-        request = json.load(sys.stdin)
+        request = _read_request()
     except ValueError as e:
         request = None
         result = report(Outcome("?", error={"kind": "invalid-input",
                                             "message": f"request is not JSON: {e}"}),
                         "local", time.monotonic())
     else:
-        result = run(request)
+        timeout = _confirm_timeout(request)
+        armed = None
+        if timeout:
+            from nictune import watchdog
+
+            state_dir = request.get("state_dir") or DEFAULT_STATE_DIR
+            token, keep = watchdog.arm(state_dir, timeout)
+            armed = (state_dir, token, keep)
+            result = run(request, confirm={"token": token, "timeout": timeout})
+        else:
+            result = run(request)
     result["agent"] = __version__
     # One write: json.dump streams in small chunks, thousands of writes
     # when stdout is unbuffered.
-    sys.stdout.write(json.dumps(result) + "\n")
+    try:
+        sys.stdout.write(json.dumps(result) + "\n")
+        sys.stdout.flush()
+        if armed and result["ok"] and result["changed"]:
+            state = _await_confirmation(armed[0], armed[1], timeout)
+            sys.stdout.write(json.dumps({"nictune_confirm": state}) + "\n")
+            sys.stdout.flush()
+    except BrokenPipeError:
+        pass  # the session is gone: the watchdog decides
     return 0
 
 

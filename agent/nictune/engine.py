@@ -16,14 +16,17 @@ import re
 from typing import Optional
 
 from nictune import model as m
-from nictune.errors import Conflict, Interrupted, NictuneError, NoJournal
+from nictune.errors import Conflict, Interrupted, Locked, NictuneError, NoJournal
 from nictune.host import Host
 from nictune.journal import (
     APPLYING,
     COMMITTED,
+    CONFIRM_EXPIRED,
+    CONFIRM_PENDING,
     ROLLBACK_FAILED,
     ROLLED_BACK,
     Journal,
+    unconfirmed,
 )
 from nictune.knobs import FAMILIES
 from nictune.model import HOST, Change, Desired, Key, Outcome, Unsupported
@@ -221,6 +224,9 @@ class Engine:
                 raise Interrupted(f"apply {last['id']} did not finish (the agent was stopped "
                                   "mid-write); run `nictune rollback` to restore what it changed, "
                                   "then apply again")
+            awaiting = unconfirmed(last)
+            if awaiting:
+                raise Locked(awaiting)
             desire, changes = self._plan(doc, sources)
             out = Outcome("apply", changes, list(desire.warnings))
             _report_unsupported(out, desire)
@@ -272,12 +278,21 @@ class Engine:
                          "message": f"{what} failed ({failed.note}); could not restore "
                                     + ", ".join(bad) + ": a human must look"}
 
-    def rollback(self) -> Outcome:
+    def rollback(self, only: Optional[str] = None) -> Outcome:
+        """Restore the last apply.  With `only` (the confirm watchdog), just if
+        it is still that apply and its controller has not confirmed it: the
+        check and the restore happen under one lock."""
         with self.journal.lock():
             record = self.journal.load()
             if record is None:
                 raise NoJournal(f"no apply journal in {self.journal.dir}: nothing to roll back")
             out = Outcome("rollback", extra={"journal": record["id"]})
+            if only is not None:
+                confirm = record.get("confirm") or {}
+                if record["id"] != only or confirm.get("state") != CONFIRM_PENDING:
+                    out.warnings.append(f"apply {only} was confirmed or superseded: left alone")
+                    return out
+                confirm["state"] = CONFIRM_EXPIRED
             self.host.forget(facts=True)
             if record["status"] in (ROLLED_BACK,):
                 out.warnings.append(f"apply {record['id']} was already rolled back")

@@ -28,11 +28,36 @@ ROLLED_BACK = "rolled-back"
 ROLLBACK_FAILED = "rollback-failed"
 
 
+# A remote apply's confirmation (see nictune/watchdog.py).
+CONFIRM_PENDING = "pending"
+CONFIRMED = "confirmed"
+CONFIRM_EXPIRED = "expired"
+# How long after its deadline a still-pending confirmation blocks a new
+# apply: the watchdog acts within a second, so only a dead one (host
+# rebooted) leaves it pending that long.
+CONFIRM_GRACE = 30.0
+
+
+def unconfirmed(record: Optional[dict], now: Optional[float] = None) -> str:
+    """Why a new apply must wait for `record`'s confirmation, or ''."""
+    confirm = (record or {}).get("confirm")
+    if not confirm or confirm.get("state") != CONFIRM_PENDING or record["status"] != COMMITTED:
+        return ""
+    deadline = record.get("finished", record["started"]) + confirm["timeout"]
+    if (now or time.time()) > deadline + CONFIRM_GRACE:
+        return ""
+    return (f"apply {record['id']} awaits its controller's confirmation; unless it comes, "
+            f"it is rolled back at {time.strftime('%H:%M:%S', time.localtime(deadline))}: "
+            "wait for that, or run `nictune rollback`")
+
+
 class Journal:
     def __init__(self, state_dir: str = DEFAULT_STATE_DIR):
         self.dir = check_path(state_dir, "state directory")
         self.path = os.path.join(self.dir, "journal.json")
         self.record: Optional[dict] = None
+        # Set by the agent before a remote apply: {"token", "timeout"}.
+        self.confirm: Optional[dict] = None
 
     def _ensure_dir(self) -> None:
         try:
@@ -42,13 +67,13 @@ class Journal:
                                "denied (apply and rollback run as root; see --state-dir)") from None
 
     @contextmanager
-    def lock(self):
+    def lock(self, wait: bool = False):
         """One apply or rollback at a time on a host (or namespace)."""
         self._ensure_dir()
         fd = os.open(os.path.join(self.dir, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as e:
                 if e.errno in (errno.EAGAIN, errno.EACCES):
                     raise Locked(f"another nictune apply or rollback holds {self.dir}/lock") from None
@@ -69,6 +94,8 @@ class Journal:
             "changes": [{"key": c.key.as_dict(), "before": c.before, "after": c.after,
                          "source": c.source} for c in changes],
         }
+        if self.confirm:
+            self.record["confirm"] = dict(self.confirm, state=CONFIRM_PENDING)
         self._save()
         return self.record
 
@@ -78,6 +105,20 @@ class Journal:
         self.record["finished"] = time.time()
         self._save()
         self._archive()
+
+    def confirm_apply(self, token: str) -> str:
+        """Confirm the apply that carries `token`.  Returns the confirmation's
+        state afterwards: 'confirmed', or 'expired' when the watchdog was first,
+        or '' when that apply is no longer the last one."""
+        with self.lock(wait=True):
+            record = self.load()
+            confirm = (record or {}).get("confirm") or {}
+            if confirm.get("token") != token:
+                return ""
+            if confirm["state"] == CONFIRM_PENDING and record["status"] == COMMITTED:
+                confirm["state"] = CONFIRMED
+                self._save()
+            return confirm["state"]
 
     def _save(self) -> None:
         write_atomic(self.path, json.dumps(self.record, indent=1, sort_keys=True))
