@@ -13,6 +13,15 @@ observed.json) says what the host's kernel shows:
     files      {path relative to /: text}, written under Host.root
                (/proc/sys/..., /sys/class/net/X/device/{vendor,device},
                /etc/nccl.conf); "dirs" lists directories to create
+    tree       name of a directory under tests/fixtures/ (a sysfs tree shaped
+               like a real host's: class/net/X -> devices/..., infiniband GID
+               tables, OFED ecn files, rdma_cm configfs) copied under
+               Host.root first, symlinks kept
+    dcb        {ifname: {"ets": {...}, "pfc": {...}, "apps": [[sel, prio, proto]]}}
+               per device with dcbnl ops; fields left out take mlx5's
+               initial state (ETS vendor TSA, prio_tc 0->1 1->0 i->i, PFC
+               off, no APP entries); a device missing from the map answers
+               EOPNOTSUPP, as veth and MANA do
     quirks     {ifname: {...}} driver behaviour that matters to nictune:
                rings_round_up_pow2 / rings_min (MANA), mtu_propagates_to
                (hv_netvsc sets its MANA VF's MTU first)
@@ -25,8 +34,9 @@ The fakes behave like the kernel where nictune depends on it: an MTU
 outside [min_mtu, max_mtu] is EINVAL, rings or channels above the maximum
 are EINVAL, an operation the driver lacks is EOPNOTSUPP, FEATURES_SET
 acknowledges fixed bits and reports them back as not applied, MANA rounds
-ring sizes up to a power of two, and an MTU change resets the interface's
-net.ipv6.conf.<if>.mtu as addrconf does.  Tests inject further refusals
+ring sizes up to a power of two, an MTU change resets the interface's
+net.ipv6.conf.<if>.mtu as addrconf does, and the fake dcbnl answers like
+mlx5's ops (FakeDcb).  Tests inject further refusals
 with FakeKernel.fail().
 """
 
@@ -36,10 +46,12 @@ import copy
 import errno
 import json
 import os
-from dataclasses import asdict, fields
+import shutil
+from dataclasses import asdict, fields, replace
 from typing import Callable, Optional
 
 from nictune.host import Host
+from nictune.netlink.dcb import App, DcbState, Ets, Pfc
 from nictune.netlink.drvinfo import DrvInfo
 from nictune.netlink.errors import NetlinkError
 from nictune.netlink.ethtool import Features
@@ -47,6 +59,7 @@ from nictune.netlink.rtnl import Link
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STATES = os.path.join(HERE, "golden", "states")
+FIXTURES = os.path.join(HERE, "fixtures")
 OPS = ("rings", "channels", "coalesce", "pause")
 _LINK_FIELDS = {f.name for f in fields(Link)}
 _IPV6_MIN_MTU = 1280
@@ -135,9 +148,13 @@ class FakeKernel:
                          for name, dev in self.state.get("features", {}).items()}
         self.ops = {op: copy.deepcopy(self.state.get(op, {})) for op in OPS}
         self.quirks = self.state.get("quirks", {})
+        self.dcb = {name: _dcb_state(dev) for name, dev in self.state.get("dcb", {}).items()}
         self.faults: list = []
         self.writes: list = []  # (op, ifname, values) of every write that reached the kernel
         self.on_write: list = []  # callables(op, ifname, values), run before each write
+        if self.state.get("tree"):
+            shutil.copytree(os.path.join(FIXTURES, self.state["tree"]), root, symlinks=True,
+                            dirs_exist_ok=True)
         for d in self.state.get("dirs", []):
             os.makedirs(os.path.join(root, d), exist_ok=True)
         for rel, text in self.state.get("files", {}).items():
@@ -168,16 +185,19 @@ class FakeKernel:
         for top, _dirs, names in os.walk(self.root):
             for name in names:
                 path = os.path.join(top, name)
+                if os.path.islink(path):
+                    continue
                 rel = os.path.relpath(path, self.root)
                 with open(path) as f:
                     text = f.read()
-                # The kernel formats what /proc/sys reads back; a plain file
+                # The kernel formats what /proc/sys and /sys read back; a plain file
                 # keeps what was written ("1500" vs "1500\n").
-                files[rel] = " ".join(text.split()) if rel.startswith("proc/sys/") else text
+                files[rel] = " ".join(text.split()) if rel.startswith(("proc/sys/", "sys/")) else text
         return {
             "links": {n: asdict(l) for n, l in self.links.items()},
             "features": {n: dict(d["active"]) for n, d in self.features.items()},
             "ops": copy.deepcopy(self.ops),
+            "dcb": {n: asdict(d) for n, d in self.dcb.items()},
             "files": files,
         }
 
@@ -341,6 +361,73 @@ class FakeEthtool:
 _WHAT = {"rings": "ring size", "channels": "channel count"}
 
 
+def _dcb_state(recorded: dict) -> DcbState:
+    """mlx5's initial DCB state (en_dcbnl.c: vendor TSA, prio_tc 0->1,
+    1->0, the rest i->i; PFC off) with the recorded fields on top."""
+    ets = Ets(tc_tx_bw=[0] * 8, tc_rx_bw=[0] * 8, tc_tsa=[255] * 8,
+              prio_tc=[1, 0, 2, 3, 4, 5, 6, 7], tc_reco_bw=[0] * 8, tc_reco_tsa=[0] * 8,
+              reco_prio_tc=[0] * 8, ets_cap=8)
+    pfc = Pfc(pfc_cap=8, pfc_en=0, requests=[0] * 8, indications=[0] * 8)
+    ets = replace(ets, **recorded.get("ets", {}))
+    pfc = replace(pfc, **recorded.get("pfc", {}))
+    apps = [App(*a) for a in recorded.get("apps", [])]
+    return DcbState(ets=ets, pfc=pfc, apps=apps, maxrate=[0] * 8, trust=None, dcbx=0x4 | 0x8)
+
+
+class FakeDcb:
+    """dcbnl as mlx5 answers it (drivers/net/ethernet/mellanox/mlx5/core/
+    en_dcbnl.c): ETS with prio_tc >= 8 or ETS-class bandwidth other than 0
+    or 100 is EINVAL; APP entries other than DSCP are EINVAL; a new DSCP
+    entry replaces the old one for that DSCP; deleting an absent entry is
+    ENOENT.  Devices without dcbnl ops answer EOPNOTSUPP."""
+
+    def __init__(self, kernel: FakeKernel):
+        self.k = kernel
+
+    def close(self) -> None:
+        pass
+
+    def _dev(self, ifname: str) -> DcbState:
+        self.k._link(ifname)
+        dev = self.k.dcb.get(ifname)
+        if dev is None:
+            raise NetlinkError(errno.EOPNOTSUPP)
+        return dev
+
+    def get(self, ifname: str) -> DcbState:
+        return copy.deepcopy(self._dev(ifname))
+
+    def set_ets(self, ifname: str, ets: Ets) -> None:
+        dev = self._dev(ifname)
+        if any(tc >= 8 for tc in ets.prio_tc):
+            raise NetlinkError(errno.EINVAL)
+        if sum(bw for bw, tsa in zip(ets.tc_tx_bw, ets.tc_tsa) if tsa == 2) not in (0, 100):
+            raise NetlinkError(errno.EINVAL)
+        self.k._write("set_ets", ifname, asdict(ets))
+        dev.ets = copy.deepcopy(ets)
+
+    def set_pfc(self, ifname: str, pfc: Pfc) -> None:
+        dev = self._dev(ifname)
+        self.k._write("set_pfc", ifname, asdict(pfc))
+        dev.pfc = copy.deepcopy(pfc)
+
+    def add_apps(self, ifname: str, apps: list) -> None:
+        dev = self._dev(ifname)
+        if any(a.selector != 5 for a in apps):
+            raise NetlinkError(errno.EINVAL)
+        self.k._write("add_apps", ifname, [asdict(a) for a in apps])
+        for app in apps:
+            dev.apps = [a for a in dev.apps if (a.selector, a.protocol) != (5, app.protocol)]
+            dev.apps.append(app)
+
+    def del_apps(self, ifname: str, apps: list) -> None:
+        dev = self._dev(ifname)
+        if any(a not in dev.apps for a in apps):
+            raise NetlinkError(errno.ENOENT)
+        self.k._write("del_apps", ifname, [asdict(a) for a in apps])
+        dev.apps = [a for a in dev.apps if a not in apps]
+
+
 class FakeHost(Host):
     """nictune's Host over a FakeKernel; files live under `root`."""
 
@@ -351,6 +438,10 @@ class FakeHost(Host):
         self.kernel = FakeKernel(state, str(root))
         self._rtnl = FakeRtnl(self.kernel)
         self._ethtool = FakeEthtool(self.kernel)
+        self._dcb = FakeDcb(self.kernel)
+
+    def dcb(self):
+        return self._dcb
 
     def rtnl(self):
         return self._rtnl

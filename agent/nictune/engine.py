@@ -17,6 +17,7 @@ from typing import Optional
 
 from nictune import model as m
 from nictune.errors import Conflict, Interrupted, Locked, NictuneError, NoJournal
+from nictune.health import Health
 from nictune.host import Host
 from nictune.journal import (
     APPLYING,
@@ -45,6 +46,8 @@ class Families:
     def write(self, family: str, items: list, revert: bool = False) -> None:
         """The only way anything is written to the host."""
         fam = self.by_name[family]
+        if _read_only(fam):
+            raise RuntimeError(f"{family} keys are read-only: nothing writes them")
         (fam.revert if revert else fam.apply)(items)
 
     def read(self, keys: list) -> dict:
@@ -120,8 +123,10 @@ def diff(fams: Families, desire: Desire, current: dict) -> list:
         cur = current[key]
         before = None if isinstance(cur, Unsupported) else cur
         reason: Optional[str] = cur.reason if isinstance(cur, Unsupported) else None
-        if reason is None and d.want.satisfied_by(cur):
+        if reason is None and _met(fam, key, d.want, cur):
             status = m.OK
+        elif reason is None and _read_only(fam):
+            status = m.DRIFT  # an expectation: reported, never written
         else:
             reason = reason or fam.check(key, d.want)
             status = m.PENDING if reason is None else (
@@ -130,6 +135,16 @@ def diff(fams: Families, desire: Desire, current: dict) -> list:
                         reason or fam.note(key), d.want.bound)
         changes.append(change)
     return changes
+
+
+def _read_only(fam) -> bool:
+    return fam.read_only
+
+
+def _met(fam, key: Key, want, current) -> bool:
+    """Whether `current` is as wanted; a read-only family judges its own
+    values (a firmware expectation such as ">=28.39" is not an equality)."""
+    return fam.met(key, want, current) if _read_only(fam) else want.satisfied_by(current)
 
 
 def _readback(fams: Families, desire: Desire, changes: list) -> Optional[tuple]:
@@ -214,6 +229,10 @@ class Engine:
             for c in changes:
                 if c.status == m.PENDING:
                     c.status = m.DRIFT
+            # Health of the interfaces the profile touches, for the report.
+            targets = {c.key.target for c in changes}
+            health = Health(self.host)
+            out.facts = {i.name: health.of(i) for i in self.host.interfaces() if i.name in targets}
         return out
 
     def apply(self, doc: dict, sources: dict, profile: Optional[str]) -> Outcome:
@@ -321,6 +340,7 @@ class Engine:
             doc["host"] = host_part
         entries: dict = {}
         facts: dict = {}
+        health = Health(self.host)
         for iface in self.host.interfaces():
             entry: dict = {"match": {"name": iface.name}}
             # Link basics first: it is what a reader looks for.
@@ -328,7 +348,8 @@ class Engine:
                 if fam.sections:
                     entry.update(fam.show(iface.name))
             entries[_entry_name(iface.name, entries)] = entry
-            facts[iface.name] = {k: v for k, v in vars(iface).items() if k != "name" and v}
+            facts[iface.name] = {**{k: v for k, v in vars(iface).items() if k != "name" and v},
+                                 **health.of(iface)}
         if entries:
             doc["interfaces"] = entries
         return Outcome("show", facts=facts, extra={"profile": doc})

@@ -50,6 +50,8 @@ class Host:
         self.root = root
         self._rtnl = None
         self._ethtool = None
+        self._dcb = None
+        self._dcb_sock = None
         self._interfaces: Optional[list] = None
         self._links: Optional[list] = None
         self._ioctl_sock = None
@@ -87,6 +89,15 @@ class Host:
 
             self._ethtool = EthtoolIoctl()
         return self._ethtool
+
+    def dcb(self):
+        if self._dcb is None:
+            from nictune.netlink.dcb import Dcb
+            from nictune.netlink.socket import NETLINK_ROUTE, NetlinkSocket
+
+            self._dcb_sock = NetlinkSocket(NETLINK_ROUTE)
+            self._dcb = Dcb(self._dcb_sock)
+        return self._dcb
 
     def interfaces(self) -> list:
         """Every link but loopback, with the facts selectors need (read once)."""
@@ -141,10 +152,10 @@ class Host:
             return None
 
     def close(self) -> None:
-        for handle in (self._rtnl, self._ethtool, self._ioctl_sock):
+        for handle in (self._rtnl, self._ethtool, self._ioctl_sock, self._dcb_sock):
             if handle is not None:
                 handle.close()
-        self._rtnl = self._ethtool = self._ioctl_sock = None
+        self._rtnl = self._ethtool = self._ioctl_sock = self._dcb = self._dcb_sock = None
 
     def __enter__(self) -> "Host":
         return self

@@ -47,6 +47,11 @@ def matches(pattern: str, value: object) -> bool:
         rx = _compiled[pattern] = re.compile(pattern)
     return rx.fullmatch(value) is not None and "\n" not in value
 
+# A counter as ethtool -S or an RDMA port's hw_counters names it.
+COUNTER_NAME = r"^[A-Za-z0-9_.-]{1,64}$"
+# An optional comparison and a dotted numeric version: ">=28.39", "28.39.1002".
+VERSION_WANT = r"^(==|>=|<=|>|<)?[0-9]{1,9}(\.[0-9]{1,9}){0,7}$"
+
 
 def check(pattern: str, value: object, what: str) -> str:
     if not matches(pattern, value):

@@ -11,7 +11,9 @@ import sys
 AGENT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "agent")
 HOST_SIDE = ("nictune.agent", "nictune.engine", "nictune.journal", "nictune.host",
              "nictune.knobs", "nictune.netlink.rtnl", "nictune.netlink.ethtool",
-             "nictune.netlink.ethtool_ioctl", "nictune.netlink.drvinfo")
+             "nictune.netlink.ethtool_ioctl", "nictune.netlink.drvinfo",
+             "nictune.rdma", "nictune.nicclass", "nictune.knobs.dcb", "nictune.knobs.roce",
+             "nictune.netlink.dcb", "nictune.watchdog")
 FORBIDDEN = ("yaml", "jsonschema", "typer", "rich", "click", "paramiko", "pydantic",
              "asyncio", "nictune.cli", "nictune.profile", "nictune.control")
 

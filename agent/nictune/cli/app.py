@@ -8,7 +8,7 @@ import sys
 import typer
 
 from nictune import __version__
-from nictune.cli import host_cmds, lab_cmds, profile_cmds
+from nictune.cli import host_cmds, lab_cmds, lint_cmds, profile_cmds
 
 app = typer.Typer(
     name="nictune",
@@ -36,6 +36,7 @@ def root(
 
 
 profile_cmds.register(app)
+lint_cmds.register(app)
 host_cmds.register(app)
 app.add_typer(lab_cmds.lab, name="lab")
 

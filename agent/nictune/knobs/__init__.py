@@ -1,11 +1,19 @@
 """Every knob family, in the order an apply writes them.
 
 Sysctls and files first; then device settings, channels before rings
-(changing the channel count can reallocate rings on mlx5 and MANA); link
-MTU and admin state last, since an MTU change reopens queues on both
-drivers.  Rollback walks this order backwards.
+(changing the channel count can reallocate rings on mlx5 and MANA); global
+pause before DCB (mlx5 keeps link pause and PFC in one port register and
+will not run both: pause goes off before PFC comes on, and a rollback,
+which walks this order backwards, turns PFC off before pause comes back);
+DCB before the RoCE files (ECN enables are per priority, and the priority
+a DSCP lands on is set by the DCB map); link MTU and admin state last,
+since an MTU change reopens queues on both drivers and, on mlx5, resizes
+the receive buffers that PFC headroom was computed for.  Expectations
+(expect:) are only read.
 """
 
+from nictune.knobs.dcb import DcbFamily
+from nictune.knobs.expect import ExpectFamily
 from nictune.knobs.ethtool import (
     ChannelsFamily,
     CoalesceFamily,
@@ -15,6 +23,7 @@ from nictune.knobs.ethtool import (
 )
 from nictune.knobs.link import LinkFamily
 from nictune.knobs.nccl import NcclFamily
+from nictune.knobs.roce import RoceFamily
 from nictune.knobs.sysctl import SysctlFamily
 
 FAMILIES = (
@@ -25,5 +34,8 @@ FAMILIES = (
     RingsFamily,
     CoalesceFamily,
     PauseFamily,
+    DcbFamily,
+    RoceFamily,
     LinkFamily,
+    ExpectFamily,  # read-only: health expectations, never written
 )

@@ -21,6 +21,7 @@ class Family:
     name = ""            # Key.family
     sections: tuple = ()       # keys of an interfaces entry this family owns
     host_sections: tuple = ()  # keys of the host: section this family owns
+    read_only = False          # facts to check (expect:), never written
 
     def __init__(self, host: Host):
         self.host = host

@@ -17,6 +17,7 @@ import json
 from typing import Any, Dict, List
 
 from .. import validate as v
+from .schema_expect import EXPECT_PATTERN_WORDS, expect_schema
 
 SCHEMA_ID = "https://nictune.dev/schema/profile-1.json"
 
@@ -48,6 +49,8 @@ PATTERN_WORDS: Dict[str, str] = {
     DESCRIPTION: "text of up to 1000 characters with no control characters other than tab and newline",
     EXTENDS_PATH: "a file path of up to 4096 characters with no control characters",
 }
+
+PATTERN_WORDS.update(EXPECT_PATTERN_WORDS)
 
 U32 = 4294967295
 S64_MIN, U64_MAX = -(2**63), 2**64 - 1
@@ -95,7 +98,7 @@ def describe(node: dict) -> str:
     if kind == "array":
         items = resolve(node.get("items", {}))
         lo, hi = node.get("minItems", 0), node.get("maxItems")
-        count = f"{lo} to {hi} " if hi is not None else ""
+        count = "" if hi is None else f"{hi} " if lo == hi else f"{lo} to {hi} "
         if items.get("type") == "integer":
             return f"a list of {count}integers"
         return f"a list of {count}items, each {describe(items)}"
@@ -194,6 +197,79 @@ def _sysctls(key_pattern: str, key_max: int, limit: int, what: str) -> dict:
     }
 
 
+def _prio_list(what: str) -> dict:
+    return {"type": "array", "items": _int(0, 7), "maxItems": 8,
+            "description": f"{what} Allowed: a list of up to 8 priorities, each 0 to 7; [] for none."}
+
+
+def _vector(item: dict, what: str) -> dict:
+    return {"type": "array", "items": item, "minItems": 8, "maxItems": 8,
+            "description": f"{what} Exactly 8 entries, one per priority or traffic class."}
+
+
+# ECN/DCQCN parameter names are the file names the driver exposes under
+# /sys/class/net/<if>/ecn/roce_{np,rp}/ (host side re-checks: knobs/roce.py).
+ECN_PARAM = r"^[a-z][a-z0-9_]{0,63}$"
+# An RDMA device name as /sys/class/infiniband lists it (host side: rdma.py).
+IBDEV = r"^[A-Za-z0-9_.-]{1,64}$"
+DSCP = r"^(6[0-3]|[1-5]?[0-9])$"
+PATTERN_WORDS[DSCP] = "a DSCP value from 0 to 63"
+PATTERN_WORDS[ECN_PARAM] = "a DCQCN parameter name as the driver's ecn directory names it: a lowercase letter and then up to 63 lowercase letters, digits or '_'"
+PATTERN_WORDS[IBDEV] = "an RDMA device name such as mlx5_0: 1-64 letters, digits, '_', '.' or '-'"
+
+_ROCE = {
+    "type": "object",
+    "title": "RoCE settings",
+    "description": "RoCE v2 QoS and RDMA-CM defaults of the interface's RDMA device.",
+    "properties": {
+        "rdma_device": {
+            "anyOf": [{"const": "auto"}, _text(IBDEV, 64)],
+            "description": "The RDMA device: auto (the device whose port carries this interface) or a name such as mlx5_0.",
+        },
+        "mode": {"enum": ["v1", "v2"], "description": "RDMA-CM default RoCE mode (configfs default_roce_mode)."},
+        "tos": {**_int(0, 255), "description": "RDMA-CM default ToS byte (configfs default_roce_tos); DSCP = tos >> 2."},
+        "trust": {"enum": ["dscp", "pcp"], "description": "Which header field picks the priority: DSCP or 802.1p PCP."},
+        "dscp_map": {
+            "type": "object",
+            "description": "DSCP (0-63) -> priority (0-7), written as DCB APP entries (selector 5); the exact set of DSCP entries.",
+            "propertyNames": _text(DSCP, 2),
+            "additionalProperties": _int(0, 7),
+            "maxProperties": 64,
+        },
+        "pfc": _prio_list("Priorities with PFC on; every other priority off."),
+        "ets": {
+            "type": "object",
+            "description": "ETS scheduling (dcb ets / mlnx_qos --prio_tc --tcbw --tsa).",
+            "properties": {
+                "prio_tc": _vector(_int(0, 7), "Priority -> traffic class (0-7)."),
+                "tc_bw": _vector(_int(0, 100), "Bandwidth percent per traffic class; the ETS classes sum to 100."),
+                "tc_tsa": _vector({"enum": ["ets", "strict", "vendor"]}, "Scheduler per traffic class: ets, strict or vendor."),
+            },
+            "additionalProperties": False,
+            "minProperties": 1,
+        },
+        "ecn": {
+            "type": "object",
+            "description": "ECN/DCQCN, where the driver exposes /sys/class/net/<if>/ecn (MLNX_OFED/DOCA-OFED).",
+            "properties": {
+                "np": _prio_list("Priorities where the NIC is ECN notification point (sends CNPs)."),
+                "rp": _prio_list("Priorities where the NIC is reaction point (DCQCN rate control)."),
+                "cnp_dscp": {**_int(0, 63), "description": "DSCP of CNPs (0-63)."},
+                "cnp_prio": {**_int(0, 7), "description": "802.1p priority of CNPs (0-7)."},
+                "params": {
+                    "type": "object",
+                    "description": "Other DCQCN parameters, by the names the driver exposes, such as rpg_ai_rate.",
+                    "propertyNames": _text(ECN_PARAM, 64),
+                    "additionalProperties": {"anyOf": [_int(0, U32), _bound(_int(0, U32))]},
+                    "maxProperties": 64,
+                },
+            },
+            "additionalProperties": False,
+        },
+    },
+    "additionalProperties": False,
+}
+
 _ENTRY = {
     "type": "object",
     "title": "interface entry",
@@ -252,6 +328,8 @@ _ENTRY = {
         "pause": _flags(["autoneg", "rx", "tx"], "Pause frames (ethtool -A)."),
         "sysctl": _sysctls(v.IF_SYSCTL_KEY, 69, 128,
                            "Per-interface sysctls, named relative to net.<family>.conf.<interface>, such as ipv4.rp_filter."),
+        "roce": _ROCE,
+        "expect": expect_schema(_text, _wanted),
     },
     "required": ["match"],
     "additionalProperties": False,
@@ -291,6 +369,16 @@ SCHEMA: Dict[str, Any] = {
                             "type": "object",
                             "description": "NCCL variables; true and false are written as 1 and 0.",
                             "propertyNames": _text(v.NCCL_NAME, 69),
+                            "properties": {
+                                "NCCL_IB_GID_INDEX": {
+                                    "anyOf": [{"const": "auto"}, _int(-1, 255)],
+                                    "description": "GID index; auto: the RoCE v2 IPv4 GID index of this host's RoCE ports, resolved on the host.",
+                                },
+                                "NCCL_IB_HCA": {
+                                    "anyOf": [{"const": "auto"}, _text(v.NCCL_VALUE, 900)],
+                                    "description": "HCA list; auto: =dev:port of this host's RoCE ports that are up with an IPv4 GID.",
+                                },
+                            },
                             "additionalProperties": {
                                 "anyOf": [_text(v.NCCL_VALUE, 900), {"type": "integer"}, {"type": "boolean"}],
                             },

@@ -224,6 +224,8 @@ class _Converter:
         if not isinstance(node, ScalarNode):
             raise self.fail(node, path, "a key must be plain text, not a list or mapping")
         key = self.scalar(node, None)
+        if isinstance(key, int) and not isinstance(key, bool) and path[-1:] == ("dscp_map",):
+            return str(key)  # a DSCP number: `26: 3` reads as the mapping it looks like
         if not isinstance(key, str):
             raise self.fail(node, path, f"the key {show(node.value)} is read by YAML as {kind(key)}; keys must be text, so put it in quotes")
         return key

@@ -1,0 +1,66 @@
+"""`nictune lint PROFILE`, and the gate plan/apply pass a profile through."""
+
+from __future__ import annotations
+
+import typer
+
+from nictune.cli.options import JsonOpt, ProfileArg
+from nictune.cli.output import Printer, envelope
+from nictune.errors import NictuneError
+
+
+class LintFailed(NictuneError):
+    """The profile is inconsistent (lint errors) and --force was not given."""
+    kind = "profile"
+
+    def __init__(self, findings: list):
+        self.findings = findings
+        errors = [f for f in findings if f.severity == "error"]
+        super().__init__(
+            f"the profile is inconsistent ({len(errors)} lint error(s)); fix it, or pass --force: "
+            + "; ".join(f"{f.code}: {f.message} ({', '.join(f.locations)})" for f in errors))
+
+
+def lint_gate(profile, force: bool) -> list:
+    """Lint a loaded profile before plan/apply.  Returns every finding (to
+    print as warnings); raises LintFailed on errors unless `force`."""
+    from nictune.profile.lint import lint as run_lint
+
+    findings = run_lint(profile)
+    if not force and any(f.severity == "error" for f in findings):
+        raise LintFailed(findings)
+    return findings
+
+
+def lint(profile: ProfileArg, as_json: JsonOpt = False) -> None:
+    """Check that ToS, DSCP, priorities, PFC/ECN, ETS, NCCL and MTU agree.
+    Exit 1 on errors; warnings alone exit 0."""
+    from nictune.profile.lint import lint_file
+    from nictune.profile.loader import ProfileError
+
+    out = Printer(as_json)
+    try:
+        findings = lint_file(str(profile))
+    except ProfileError as e:
+        report = envelope("lint", [], error={"kind": "profile", "message": str(e)})
+        out.report(report)
+        raise typer.Exit(1)
+    errors = [f for f in findings if f.severity == "error"]
+    code = 1 if errors else 0
+    if as_json:
+        report = envelope("lint", [], profile=str(profile),
+                          findings=[f.as_dict() for f in findings])
+        report["exit_code"] = code
+        out.json(report)
+    else:
+        for f in findings:
+            text = f"{f.code}: {f.message} ({', '.join(f.locations)})"
+            (out.error if f.severity == "error" else out.warn)(text)
+        warnings = len(findings) - len(errors)
+        out.line(f"{profile}: {len(errors)} error(s), {warnings} warning(s)" if findings
+                 else f"{profile}: consistent")
+    raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(lint)

@@ -1,0 +1,123 @@
+"""What each NIC class's driver can take, read from the drivers' sources.
+
+Knob families consult these tables before asking the kernel, so a profile
+key the driver has no operation for is reported per key, in plan, as
+"not supported by <driver>", instead of surfacing as an errno mid-apply.
+Anything not listed here is left to the kernel to answer (unknown drivers
+are probed, never assumed).
+
+Sources (torvalds/linux, paths under drivers/):
+  mlx5: net/ethernet/mellanox/mlx5/core/en_dcbnl.c (mlx5e_dcbnl_ops:
+        ieee_{get,set}ets -- EINVAL unless the ETS TCs' bandwidth sums to 0
+        or 100 and every prio_tc < 8 (mlx5e_dbcnl_validate_ets);
+        ieee_{get,set}pfc, ieee_{get,set}maxrate, ieee_{set,del}app for the
+        DSCP selector only (the first DSCP entry switches trust to dscp, the
+        last one deleted switches it back to pcp), dcbnl_{get,set}buffer,
+        {get,set}dcbx), net/ethernet/mellanox/mlx5/core/en_ethtool.c
+        (combined channels only, rings up to 8192).  ECN/DCQCN: upstream only
+        in debugfs (infiniband/hw/mlx5/cong.c); the per-priority enables
+        and CNP knobs under /sys/class/net/X/ecn/ are MLNX_OFED/DOCA-OFED.
+  mana: net/ethernet/microsoft/mana/mana_en.c (no dcbnl_ops, max_mtu from
+        the adapter, 9000 on Azure), net/ethernet/microsoft/mana/
+        mana_ethtool.c (combined channels only; rings rx 128..8192, tx
+        128..16384, rounded up to a power of two; no set_pauseparam),
+        infiniband/hw/mana (mana_ib: RoCE v2 on port 1 only, GIDs from the
+        hv_netvsc master netdev, no congestion-control knobs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class NicClass:
+    driver: str
+    label: str
+    dcb: frozenset            # DCB objects the driver's dcbnl ops cover; empty: no dcbnl_ops
+    ecn: str                  # "ofed-sysfs": /sys/class/net/X/ecn when the OFED driver is loaded
+    roce_ports: Optional[tuple]  # ports that carry RoCE v2; None: every port the device has
+    channels: tuple           # ethtool -L kinds the driver takes
+    rings: dict = field(default_factory=dict)  # name -> (min, max)
+    rings_round_up_pow2: bool = False
+    max_mtu: Optional[int] = None
+    why_not: dict = field(default_factory=dict)  # capability -> reason, for messages
+
+
+MLX5 = NicClass(
+    driver="mlx5_core",
+    label="NVIDIA ConnectX (mlx5)",
+    dcb=frozenset({"trust", "dscp_map", "pfc", "ets", "maxrate", "buffer", "dcbx"}),
+    ecn="ofed-sysfs",
+    roce_ports=None,
+    channels=("combined",),
+    rings={"rx": (1, 8192), "tx": (1, 8192)},
+    max_mtu=9978,
+    why_not={
+        "ecn": "the upstream mlx5 driver has no /sys/class/net/<if>/ecn (ECN/DCQCN per-priority "
+               "enables and CNP settings are MLNX_OFED/DOCA-OFED sysfs; upstream keeps DCQCN "
+               "parameters in debugfs, which nictune does not write)",
+    },
+)
+
+MANA = NicClass(
+    driver="mana",
+    label="Microsoft Azure Network Adapter (MANA)",
+    dcb=frozenset(),
+    ecn="none",
+    roce_ports=(1,),
+    channels=("combined",),
+    rings={"rx": (128, 8192), "tx": (128, 16384)},
+    rings_round_up_pow2=True,
+    max_mtu=9000,
+    why_not={
+        "dcb": "the driver has no DCB (dcbnl) operations: no trust, DSCP map, PFC or ETS",
+        "ecn": "mana_ib exposes no ECN/DCQCN settings",
+    },
+)
+
+CLASSES = {c.driver: c for c in (MLX5, MANA)}
+
+# Profile key (family, name) -> the capability it needs.
+_DCB_NEEDS = {"trust": "trust", "dscp_map": "dscp_map", "pfc": "pfc",
+              "ets.prio_tc": "ets", "ets.tc_bw": "ets", "ets.tc_tsa": "ets"}
+
+
+def for_driver(driver: Optional[str]) -> Optional[NicClass]:
+    return CLASSES.get(driver or "")
+
+
+def dcb_unsupported(driver: Optional[str], name: str) -> Optional[str]:
+    """Why a DCB key cannot be set on this driver, or None (known to work,
+    or an unknown driver: then the kernel is asked)."""
+    nic = for_driver(driver)
+    if nic is None or _DCB_NEEDS.get(name) in nic.dcb:
+        return None
+    return f"not supported by {driver}: " + nic.why_not.get("dcb", f"no DCB {name} in the driver")
+
+
+def ecn_unsupported(driver: Optional[str]) -> Optional[str]:
+    """Why ECN settings are absent, given that /sys/class/net/X/ecn is."""
+    nic = for_driver(driver)
+    if nic is None:
+        return f"not supported by {driver or 'this driver'}: no /sys/class/net/<if>/ecn"
+    return f"not supported by {driver}: " + nic.why_not["ecn"]
+
+
+def roce_port_unsupported(driver: Optional[str], port: int) -> Optional[str]:
+    nic = for_driver(driver)
+    if nic is None or nic.roce_ports is None or port in nic.roce_ports:
+        return None
+    ports = ", ".join(str(p) for p in nic.roce_ports)
+    return f"not supported by {driver}: RoCE v2 runs on port {ports} only, not {port}"
+
+
+def rings_effective(driver: Optional[str], name: str, value: int) -> int:
+    """What the driver will read back after being asked for `value` rings."""
+    nic = for_driver(driver)
+    if nic is None or not nic.rings_round_up_pow2:
+        return value
+    least = nic.rings.get(name, (0, 0))[0]
+    value = max(value, least)
+    return 1 << (value - 1).bit_length()

@@ -1,0 +1,342 @@
+"""Cross-layer consistency of a loaded profile: `nictune lint`.
+
+RoCE traffic is classified at several layers that are configured in
+different places, and nothing stops them from disagreeing:
+
+    NCCL_IB_TC / roce.tos  --tos >> 2-->  DSCP  --dscp_map (trust dscp)-->  priority
+    priority --pfc--> lossless, or --ecn np+rp--> lossy with congestion control
+    priority --ets.prio_tc--> traffic class --tc_bw / tc_tsa--> a share of the link
+    CNPs: their DSCP and priority; NCCL_IB_GID_INDEX vs RoCE mode; MTU vs RoCE MTU
+
+Each finding names both sides with file:line.  Lint sees the merged
+profile, so per-host overrides must be merged before it runs.  Host-side
+facts (which GID index is RoCE v2 here, which HCAs exist) are the agent's
+job, not lint's.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+from .loader import Profile, load_profile
+
+ERROR, WARNING = "error", "warning"
+
+# include/rdma/ib_addr.h iboe_get_mtu(): the netdev MTU minus the RoCE
+# headers (GRH 40 + UDP 8 + BTH 12 + XRC 4 + AtomicETH 28 + ICRC 4 bytes)
+# is rounded down to an IB MTU of 256..4096.
+ROCE_HEADERS = 96
+IB_MTUS = (4096, 2048, 1024, 512, 256)
+
+# NVIDIA's usual RoCE recipe puts CNPs on DSCP 48 / priority 6, a class of
+# their own that no PFC pause can hold back.
+CNP_PRIO_RECOMMENDED = 6
+
+# NCCL_IB_HCA: [^][=]name[:port[:rail[:plane]]] joined by commas (surfaces.md 9.2).
+_HCA_ITEM = r"[A-Za-z0-9_.-]{1,64}(:[0-9]{1,3}){0,3}"
+HCA_SYNTAX = re.compile(rf"^\^?=?{_HCA_ITEM}(,{_HCA_ITEM})*$")
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    severity: str          # "error" | "warning"
+    message: str
+    locations: Tuple[str, ...]  # "file:line" of each side
+
+    def as_dict(self) -> dict:
+        return {"code": self.code, "severity": self.severity, "message": self.message,
+                "locations": list(self.locations)}
+
+    def __str__(self) -> str:
+        return f"{self.severity}: {self.code}: {self.message} ({', '.join(self.locations)})"
+
+
+def roce_mtu(netdev_mtu: int) -> Optional[int]:
+    """The RoCE path MTU a netdev MTU allows, as the kernel computes it."""
+    room = netdev_mtu - ROCE_HEADERS
+    return next((m for m in IB_MTUS if room >= m), None)
+
+
+def lint_file(path: str) -> List[Finding]:
+    """Load (schema and extends included) and lint; raises ProfileError."""
+    return lint(load_profile(path))
+
+
+def lint(profile: Profile) -> List[Finding]:
+    return _Linter(profile).run()
+
+
+def _number(value: Any) -> Optional[int]:
+    """An NCCL value as an integer ("106" and 106 alike), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,9}", value):
+        return int(value)
+    return None
+
+
+def _wanted_number(value: Any) -> Optional[int]:
+    """An exact MTU, or the bound of {min: N} / {max: N}."""
+    if isinstance(value, dict) and len(value) == 1:
+        value = next(iter(value.values()))
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class _Linter:
+    def __init__(self, profile: Profile):
+        self.p = profile
+        self.doc = profile.doc
+        self.findings: List[Finding] = []
+        self.env: Dict[str, Any] = ((self.doc.get("host") or {}).get("nccl") or {}).get("env") or {}
+
+    def add(self, code: str, severity: str, message: str, *locations: str) -> None:
+        self.findings.append(Finding(code, severity, message, tuple(dict.fromkeys(locations))))
+
+    def nccl(self, name: str) -> str:
+        return self.p.source("host", "nccl", "env", name)
+
+    def run(self) -> List[Finding]:
+        entries = self.doc.get("interfaces") or {}
+        for name, entry in entries.items():
+            roce = entry.get("roce")
+            if isinstance(roce, dict):
+                _Entry(self, name, entry, roce).run()
+        self.nccl_rules(entries)
+        return self.findings
+
+    # -- NCCL, whole profile -------------------------------------------------
+    def nccl_rules(self, entries: dict) -> None:
+        hca = self.env.get("NCCL_IB_HCA")
+        if hca is not None and str(hca) != "auto" and not HCA_SYNTAX.match(str(hca)):
+            self.add("nccl-ib-hca-syntax", ERROR,
+                     f"NCCL_IB_HCA {str(hca)!r} is not NCCL's syntax: an optional '^' (exclude) and "
+                     "'=' (exact names), then comma-separated device[:port] items such as "
+                     "=mlx5_0:1,mlx5_1:1", self.nccl("NCCL_IB_HCA"))
+        tc = self.env.get("NCCL_IB_TC")
+        if tc is not None and not 0 <= (_number(tc) if _number(tc) is not None else -1) <= 255:
+            self.add("nccl-tc-invalid", ERROR,
+                     f"NCCL_IB_TC {tc!r} is not a traffic class byte from 0 to 255",
+                     self.nccl("NCCL_IB_TC"))
+        self.socket_ifname(entries)
+
+    def socket_ifname(self, entries: dict) -> None:
+        value = self.env.get("NCCL_SOCKET_IFNAME")
+        if value is None:
+            return
+        globs = {name: _as_list(entry.get("match", {}).get("name"))
+                 for name, entry in entries.items() if entry.get("match", {}).get("name")}
+        if not globs:
+            return  # no entry names interfaces: only the host can tell (the agent checks)
+        text = str(value)
+        exclude = text.startswith("^")
+        text = text[1:] if exclude else text
+        exact = text.startswith("=")
+        items = [i for i in (text[1:] if exact else text).split(",") if i]
+        hits = [entry for entry, patterns in globs.items()
+                if any(_overlap(item, exact, pat) for item in items for pat in patterns)]
+        if exclude:
+            spared = [entry for entry, patterns in globs.items()
+                      if not all(any(_covered(item, exact, pat) for item in items) for pat in patterns)]
+            if not spared:
+                self.add("nccl-socket-ifname-no-entry", WARNING,
+                         f"NCCL_SOCKET_IFNAME {value!r} excludes every interface the profile names "
+                         f"({', '.join(sorted(globs))})", self.nccl("NCCL_SOCKET_IFNAME"),
+                         *(self.p.source("interfaces", e, "match", "name") for e in sorted(globs)))
+        elif not hits:
+            self.add("nccl-socket-ifname-no-entry", WARNING,
+                     f"NCCL_SOCKET_IFNAME {value!r} selects none of the interfaces the profile names "
+                     f"by name ({', '.join(sorted(globs))}): NCCL's bootstrap would use an interface "
+                     "this profile does not tune", self.nccl("NCCL_SOCKET_IFNAME"),
+                     *(self.p.source("interfaces", e, "match", "name") for e in sorted(globs)))
+
+
+def _as_list(value: Any) -> List[str]:
+    return [str(v) for v in value] if isinstance(value, list) else [str(value)]
+
+
+def _literal(pattern: str) -> str:
+    """The part of a glob before its first wildcard."""
+    return re.split(r"[*?\[]", pattern, 1)[0]
+
+
+def _overlap(item: str, exact: bool, pattern: str) -> bool:
+    """Whether NCCL item (a name prefix, or with '=' an exact name) and an
+    entry's name glob can select the same interface."""
+    if exact or fnmatch.fnmatchcase(item, pattern):
+        return fnmatch.fnmatchcase(item, pattern)
+    literal = _literal(pattern)
+    if literal == pattern:  # a plain name: the prefix must start it
+        return pattern.startswith(item)
+    # "item..." and "literal<wildcard>..." meet when one starts the other.
+    return literal.startswith(item) or item.startswith(literal)
+
+
+def _covered(item: str, exact: bool, pattern: str) -> bool:
+    """Whether NCCL item selects every interface the glob can match."""
+    literal = _literal(pattern)
+    if exact:
+        return literal == pattern == item
+    return literal.startswith(item)
+
+
+class _Entry:
+    """The rules of one interface entry with a roce: section."""
+
+    def __init__(self, linter: _Linter, name: str, entry: dict, roce: dict):
+        self.l, self.name, self.entry, self.roce = linter, name, entry, roce
+        self.ecn = roce.get("ecn") or {}
+        self.ets = roce.get("ets") or {}
+        self.dscp_map = {int(k): v for k, v in (roce.get("dscp_map") or {}).items()}
+        # mlx5: trust is dscp as soon as the APP table has DSCP entries.
+        self.trust = roce.get("trust") or ("dscp" if self.dscp_map else None)
+
+    def at(self, *keys: str) -> str:
+        return self.l.p.source("interfaces", self.name, "roce", *keys)
+
+    def add(self, code: str, severity: str, message: str, *locations: str) -> None:
+        self.l.add(code, severity, f"interfaces.{self.name}: {message}", *locations)
+
+    def run(self) -> None:
+        self.trust_rules()
+        prio = self.tos_rules()
+        if prio is not None:
+            self.priority_rules(prio)
+        self.ets_sum()
+        self.pfc_unused()
+        self.cnp_rules()
+        self.gid_index_rule()
+        self.mtu_rule()
+
+    def trust_rules(self) -> None:
+        if self.roce.get("trust") == "pcp" and self.dscp_map:
+            self.add("trust-pcp-with-dscp-map", ERROR,
+                     "trust pcp classifies by the VLAN priority, but dscp_map maps DSCPs (and on mlx5 "
+                     "any DSCP entry switches trust to dscp): drop one of them",
+                     self.at("trust"), self.at("dscp_map"))
+
+    def tos_rules(self) -> Optional[int]:
+        """NCCL_IB_TC against tos; returns the RoCE priority when it is known."""
+        tos = self.roce.get("tos")
+        env = self.l.env
+        if tos is None:
+            return None
+        nccl_tc = _number(env["NCCL_IB_TC"]) if "NCCL_IB_TC" in env else None
+        if "NCCL_IB_TC" in env and nccl_tc is not None and nccl_tc != tos:
+            self.add("nccl-tc-mismatch", ERROR,
+                     f"NCCL_IB_TC is {nccl_tc} but roce.tos is {tos}: NCCL sets the traffic class of "
+                     "its own QPs from NCCL_IB_TC, so its traffic would not be in the RoCE class",
+                     self.l.nccl("NCCL_IB_TC"), self.at("tos"))
+        elif "NCCL_IB_TC" not in env and env:
+            self.add("nccl-tc-unset", WARNING,
+                     f"roce.tos is {tos} but NCCL_IB_TC is not set: NCCL ignores the RDMA-CM default "
+                     "ToS and sends with traffic class 0 (DSCP 0)",
+                     self.at("tos"), self.l.p.source("host", "nccl", "env"))
+        if self.trust != "dscp" or not self.dscp_map:
+            return None  # trust pcp: the priority comes from the VLAN tag, not the ToS
+        dscp = tos >> 2
+        if dscp not in self.dscp_map:
+            self.add("tos-dscp-unmapped", ERROR,
+                     f"roce.tos {tos} is DSCP {dscp}, which dscp_map does not map to a priority: "
+                     "RoCE traffic would fall into priority 0",
+                     self.at("tos"), self.at("dscp_map"))
+            return None
+        return self.dscp_map[dscp]
+
+    def priority_rules(self, prio: int) -> None:
+        tos = self.roce["tos"]
+        pfc = self.roce.get("pfc")
+        np_, rp = self.ecn.get("np"), self.ecn.get("rp")
+        lossless = pfc is not None and prio in pfc
+        lossy = np_ is not None and rp is not None and prio in np_ and prio in rp
+        if not lossless and not lossy and (pfc is not None or self.ecn):
+            where = [self.at("pfc")] if pfc is not None else []
+            where += [self.at("ecn")] if self.ecn else []
+            self.add("roce-prio-unprotected", ERROR,
+                     f"RoCE traffic (tos {tos}, DSCP {tos >> 2}) is priority {prio}, which has neither "
+                     "PFC on (lossless) nor ECN np and rp on (lossy with congestion control)",
+                     self.at("tos"), self.at("dscp_map"), *where)
+        prio_tc = self.ets.get("prio_tc")
+        if prio_tc is None or len(prio_tc) <= prio:
+            return
+        tc = prio_tc[prio]
+        tsa = (self.ets.get("tc_tsa") or [None] * 8)[tc] if tc < 8 else None
+        bw = (self.ets.get("tc_bw") or [None] * 8)[tc] if tc < 8 else None
+        if tsa in ("ets", None) and bw == 0:
+            self.add("roce-tc-no-bandwidth", ERROR,
+                     f"RoCE priority {prio} is traffic class {tc} (ets.prio_tc), which gets 0% of the "
+                     "link (ets.tc_bw) and is not strict",
+                     self.at("ets", "prio_tc"), self.at("ets", "tc_bw"), self.at("tos"))
+
+    def ets_sum(self) -> None:
+        bw, tsa = self.ets.get("tc_bw"), self.ets.get("tc_tsa")
+        if not bw:
+            return
+        ets_tcs = [i for i in range(len(bw)) if tsa is None or (i < len(tsa) and tsa[i] == "ets")]
+        total = sum(bw[i] for i in ets_tcs)
+        if ets_tcs and total != 100:
+            self.add("ets-bandwidth-sum", ERROR,
+                     f"the ETS traffic classes ({', '.join(map(str, ets_tcs))}) get {total}% of the "
+                     "link in ets.tc_bw; they must add up to 100 (mlx5 refuses anything else)",
+                     self.at("ets", "tc_bw"), *([self.at("ets", "tc_tsa")] if tsa else []))
+
+    def pfc_unused(self) -> None:
+        pfc = self.roce.get("pfc") or []
+        if self.trust != "dscp" or not self.dscp_map:
+            return
+        used = set(self.dscp_map.values())
+        for prio in sorted(set(pfc) - used):
+            self.add("pfc-unused-priority", WARNING,
+                     f"PFC is on for priority {prio}, but no DSCP in dscp_map maps to it: a lossless "
+                     "class no traffic uses only adds pause-frame risk",
+                     self.at("pfc"), self.at("dscp_map"))
+
+    def cnp_rules(self) -> None:
+        cnp_dscp, cnp_prio = self.ecn.get("cnp_dscp"), self.ecn.get("cnp_prio")
+        pfc = self.roce.get("pfc") or []
+        if cnp_prio is not None and cnp_prio in pfc:
+            self.add("cnp-prio-lossless", WARNING,
+                     f"CNPs go out on priority {cnp_prio}, which has PFC on: a paused priority delays "
+                     "the very notifications that should slow senders down (NVIDIA's recipe: CNP "
+                     f"priority {CNP_PRIO_RECOMMENDED}, DSCP 48, no PFC)",
+                     self.at("ecn", "cnp_prio"), self.at("pfc"))
+        if cnp_dscp is None or self.trust != "dscp" or not self.dscp_map:
+            return
+        if cnp_dscp not in self.dscp_map:
+            self.add("cnp-dscp-unmapped", WARNING,
+                     f"CNPs carry DSCP {cnp_dscp}, which dscp_map does not map: with trust dscp the "
+                     "receiving port puts them in priority 0, behind bulk traffic",
+                     self.at("ecn", "cnp_dscp"), self.at("dscp_map"))
+        elif cnp_prio is not None and self.dscp_map[cnp_dscp] != cnp_prio:
+            self.add("cnp-dscp-prio-mismatch", ERROR,
+                     f"CNPs are sent with priority {cnp_prio} but DSCP {cnp_dscp}, which dscp_map "
+                     f"maps to priority {self.dscp_map[cnp_dscp]}: ports that trust DSCP and ports "
+                     "that trust PCP would queue them differently",
+                     self.at("ecn", "cnp_prio"), self.at("ecn", "cnp_dscp"), self.at("dscp_map"))
+
+    def gid_index_rule(self) -> None:
+        gid = self.l.env.get("NCCL_IB_GID_INDEX")
+        if self.roce.get("mode") == "v1" and gid is not None and _number(gid) is not None and _number(gid) >= 0:
+            self.add("gid-index-roce-v1", ERROR,
+                     f"NCCL_IB_GID_INDEX is fixed at {gid} while roce.mode is v1: a fixed index is "
+                     "meant to pick the RoCE v2 IPv4 GID; use mode v2, or NCCL_IB_GID_INDEX auto "
+                     "(resolved on each host)",
+                     self.l.nccl("NCCL_IB_GID_INDEX"), self.at("mode"))
+
+    def mtu_rule(self) -> None:
+        mtu = _wanted_number(self.entry.get("mtu"))
+        if mtu is None:
+            return
+        got = roce_mtu(mtu)
+        if got != IB_MTUS[0]:
+            need = IB_MTUS[0] + ROCE_HEADERS
+            self.add("mtu-caps-roce-mtu", WARNING,
+                     f"MTU {mtu} leaves {mtu - ROCE_HEADERS} bytes after the {ROCE_HEADERS} bytes of "
+                     f"RoCE headers, so the RoCE MTU is {got or 'below 256'} instead of 4096; an MTU "
+                     f"of at least {need} (9000 is usual) carries 4096-byte RoCE packets",
+                     self.l.p.source("interfaces", self.name, "mtu"), self.at())

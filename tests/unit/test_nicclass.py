@@ -1,0 +1,46 @@
+"""NIC class capability tables: what mlx5 and MANA can take."""
+
+from __future__ import annotations
+
+import pytest
+
+from nictune import nicclass
+
+
+def test_mana_has_no_dcb_and_says_so_per_key():
+    for name in ("trust", "dscp_map", "pfc", "ets.prio_tc", "ets.tc_bw", "ets.tc_tsa"):
+        reason = nicclass.dcb_unsupported("mana", name)
+        assert reason.startswith("not supported by mana: ") and "DCB" in reason
+
+
+def test_mlx5_and_unknown_drivers_are_left_to_the_kernel():
+    for name in ("trust", "dscp_map", "pfc", "ets.tc_bw"):
+        assert nicclass.dcb_unsupported("mlx5_core", name) is None
+        assert nicclass.dcb_unsupported("ice", name) is None
+
+
+def test_ecn_reasons_name_the_driver_and_the_surface():
+    assert "OFED" in nicclass.ecn_unsupported("mlx5_core")
+    assert nicclass.ecn_unsupported("mana").startswith("not supported by mana")
+    assert nicclass.ecn_unsupported("veth").startswith("not supported by veth")
+
+
+def test_mana_roce_is_port_1_only():
+    assert nicclass.roce_port_unsupported("mana", 1) is None
+    assert "port 1 only" in nicclass.roce_port_unsupported("mana", 2)
+    assert nicclass.roce_port_unsupported("mlx5_core", 2) is None
+
+
+@pytest.mark.parametrize("name, asked, got", [
+    ("rx", 100, 128), ("rx", 129, 256), ("rx", 8192, 8192), ("tx", 1000, 1024), ("tx", 16384, 16384)])
+def test_mana_rings_round_up_to_a_power_of_two(name, asked, got):
+    assert nicclass.rings_effective("mana", name, asked) == got
+    assert nicclass.rings_effective("mlx5_core", name, asked) == asked
+
+
+def test_tables():
+    assert nicclass.MANA.channels == nicclass.MLX5.channels == ("combined",)
+    assert nicclass.MANA.rings == {"rx": (128, 8192), "tx": (128, 16384)}
+    assert nicclass.MANA.max_mtu == 9000 and not nicclass.MANA.dcb
+    assert {"trust", "pfc", "ets", "maxrate", "buffer"} <= nicclass.MLX5.dcb
+    assert nicclass.for_driver("igb") is None
