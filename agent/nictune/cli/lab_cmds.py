@@ -1,16 +1,37 @@
-"""`nictune lab up|down`: a local lab of namespaces for demos and tests."""
+"""`nictune lab up|down|status`: a local lab of namespaces for demos and tests.
+
+Without --hosts, two namespaces joined by veth (control/lab.py); with
+--hosts N, a fleet of N namespace hosts each running its own sshd, with an
+Ansible inventory to drive them over SSH (control/fleetlab.py).
+"""
 
 from __future__ import annotations
+
+from collections import Counter
+from typing import Annotated, Optional
 
 import typer
 
 from nictune.cli.options import JsonOpt
 from nictune.cli.output import Printer, envelope
+from nictune.control import fleetlab
 from nictune.control import lab as labmod
 from nictune.errors import NictuneError
 
-lab = typer.Typer(help="A local lab of network namespaces joined by veth (no NIC needed).",
-                  no_args_is_help=True)
+lab = typer.Typer(help="A local lab of network namespaces (no NIC needed): two joined by veth, "
+                       "or a fleet of SSH hosts.", no_args_is_help=True)
+
+HostsOpt = Annotated[Optional[int], typer.Option(
+    "--hosts", min=1, max=fleetlab.MAX_HOSTS, metavar="N",
+    help="Build a fleet of N namespace hosts, each with its own sshd, instead of the two-namespace lab.")]
+DirOpt = Annotated[str, typer.Option("--dir", metavar="DIR",
+                                     help="With --hosts: where the inventory, keys and logs go.")]
+SilentOpt = Annotated[int, typer.Option("--silent", min=0, metavar="K",
+                                        help="With --hosts: K more hosts that accept TCP and never answer.")]
+UnreachableOpt = Annotated[int, typer.Option("--unreachable", min=0, metavar="K",
+                                             help="With --hosts: K more inventory hosts nobody answers for.")]
+
+MAX_LISTED = 8  # hosts listed by `lab up`; the inventory has them all
 
 
 def _finish(command: str, as_json: bool, work) -> None:
@@ -30,21 +51,75 @@ def _finish(command: str, as_json: bool, work) -> None:
 
 
 def _describe(out: Printer, command: str, result: dict) -> None:
-    if command == "lab up":
+    if command == "lab up" and "fleet" in result:
+        _describe_fleet(out, result["fleet"])
+    elif command == "lab up":
         for ns in result["namespaces"]:
             out.line(f"{ns}: {result['interface']} {result['addresses'][ns]}")
         out.line(f"Try: nictune plan profiles/lab-veth.yaml --netns {result['namespaces'][0]}")
+    elif command == "lab down":
+        fleet_removed = result["fleet_removed"]
+        if result["removed"] or not fleet_removed:
+            out.line("removed: " + (", ".join(result["removed"]) or "nothing"))
+        if fleet_removed:
+            # "process 123", "netns ntfh001", "link ntfbr", or a path
+            counts = Counter("paths" if item.startswith("/") else item.split()[0] for item in fleet_removed)
+            out.line("removed fleet: " + ", ".join(f"{kind} {n}" for kind, n in counts.items()))
     else:
-        out.line("removed: " + (", ".join(result["removed"]) or "nothing"))
+        namespaces = result["lab"]["namespaces"]
+        out.line("lab: " + (", ".join(namespaces) + " up" if namespaces else "not up"))
+        fleet = result["fleet"]
+        if fleet is None:
+            out.line("fleet: not up")
+            return
+        running = sum(1 for h in fleet["hosts"] if h["running"])
+        servers = sum(1 for h in fleet["hosts"] if h["kind"] != "unreachable")
+        out.line(f"fleet {fleet['prefix']}: {len(fleet['hosts'])} hosts on {fleet['bridge']} {fleet['subnet']}, "
+                 f"{running} of {servers} servers running; inventory {fleet['inventory']}")
+
+
+def _describe_fleet(out: Printer, fleet: dict) -> None:
+    hosts = fleet["hosts"]
+    for h in hosts[:MAX_LISTED]:
+        out.line(f"{h['name']}  {h['address']}  {h['kind']}")
+    if len(hosts) > MAX_LISTED:
+        out.line(f"... and {len(hosts) - MAX_LISTED} more (see the inventory)")
+    first = hosts[0]["name"]
+    out.line(f"inventory:  {fleet['inventory']}")
+    out.line(f"ssh config: {fleet['ssh_config']}   (ssh -F {fleet['ssh_config']} {first})")
+    out.line(f"Try: nictune plan profiles/lab-fleet.yaml -i {fleet['inventory']} "
+             f"--ssh-config {fleet['ssh_config']} --limit fleet")
 
 
 @lab.command()
-def up(as_json: JsonOpt = False) -> None:
-    """Create namespaces ntlab1 and ntlab2 joined by a veth pair (198.18.0.0/30)."""
-    _finish("lab up", as_json, labmod.up)
+def up(hosts: HostsOpt = None, dir: DirOpt = fleetlab.LAB_DIR, silent: SilentOpt = 0,
+       unreachable: UnreachableOpt = 0, as_json: JsonOpt = False) -> None:
+    """Create namespaces ntlab1 and ntlab2 joined by a veth pair (198.18.0.0/30),
+    or with --hosts N a fleet of SSH hosts ntfh001... on bridge ntfbr (198.19.X.0/24)."""
+    if hosts is None:
+        if silent or unreachable or dir != fleetlab.LAB_DIR:
+            _finish("lab up", as_json, _needs_hosts)
+        _finish("lab up", as_json, labmod.up)
+    _finish("lab up", as_json,
+            lambda: {"fleet": fleetlab.lab_up(hosts, dir, silent=silent, unreachable=unreachable).as_dict()})
+
+
+def _needs_hosts() -> dict:
+    raise NictuneError("--dir, --silent and --unreachable go with --hosts N (the fleet lab)")
 
 
 @lab.command()
 def down(as_json: JsonOpt = False) -> None:
-    """Remove the lab and everything it created."""
-    _finish("lab down", as_json, labmod.down)
+    """Remove whichever lab is up (both if both are) and everything it created."""
+    def work() -> dict:
+        result = labmod.down()
+        result["fleet_removed"] = fleetlab.lab_down()
+        return result
+
+    _finish("lab down", as_json, work)
+
+
+@lab.command()
+def status(as_json: JsonOpt = False) -> None:
+    """Show which lab is up: the two namespaces, the fleet and its servers."""
+    _finish("lab status", as_json, lambda: {"lab": labmod.status(), "fleet": fleetlab.lab_status()})

@@ -22,6 +22,9 @@ IFNAME = "lab0"
 ADDRESSES = ("198.18.0.1/30", "198.18.0.2/30")
 RECORD = "/run/nictune-lab.json"
 NCCL = "/etc/nccl.conf"
+# Present while /etc/nccl.conf is an empty file a lab created (this lab or a
+# fleet lab, which share it): whichever lab goes down last removes it.
+NCCL_MARKER = "/run/nictune-lab-created-nccl.conf"
 
 
 class LabError(NictuneError):
@@ -34,6 +37,34 @@ def _ip(*args: str) -> None:
         raise LabError(f"ip {' '.join(args)}: {proc.stderr.strip()}")
 
 
+def claim_nccl_target() -> None:
+    """Make sure /etc/nccl.conf exists: `ip netns exec` can only bind a
+    namespace's own /etc/netns/NAME/nccl.conf over an existing file."""
+    if not os.path.exists(NCCL):
+        open(NCCL_MARKER, "a").close()  # first, so a crash leaves a claim, not an orphan file
+        open(NCCL, "a").close()
+
+
+def release_nccl_target() -> bool:
+    """Remove /etc/nccl.conf if a lab created it, it is still empty and no
+    namespace binds over it any more (call after removing /etc/netns/NAME).
+    Without the last check, a lab going down would take the file from under
+    a lab still up, and `ip netns exec` there would write the host's file."""
+    if not os.path.exists(NCCL_MARKER):
+        return False
+    try:
+        users = [ns for ns in os.listdir("/etc/netns") if os.path.exists(f"/etc/netns/{ns}/nccl.conf")]
+    except FileNotFoundError:
+        users = []
+    if users:
+        return False
+    os.unlink(NCCL_MARKER)
+    if os.path.exists(NCCL) and os.path.getsize(NCCL) == 0:
+        os.unlink(NCCL)
+        return True
+    return False
+
+
 def status() -> dict:
     present = [ns for ns in NAMESPACES if os.path.exists(f"/run/netns/{ns}")]
     return {"namespaces": present, "interface": IFNAME, "addresses": dict(zip(NAMESPACES, ADDRESSES))}
@@ -42,7 +73,7 @@ def status() -> dict:
 def up() -> dict:
     if status()["namespaces"]:
         raise LabError("the lab is already up (or left over): run `nictune lab down` first")
-    record = {"namespaces": [], "created_nccl": False}
+    record = {"namespaces": []}
     try:
         for ns in NAMESPACES:
             _ip("netns", "add", ns)
@@ -54,9 +85,7 @@ def up() -> dict:
             _ip("-n", ns, "link", "set", tmp, "name", IFNAME)
             _ip("-n", ns, "addr", "add", addr, "dev", IFNAME)
             _ip("-n", ns, "link", "set", IFNAME, "up")
-        if not os.path.exists(NCCL):
-            open(NCCL, "a").close()  # `ip netns exec` can only bind over an existing file
-            record["created_nccl"] = True
+        claim_nccl_target()
         for ns in NAMESPACES:
             os.makedirs(f"/etc/netns/{ns}", exist_ok=True)
             open(f"/etc/netns/{ns}/nccl.conf", "a").close()
@@ -73,7 +102,7 @@ def down(state_dir: str = DEFAULT_STATE_DIR) -> dict:
         with open(RECORD) as f:
             record = json.load(f)
     except (OSError, ValueError):
-        record = {"namespaces": list(NAMESPACES), "created_nccl": False}
+        record = {"namespaces": list(NAMESPACES)}
     removed = _teardown(record, state_dir)
     return {"removed": removed}
 
@@ -88,8 +117,7 @@ def _teardown(record: dict, state_dir: str = DEFAULT_STATE_DIR) -> list:
             removed.append(ns)
         shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
         shutil.rmtree(os.path.join(state_dir, "netns", ns), ignore_errors=True)
-    if record.get("created_nccl") and os.path.exists(NCCL) and os.path.getsize(NCCL) == 0:
-        os.unlink(NCCL)
+    release_nccl_target()
     if os.path.exists(RECORD):
         os.unlink(RECORD)
     return removed
