@@ -1,0 +1,158 @@
+"""Ansible host patterns ("Patterns: targeting hosts and groups").
+
+A pattern is a list of parts separated by "," (or ":" when no part could
+be an address): names of hosts or groups, shell globs (web*), regular
+expressions (~web\\d+, matched from the start of the name), each optionally
+with a subscript ([0], [-1], [1:3], [2:]) when it names groups.  Parts
+starting with "&" intersect, parts starting with "!" exclude; plain parts
+are applied first, then "&", then "!", whatever their order.
+
+One deliberate difference: Ansible warns about a part that matches nothing
+and carries on; nictune refuses, because a typo in a pattern for a tool that
+changes hosts should stop it, not shrink its target.  An empty final
+selection is refused too (Ansible's --limit does the same).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+
+from .errors import InventoryError, shown
+from .ranges import split_port
+
+if TYPE_CHECKING:
+    from .model import Host, Inventory
+
+_SUBSCRIPT = re.compile(r"(.+)\[(?:(-?[0-9]+)|([0-9]+)([:-])([0-9]*))\]")
+_COLON_PARTS = re.compile(r"(?:[^\s:\[\]]|\[[^\]]*\])+")
+Subscript = Tuple[int, Optional[int]]
+
+
+def split_pattern(pattern: str) -> List[str]:
+    """'a,b[1], c' -> ['a', 'b[1]', 'c']; 'a:&b:!c' -> ['a', '&b', '!c']."""
+    if "," in pattern:
+        parts = pattern.split(",")
+    else:
+        try:
+            split_port(pattern)  # an address ("10.0.0.1:22", "node[1:3]") is one part
+            parts = [pattern]
+        except ValueError:
+            parts = _COLON_PARTS.findall(pattern)
+    return [p.strip() for p in parts if p.strip()]
+
+
+def select(inv: Inventory, pattern: Optional[str], limit: Optional[str] = None) -> List[Host]:
+    """The hosts a pattern selects, in Ansible's order, narrowed by a --limit pattern.
+
+    limit may name a file with "@path": one pattern per line.
+    """
+    chosen = _evaluate(inv, split_pattern(pattern if pattern is not None else "all"))
+    if limit is not None:
+        allowed = {h.name for h in _evaluate(inv, _limit_parts(limit))}
+        chosen = [h for h in chosen if h.name in allowed]
+    if not chosen:
+        what = f"pattern {shown(pattern or 'all', 80)}" + (f" with --limit {shown(limit, 80)}" if limit else "")
+        raise InventoryError(inv.source, None, f"{what} selects no host")
+    return chosen
+
+
+def _limit_parts(limit: str) -> List[str]:
+    parts: List[str] = []
+    for part in split_pattern(limit):
+        if part.startswith("@"):
+            path = part[1:]
+            if not os.path.isfile(path):
+                raise InventoryError(path, None, "the --limit file does not exist or is not a file")
+            try:
+                with open(path, encoding="utf-8") as f:
+                    parts += [line.strip() for line in f.read().split("\n")]
+            except (OSError, UnicodeDecodeError) as e:
+                raise InventoryError(path, None, f"cannot read the --limit file: {e}") from None
+        else:
+            parts.append(part)
+    return parts
+
+
+def _evaluate(inv: Inventory, parts: List[str]) -> List[Host]:
+    plain = [p for p in parts if p and p[0] not in "&!"]
+    ordered = (plain or ["all"]) + [p for p in parts if p[:1] == "&"] + [p for p in parts if p[:1] == "!"]
+    hosts: List[Host] = []
+    cache: Dict[str, List[Host]] = {}
+    for part in ordered:
+        if part in inv.hosts:  # a plain host name wins over a group of the same name
+            hosts.append(inv.hosts[part])
+            continue
+        if part[0] in "&!":
+            body = part[1:]
+            if not body:
+                raise InventoryError(inv.source, None, f"pattern part {shown(part)} names nothing")
+            matched = {h.name for h in _match(inv, body, cache)}
+            keep = part[0] == "&"
+            hosts = [h for h in hosts if (h.name in matched) == keep]
+        else:
+            seen = {h.name for h in hosts}
+            hosts += [h for h in _match(inv, part, cache) if h.name not in seen]
+    out, seen = [], set()
+    for host in hosts:
+        if host.name not in seen:
+            seen.add(host.name)
+            out.append(host)
+    return out
+
+
+def _match(inv: Inventory, part: str, cache: Dict[str, List[Host]]) -> List[Host]:
+    if part not in cache:
+        expr, subscript = _split_subscript(part)
+        hosts = _enumerate(inv, expr)
+        if not hosts:
+            raise InventoryError(inv.source, None, f"pattern {shown(part, 80)} matches no host or group")
+        cache[part] = _apply_subscript(inv, part, hosts, subscript)
+    return cache[part]
+
+
+def _split_subscript(part: str) -> Tuple[str, Optional[Subscript]]:
+    if part.startswith("~"):
+        return part, None
+    m = _SUBSCRIPT.fullmatch(part)
+    if not m:
+        return part, None
+    expr, index, start, _sep, end = m.groups()
+    if index is not None:
+        return expr, (int(index), None)
+    return expr, (int(start), int(end) if end else -1)
+
+
+def _apply_subscript(inv: Inventory, part: str, hosts: List[Host], subscript: Optional[Subscript]) -> List[Host]:
+    if subscript is None:
+        return hosts
+    start, end = subscript
+    if end:  # Ansible reads [x:0] as [x]
+        chosen = hosts[start:(len(hosts) if end == -1 else end + 1)]
+    else:
+        chosen = [hosts[start]] if -len(hosts) <= start < len(hosts) else []
+    if not chosen:
+        raise InventoryError(inv.source, None, f"pattern {shown(part, 80)}: the subscript is past the "
+                             f"last of its {len(hosts)} host(s)")
+    return chosen
+
+
+def _enumerate(inv: Inventory, expr: str) -> List[Host]:
+    rx = _compile(inv, expr)
+    groups = [g for name, g in inv.groups.items() if rx.match(name)]
+    out: List[Host] = []
+    for group in groups:
+        out += group.all_hosts()
+    if not groups or expr[0] == "~" or any(c in expr for c in ".?*["):
+        out += [h for name, h in inv.hosts.items() if rx.match(name)]
+    return out
+
+
+def _compile(inv: Inventory, expr: str) -> re.Pattern:
+    try:
+        return re.compile(expr[1:] if expr[0] == "~" else fnmatch.translate(expr))
+    except re.error as e:
+        raise InventoryError(inv.source, None, f"pattern {shown(expr, 80)} is not a valid "
+                             f"{'regular expression' if expr[0] == '~' else 'glob'}: {e}") from None
