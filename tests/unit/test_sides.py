@@ -15,7 +15,8 @@ HOST_SIDE = ("nictune.agent", "nictune.engine", "nictune.journal", "nictune.host
              "nictune.rdma", "nictune.nicclass", "nictune.knobs.dcb", "nictune.knobs.roce",
              "nictune.netlink.dcb", "nictune.watchdog")
 FORBIDDEN = ("yaml", "jsonschema", "typer", "rich", "click", "paramiko", "pydantic",
-             "asyncio", "nictune.cli", "nictune.profile", "nictune.control")
+             "asyncio", "nictune.cli", "nictune.profile", "nictune.control",
+             "nictune.inventory")
 
 
 def test_host_side_imports_only_what_a_target_has():

@@ -18,3 +18,30 @@ StateDirOpt = Annotated[str, typer.Option("--state-dir", metavar="DIR", envvar="
                                           help="Where journals and the lock live on the target.")]
 AllOpt = Annotated[bool, typer.Option("--all", "-a", help="Also list settings already as wanted.")]
 DEFAULT_STATE = DEFAULT_STATE_DIR
+
+# -- fleets (over SSH) ------------------------------------------------------
+TargetArg = Annotated[Path, typer.Argument(metavar="TARGET", show_default=False,
+                                           help="Profile YAML, or with -i a playbook.")]
+InventoryOpt = Annotated[Optional[str], typer.Option(
+    "--inventory", "-i", metavar="INVENTORY",
+    help="Ansible inventory (INI or YAML): run on its hosts over SSH.")]
+LimitOpt = Annotated[Optional[str], typer.Option(
+    "--limit", "-l", metavar="PATTERN", help="Only these hosts (Ansible patterns: web:&rack1:!web03).")]
+ForksOpt = Annotated[int, typer.Option("--forks", "-f", min=1, max=1000,
+                                       help="Hosts worked on at once.")]
+AcceptNewOpt = Annotated[bool, typer.Option(
+    "--accept-new-host-keys", help="Trust and remember unknown host keys (changed keys stay refused).")]
+ConnectTimeoutOpt = Annotated[float, typer.Option("--connect-timeout", min=0.1, metavar="SECONDS",
+                                                  help="Per host: connect, SSH handshake, login.")]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", min=1, metavar="SECONDS",
+                                           help="Per host: the whole command once connected.")]
+ConfirmOpt = Annotated[float, typer.Option(
+    "--confirm-timeout", min=0, max=3600, metavar="SECONDS",
+    help="Remote apply: the host undoes it unless confirmed within this time (0: off).")]
+SshConfigOpt = Annotated[str, typer.Option("--ssh-config", metavar="FILE",
+                                           help="OpenSSH client config to honour.")]
+JunitOpt = Annotated[Optional[str], typer.Option("--junit", metavar="FILE",
+                                                 help="Also write JUnit XML (a testcase per host).")]
+PrometheusOpt = Annotated[Optional[str], typer.Option(
+    "--prometheus", metavar="FILE", help="Also write node_exporter textfile metrics.")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Plan/apply even when nictune lint finds errors.")]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import json
 import sys
+from contextlib import contextmanager
 from typing import Optional
 
 from nictune import REPORT_FORMAT, __version__
@@ -134,6 +135,118 @@ class Printer:
             ln = ln.rstrip("\n")
             style = "green" if ln.startswith("+") else "red" if ln.startswith("-") else "cyan" if ln.startswith("@") else None
             self.line("    " + ln, style)
+
+
+    # -- fleets -------------------------------------------------------------
+    @contextmanager
+    def progress(self, what: str, total: int):
+        """A progress bar on a terminal (stderr); yields the per-host callback."""
+        if self.as_json or total < 2 or not sys.stderr.isatty():
+            yield lambda report: None
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task(what, total=total)
+            yield lambda report: bar.advance(task)
+
+    def batch_done(self, batch: dict) -> None:
+        """Called by a rollout after each batch, as it happens."""
+        if self.as_json:
+            return
+        names = batch.get("hosts", [])
+        sys.stderr.write(f"batch {batch.get('number', '?')}: {len(names)} host(s) "
+                         f"{_listing(names)}: {batch.get('result', '')}\n")
+
+    def fleet(self, report: dict, show_ok: bool = False, target: str = "") -> None:
+        if self.as_json:
+            self.json(report)
+            return
+        if report.get("error") and not report["hosts"]:
+            self.error(report["error"]["message"])
+            return
+        command = report["command"]
+        columns = COLUMNS.get("verify" if command == "audit" else command, ("before", "after"))
+        for hosts, rows in _groups(report["hosts"], show_ok):
+            self.line(f"{len(hosts)} host(s): {_listing(hosts)}", "bold")
+            self._table(rows, columns)
+            for c in rows:
+                self._text_diff(c, command)
+        for rollout in report.get("rollouts", []):
+            self._rollout(rollout)
+        self._host_table(report["hosts"])
+        self.line(_fleet_summary(report), "bold")
+
+    def _rollout(self, rollout: dict) -> None:
+        self.line(f"rollout of {rollout.get('play', '')}: {rollout.get('result', '')}", "bold")
+        for name in ("kept", "unchanged", "failed", "rolled_back", "rollback_failed", "not_started"):
+            hosts = rollout.get(name) or []
+            if hosts:
+                self.line(f"  {name.replace('_', ' ')}: {_listing(hosts, 20)}")
+
+    def _host_table(self, hosts: list) -> None:
+        header = ("host", "result", "changes", "seconds", "error")
+        cells = [(h["host"], _result(h), _counts(h), f"{h.get('seconds', 0):.2f}",
+                  (h.get("error") or {}).get("message", "")) for h in hosts]
+        if self.rich:
+            from rich.table import Table
+
+            table = Table(box=None, pad_edge=False, show_edge=False)
+            for i, name in enumerate(header):
+                table.add_column(name, no_wrap=i < 4, overflow="fold")
+            for row in cells:
+                style = "bold red" if row[4] else "yellow" if row[1] in ("drift", "pending") else ""
+                table.add_row(*(_esc(v) for v in row), style=style)
+            self.console.print(table)
+            return
+        widths = [max(len(str(r[i])) for r in cells + [header]) for i in range(4)]
+        for r in [header] + cells:
+            self.line("  " + "  ".join(str(v).ljust(w) for v, w in zip(r[:4], widths)) + "  " + r[4])
+
+
+def _groups(hosts: list, show_ok: bool) -> list:
+    """Hosts whose rows are identical share one table: a review of 200 hosts
+    reads as a handful of distinct diffs."""
+    groups: dict = {}
+    for h in hosts:
+        rows = [c for c in h.get("changes", []) if show_ok or c["status"] != "ok"]
+        if not rows:
+            continue
+        key = json.dumps([(c["key"], c["before"], c["after"], c["status"]) for c in rows],
+                         sort_keys=True, default=str)
+        groups.setdefault(key, ([], rows))[0].append(h["host"])
+    return list(groups.values())
+
+
+def _listing(names: list, limit: int = 6) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _result(h: dict) -> str:
+    if h.get("error"):
+        return "unreachable" if h.get("unreachable") else h["error"]["kind"]
+    s = h.get("summary", {})
+    for status in ("drift", "pending", "applied"):
+        if s.get(status):
+            return status
+    return "ok"
+
+
+def _counts(h: dict) -> str:
+    s = h.get("summary", {})
+    return ", ".join(f"{n} {status}" for status, n in sorted(s.items()) if status != "ok") or "-"
+
+
+def _fleet_summary(report: dict) -> str:
+    hosts = report["hosts"]
+    tally: dict = {}
+    for h in hosts:
+        tally[_result(h)] = tally.get(_result(h), 0) + 1
+    parts = ", ".join(f"{n} {what}" for what, n in sorted(tally.items()))
+    return f"{len(hosts)} host(s): {parts or 'none selected'}."
 
 
 def _esc(text: str) -> str:

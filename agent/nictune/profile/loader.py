@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .check import check, locate
-from .errors import ProfileError
-from .merge import Resolver
-from .yamlpos import Parsed, parse_file, parse_text
+from .errors import ProfileError, kind
+from .merge import Resolver, merge_layers
+from .yamlpos import Parsed, Path, parse_file, parse_text
 
 __all__ = ["Profile", "ProfileError", "load_profile", "load_profile_text"]
 
@@ -39,11 +39,17 @@ class Profile:
         return self.files[-1] if self.files else self.path
 
 
-def load_profile(path: str) -> Profile:
-    """Load the profile at path; raises ProfileError and nothing else."""
+def load_profile(path: str, overrides: Sequence[Tuple[dict, str]] = ()) -> Profile:
+    """Load the profile at path; raises ProfileError and nothing else.
+
+    overrides: (mapping, "file:line") layers merged on top, lowest first --
+    the `nictune:` variables of an inventory's groups and hosts, a play's
+    vars.  They merge like a file that extends the profile, and the result is
+    validated as a whole; errors in them name where they were set.
+    """
     parsed = parse_file(path)
     real = os.path.realpath(path)
-    return _finish(parsed, path, os.path.dirname(path), real)
+    return _finish(parsed, path, os.path.dirname(path), real, overrides)
 
 
 def load_profile_text(text: str, name: str = "<string>", base_dir: Optional[str] = None) -> Profile:
@@ -52,14 +58,52 @@ def load_profile_text(text: str, name: str = "<string>", base_dir: Optional[str]
     return _finish(parsed, name, base_dir, None)
 
 
-def _finish(parsed: Parsed, name: str, base_dir: Optional[str], real: Optional[str]) -> Profile:
+def _finish(parsed: Parsed, name: str, base_dir: Optional[str], real: Optional[str],
+            overrides: Sequence[Tuple[dict, str]] = ()) -> Profile:
     resolver = Resolver()
     merged = resolver.resolve(parsed, name, base_dir, [(name, real)])
+    files = list(resolver.files)
+    for doc, where in overrides:
+        merged = merge_layers(merged, override_layer(doc, where))
+        if where.rpartition(":")[0] not in files:
+            files.append(where.rpartition(":")[0])
     check(merged.doc, merged.positions, merged.plain)
-    return Profile(name, merged.doc, _sources(merged), resolver.files)
+    return Profile(name, merged.doc, sources_of(merged), files)
 
 
-def _sources(merged: Parsed) -> Dict[str, str]:
+# Profile keys an override cannot carry: they are about files, not settings.
+NOT_OVERRIDABLE = ("extends", "nictune")
+
+
+def override_layer(mapping: Any, where: str) -> Parsed:
+    """An override mapping (an inventory `nictune:` variable, a play's
+    vars.nictune) as a merge layer.  Inventory files give no finer
+    positions, so all of it is located where the variable was set."""
+    file, _, line = where.rpartition(":")
+    position = (file, int(line)) if file and line.isdigit() else (where, None)
+    if not isinstance(mapping, dict):
+        raise ProfileError(*position, "nictune",
+                           f"the nictune variable must be a mapping of profile keys, not {kind(mapping)}")
+    for key in NOT_OVERRIDABLE:
+        if key in mapping:
+            raise ProfileError(*position, f"nictune.{key}",
+                               f"{key} cannot be set from an inventory; profiles name their parents")
+    positions: Dict[Path, Tuple[str, Optional[int]]] = {}
+
+    def walk(path: Path, value: Any) -> None:
+        positions[path] = position
+        if isinstance(value, dict):
+            for key, child in value.items():
+                walk(path + (key,), child)
+        elif isinstance(value, list):
+            for i, child in enumerate(value):
+                walk(path + (i,), child)
+
+    walk((), mapping)
+    return Parsed(mapping, positions, {})
+
+
+def sources_of(merged: Parsed) -> Dict[str, str]:
     out: Dict[str, str] = {}
 
     def walk(path: tuple, value: Any) -> None:

@@ -105,12 +105,22 @@ def _os_reason(e: OSError) -> str:
     return f"cannot read it: {e.strerror or e}"
 
 
-def parse_file(path: str) -> Parsed:
-    return parse_text(read_file(path), path)
+def parse_file(path: str, kind: str = "profile") -> Parsed:
+    return parse_text(read_file(path), path, kind)
 
 
-def parse_text(text: str, name: str) -> Parsed:
-    """Parse one YAML document whose top level is a mapping."""
+# What each kind of document is at its top level, and how to say so.
+_TOP = {
+    "profile": (MappingNode, "a mapping that starts with 'nictune: 1'",
+                "the top level of a profile must be a mapping (key: value lines)"),
+    "playbook": (SequenceNode, "a list of plays, each starting with '- hosts:'",
+                 "the top level of a playbook must be a list of plays, each starting with '- hosts:'"),
+}
+
+
+def parse_text(text: str, name: str, kind: str = "profile") -> Parsed:
+    """Parse one YAML document: a profile (a mapping) or a playbook (a list)."""
+    node_type, what, wrong = _TOP[kind]
     if len(text) > MAX_BYTES:
         raise ProfileError(name, None, "", "is too large (the limit is 16 MiB)")
     _check_depth(text, name)
@@ -119,9 +129,9 @@ def parse_text(text: str, name: str) -> Parsed:
     except yaml.YAMLError as e:
         raise _yaml_error(e, name, text) from None
     if root is None:
-        raise ProfileError(name, None, "", "is empty; a profile is a mapping that starts with 'nictune: 1'")
-    if not isinstance(root, MappingNode):
-        raise ProfileError(name, _line(root), "", "the top level of a profile must be a mapping (key: value lines)")
+        raise ProfileError(name, None, "", f"is empty; a {kind} is {what}")
+    if not isinstance(root, node_type):
+        raise ProfileError(name, _line(root), "", wrong)
     conv = _Converter(name)
     conv.positions[()] = (name, _line(root))
     doc = conv.convert(root, (), 0)

@@ -1,0 +1,158 @@
+"""Many hosts at once: inventory hosts -> per-host profiles -> SSH agents.
+
+The controller resolves each host's profile (the profile, then the
+inventory's `nictune:` override layers, then a play's) into the same plain
+request the local CLI sends, and runs a bounded pool of SSH sessions.  A
+host that cannot be reached, or does not answer in time, gets a report
+with an error like any other failure; it never stops the others.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional
+
+from nictune.control.request import build_request
+from nictune.control.ssh import SshHost, SshOptions, SshTarget
+from nictune.errors import NictuneError, exit_code
+from nictune.journal import DEFAULT_STATE_DIR
+
+DEFAULT_FORKS = 50
+
+# Ansible's interpreter discovery values mean "find python3 yourself".
+_DISCOVER = ("auto", "auto_legacy", "auto_silent", "auto_legacy_silent")
+
+
+@dataclass
+class Job:
+    """One host's part of a fleet command."""
+    label: str
+    target: Optional[SshTarget]
+    request: Optional[dict]
+    error: Optional[dict] = None  # set when the host could not even be prepared
+
+
+def ssh_host(host) -> SshHost:
+    """The connection settings of an inventory host (Ansible variable names)."""
+    v = host.vars
+    python = v.get("nictune_python") or v.get("ansible_python_interpreter") or "python3"
+    if python in _DISCOVER:
+        python = "python3"
+    opts = ssh_args_options(" ".join(str(v.get(k) or "") for k in
+                                     ("ansible_ssh_common_args", "ansible_ssh_extra_args")))
+    return SshHost(
+        label=host.name,
+        address=host.address,
+        port=host.port,
+        user=host.user,
+        key_files=[host.key_file] if host.key_file else [],
+        python=str(python),
+        state_dir=str(v.get("nictune_state_dir") or DEFAULT_STATE_DIR),
+        known_hosts=opts.get("userknownhostsfile", "").split(),
+        proxy_jump=opts.get("proxyjump"),
+    )
+
+
+def ssh_args_options(args: str) -> Dict[str, str]:
+    """The `-o Key=Value` and `-J jump` options of ansible_ssh_common_args that
+    nictune honours (lowercased keys), read as words: never run by a shell."""
+    import shlex
+
+    try:
+        words = shlex.split(args)
+    except ValueError:
+        return {}
+    out: Dict[str, str] = {}
+    for flag, value in zip(words, words[1:]):
+        if flag == "-o" and "=" in value:
+            key, _, val = value.partition("=")
+            out[key.strip().lower()] = val.strip()
+        elif flag == "-J":
+            out["proxyjump"] = value
+    for word in words:  # the glued forms -oKey=Value and -Jhost
+        if word.startswith("-o") and len(word) > 2 and "=" in word:
+            key, _, val = word[2:].partition("=")
+            out[key.strip().lower()] = val.strip()
+        elif word.startswith("-J") and len(word) > 2:
+            out["proxyjump"] = word[2:]
+    return out
+
+
+class Profiles:
+    """Per-host profiles: the base profile plus each host's override layers.
+    Hosts with the same layers share one merged, validated profile."""
+
+    def __init__(self, path: str, gate: Optional[Callable] = None):
+        self.path = path
+        self.gate = gate  # e.g. lint: raises on a profile that must not run
+        self._cache: Dict[str, object] = {}
+
+    def for_host(self, host):
+        from nictune.profile.loader import load_profile
+
+        layers = list(host.nictune_overrides())
+        key = json.dumps(layers, sort_keys=True, default=str)
+        if key not in self._cache:
+            self._cache[key] = self._checked(load_profile(self.path, overrides=layers))
+        return self._cache[key]
+
+    def _checked(self, profile):
+        if self.gate:
+            self.gate(profile)
+        return profile
+
+
+def jobs_for(command: str, hosts: list, profiles: Optional[Profiles], options: SshOptions) -> List[Job]:
+    from nictune.profile.loader import ProfileError
+
+    jobs = []
+    for host in hosts:
+        try:
+            target = SshTarget(ssh_host(host), options)
+            profile = profiles.for_host(host) if profiles else None
+            jobs.append(Job(host.name, target, build_request(command, profile)))
+        except ProfileError as e:
+            jobs.append(Job(host.name, None, None, {"kind": "profile", "message": str(e)}))
+        except NictuneError as e:
+            jobs.append(Job(host.name, None, None, e.as_dict()))
+    return jobs
+
+
+def failed_report(label: str, command: str, error: dict, seconds: float = 0.0) -> dict:
+    """A host report for a host whose agent never answered."""
+    return {"host": label, "command": command, "ok": False, "exit_code": exit_code(error["kind"]),
+            "changed": False, "summary": {}, "changes": [], "warnings": [], "error": error,
+            "seconds": round(seconds, 4), "unreachable": error["kind"] == "transport"}
+
+
+def run_jobs(command: str, jobs: List[Job], forks: int = DEFAULT_FORKS,
+             progress: Optional[Callable[[dict], None]] = None) -> List[dict]:
+    """Run every job, at most `forks` at a time; reports in the jobs' order."""
+    reports: List[Optional[dict]] = [None] * len(jobs)
+
+    def one(job: Job) -> dict:
+        started = time.monotonic()
+        if job.error:
+            return failed_report(job.label, command, job.error)
+        try:
+            return job.target.run(job.request)
+        except NictuneError as e:
+            return failed_report(job.label, command, e.as_dict(), time.monotonic() - started)
+        except Exception as e:  # noqa: BLE001 - one host's surprise is that host's error
+            return failed_report(job.label, command, {
+                "kind": "system", "message": f"{job.label}: {type(e).__name__}: {e}"},
+                time.monotonic() - started)
+
+    if not jobs:
+        return []
+    with ThreadPoolExecutor(max_workers=max(1, min(forks, len(jobs)))) as pool:
+        futures = {pool.submit(one, job): i for i, job in enumerate(jobs)}
+        for future in as_completed(futures):
+            report = future.result()
+            reports[futures[future]] = report
+            if progress:
+                progress(report)
+    return reports  # type: ignore[return-value]

@@ -1,0 +1,342 @@
+"""SSH targets (paramiko): the agent runs on the host, one session per command.
+
+Per host and command: one TCP connection, one exec channel running the
+bootstrap (control/agentzip.py), the archive sent only if the host lacks it,
+the request as one JSON line, the report as one JSON line back, and for an
+apply the "confirm" exchange of nictune/watchdog.py.
+
+Connection settings follow OpenSSH and Ansible: inventory variables first
+(ansible_host, ansible_port, ansible_user, ansible_ssh_private_key_file),
+then ~/.ssh/config for the address (HostName, User, Port, IdentityFile,
+ProxyJump, ProxyCommand, UserKnownHostsFile), then defaults; keys from
+files and from ssh-agent.  Host keys are checked against known_hosts: an
+unknown key is refused unless the user opts in, a changed key always is.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import logging
+import os
+import re
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import paramiko
+
+from nictune.control import agentzip
+from nictune.errors import TransportError
+from nictune.journal import DEFAULT_STATE_DIR
+from nictune.validate import check_path
+
+# paramiko logs a traceback from its transport thread for every failed
+# handshake; the host's report already says what went wrong.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+logging.getLogger("paramiko").propagate = False
+
+PYTHON = re.compile(r"^(/[A-Za-z0-9._+/-]{1,255}|python3(\.[0-9]{1,2})?)$")
+SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
+
+
+@dataclass
+class SshOptions:
+    connect_timeout: float = 10.0
+    command_timeout: float = 120.0
+    accept_new_host_keys: bool = False
+    confirm_timeout: float = 30.0
+    ssh_config: Optional[str] = "~/.ssh/config"
+    # Tests and benches only: leave an apply unconfirmed, as a lost session would.
+    skip_confirm: bool = False
+
+
+@dataclass
+class SshHost:
+    """Where and how to reach one host; fields left None come from ssh config."""
+    label: str
+    address: str
+    port: Optional[int] = None
+    user: Optional[str] = None
+    key_files: List[str] = field(default_factory=list)
+    python: str = "python3"
+    state_dir: str = DEFAULT_STATE_DIR
+    known_hosts: List[str] = field(default_factory=list)  # before ssh config's
+    proxy_jump: Optional[str] = None
+
+
+class HostKeyRefused(TransportError):
+    pass
+
+
+# -- ssh config ---------------------------------------------------------------
+
+@dataclass
+class _Endpoint:
+    hostname: str
+    port: int
+    user: str
+    key_files: List[str]
+    known_hosts: List[str]
+    proxy_jump: Optional[str]
+    proxy_command: Optional[str]
+
+
+def _config(path: Optional[str]) -> paramiko.SSHConfig:
+    if path:
+        full = os.path.expanduser(path)
+        if os.path.exists(full):
+            try:
+                return paramiko.SSHConfig.from_path(full)
+            except Exception as e:  # noqa: BLE001 - paramiko raises several kinds
+                raise TransportError(f"{full}: cannot read this ssh config: {e}") from None
+    return paramiko.SSHConfig()
+
+
+def _endpoint(config: paramiko.SSHConfig, address: str, port=None, user=None,
+              key_files=(), known_hosts=(), proxy_jump=None) -> _Endpoint:
+    o = config.lookup(address)
+    if proxy_jump:
+        o["proxyjump"] = proxy_jump
+    known = [os.path.expanduser(p) for p in list(known_hosts) or
+             (o.get("userknownhostsfile") or "~/.ssh/known_hosts").split()]
+    return _Endpoint(
+        hostname=o.get("hostname", address),
+        port=int(port or o.get("port", 22)),
+        user=user or o.get("user") or getpass.getuser(),
+        key_files=[os.path.expanduser(k) for k in (list(key_files) or o.get("identityfile", []))],
+        known_hosts=known,
+        proxy_jump=o.get("proxyjump") if str(o.get("proxyjump", "none")).lower() != "none" else None,
+        proxy_command=o.get("proxycommand") if str(o.get("proxycommand", "none")).lower() != "none" else None,
+    )
+
+
+# -- host keys ----------------------------------------------------------------
+
+_known_hosts_lock = threading.Lock()
+
+
+def _host_id(hostname: str, port: int) -> str:
+    return hostname if port == 22 else f"[{hostname}]:{port}"
+
+
+class _Refuse(paramiko.MissingHostKeyPolicy):
+    def missing_host_key(self, client, hostname, key):
+        raise HostKeyRefused(
+            f"{hostname}: unknown host key ({key.get_name()} "
+            f"SHA256:{key.fingerprint.split(':', 1)[-1]}), refused. Check the fingerprint "
+            "and add it to known_hosts, or run again with --accept-new-host-keys")
+
+
+class _AcceptNew(paramiko.MissingHostKeyPolicy):
+    """Trust a first-seen key and remember it (OpenSSH's accept-new)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def missing_host_key(self, client, hostname, key):
+        line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+        with _known_hosts_lock:
+            os.makedirs(os.path.dirname(self.path) or ".", mode=0o700, exist_ok=True)
+            with open(self.path, "a") as f:
+                f.write(line)
+        client.get_host_keys().add(hostname, key.get_name(), key)
+
+
+def _client(ep: _Endpoint, options: SshOptions) -> paramiko.SSHClient:
+    client = paramiko.SSHClient()
+    for path in [SYSTEM_KNOWN_HOSTS] + ep.known_hosts:
+        if os.path.exists(path):
+            try:
+                client.load_system_host_keys(path)
+            except Exception as e:  # noqa: BLE001
+                raise TransportError(f"{path}: cannot read this known_hosts file: {e}") from None
+    client.set_missing_host_key_policy(
+        _AcceptNew(ep.known_hosts[0]) if options.accept_new_host_keys else _Refuse())
+    return client
+
+
+# -- connecting ---------------------------------------------------------------
+
+def _connect(ep: _Endpoint, options: SshOptions, sock=None) -> paramiko.SSHClient:
+    client = _client(ep, options)
+    t = options.connect_timeout
+    try:
+        client.connect(ep.hostname, port=ep.port, username=ep.user,
+                       key_filename=[k for k in ep.key_files if os.path.exists(k)] or None,
+                       timeout=t, banner_timeout=t, auth_timeout=t, channel_timeout=t,
+                       sock=sock, allow_agent=True, look_for_keys=not ep.key_files)
+    except HostKeyRefused:
+        client.close()
+        raise
+    except paramiko.BadHostKeyException as e:
+        client.close()
+        raise HostKeyRefused(
+            f"{ep.hostname}: the host key has CHANGED (expected {e.expected_key.get_name()} "
+            f"SHA256:{e.expected_key.fingerprint.split(':', 1)[-1]}, got "
+            f"SHA256:{e.key.fingerprint.split(':', 1)[-1]}). Refused: this may be an attack. "
+            f"If you know why it changed, remove the old key with `ssh-keygen -R "
+            f"{_host_id(ep.hostname, ep.port)}` and run again") from None
+    except paramiko.AuthenticationException:
+        client.close()
+        raise TransportError(f"{ep.user}@{ep.hostname}:{ep.port}: authentication failed "
+                             "(no key was accepted; check ansible_ssh_private_key_file, "
+                             "IdentityFile or ssh-agent)") from None
+    except (socket.timeout, TimeoutError):
+        client.close()
+        raise TransportError(f"{ep.hostname}:{ep.port}: no answer within {t:g} s") from None
+    except (OSError, paramiko.SSHException, EOFError) as e:
+        client.close()
+        raise TransportError(f"{ep.hostname}:{ep.port}: cannot connect: {_why(e)}") from None
+    return client
+
+
+def _why(e: BaseException) -> str:
+    text = str(e) or type(e).__name__
+    if "banner" in text.lower() or text == "No existing session":
+        return "the server accepted the connection but never answered as SSH"
+    return text
+
+
+def _open(host: SshHost, options: SshOptions) -> tuple:
+    """Connect, through the ProxyJump hops if configured.  Returns (client, hops)."""
+    config = _config(options.ssh_config)
+    ep = _endpoint(config, host.address, host.port, host.user, host.key_files,
+                   host.known_hosts, host.proxy_jump)
+    chain = [_hop(config, hop) for hop in ep.proxy_jump.split(",")] if ep.proxy_jump else []
+    sock = None
+    if ep.proxy_command and not chain:
+        # From the user's own ssh config, run as OpenSSH would run it.
+        sock = paramiko.ProxyCommand(ep.proxy_command)
+    clients: list = []
+    try:
+        for nxt in chain + [ep]:
+            if clients:
+                sock = clients[-1].get_transport().open_channel(
+                    "direct-tcpip", (nxt.hostname, nxt.port), ("127.0.0.1", 0),
+                    timeout=options.connect_timeout)
+            clients.append(_connect(nxt, options, sock))
+    except BaseException:
+        for c in clients:
+            c.close()
+        raise
+    return clients[-1], clients[:-1]
+
+
+def _hop(config: paramiko.SSHConfig, hop: str) -> _Endpoint:
+    """One ProxyJump element: [user@]host[:port]."""
+    user, _, rest = hop.strip().rpartition("@")
+    name, _, port = rest.partition(":")
+    return _endpoint(config, name, int(port) if port.isdigit() else None, user or None)
+
+
+# -- one command ----------------------------------------------------------------
+
+class _Lines:
+    """Line reader over a channel with one deadline for the whole command."""
+
+    def __init__(self, chan, deadline: float, label: str):
+        self.chan, self.deadline, self.label = chan, deadline, label
+        self.buf = b""
+
+    def readline(self, what: str) -> bytes:
+        while b"\n" not in self.buf:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TransportError(f"{self.label}: no {what} in time (command timeout)")
+            self.chan.settimeout(left)
+            try:
+                chunk = self.chan.recv(65536)
+            except socket.timeout:
+                continue
+            if not chunk:
+                return b""
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        return line + b"\n"
+
+
+def _stderr_tail(chan) -> str:
+    data = b""
+    while chan.recv_stderr_ready():
+        data += chan.recv_stderr(65536)
+    lines = data.decode(errors="replace").strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+class SshTarget:
+    def __init__(self, host: SshHost, options: SshOptions):
+        if not PYTHON.match(host.python):
+            raise TransportError(f"{host.label}: nictune_python {host.python!r} is not a "
+                                 "python3 command or an absolute path")
+        check_path(host.state_dir, "nictune_state_dir")
+        self.host, self.options = host, options
+        self.label = host.label
+
+    def run(self, request: dict) -> dict:
+        request = dict(request, host=self.label, state_dir=self.host.state_dir)
+        confirm = request["command"] == "apply" and self.options.confirm_timeout > 0
+        if confirm:
+            request["confirm"] = {"timeout": self.options.confirm_timeout}
+        client, hops = _open(self.host, self.options)
+        try:
+            return self._exchange(client, request, confirm)
+        except (socket.timeout, TimeoutError):
+            raise TransportError(f"{self.label}: the agent did not answer within "
+                                 f"{self.options.command_timeout:g} s") from None
+        except (OSError, paramiko.SSHException, EOFError) as e:
+            raise TransportError(f"{self.label}: the session failed: {e}") from None
+        finally:
+            client.close()
+            for c in hops:
+                c.close()
+
+    def _exchange(self, client: paramiko.SSHClient, request: dict, confirm: bool) -> dict:
+        bundle = agentzip.build()
+        user = client.get_transport().get_username()
+        chan = client.get_transport().open_session(timeout=self.options.connect_timeout)
+        lines = _Lines(chan, time.monotonic() + self.options.command_timeout, self.label)
+        chan.exec_command(agentzip.remote_command(self.host.python, bundle.sha256,
+                                                  self.host.state_dir, sudo=user != "root"))
+        answer = lines.readline("answer from the agent bootstrap")
+        if answer == b"need\n":
+            chan.sendall(b"%d\n" % len(bundle.data) + bundle.data)
+        elif answer != b"have\n":
+            raise self._failed(chan, "the agent did not start")
+        chan.sendall(json.dumps(request).encode() + b"\n")
+        line = lines.readline("report")
+        try:
+            report = json.loads(line)
+        except ValueError:
+            raise self._failed(chan, "the agent sent no report") from None
+        report["transport"] = {"agent_sent": answer == b"need\n"}
+        if confirm and report.get("ok") and report.get("changed"):
+            state = self._confirm(chan, lines)
+            if state != "confirmed":
+                report.update(ok=False, exit_code=3, error={
+                    "kind": "rolled-back",
+                    "message": f"the apply was not confirmed ({state or 'no answer'}): the "
+                               "host's watchdog rolls it back "
+                               f"{self.options.confirm_timeout:g} s after it finished"})
+        chan.shutdown_write()
+        return report
+
+    def _confirm(self, chan, lines: _Lines) -> str:
+        if self.options.skip_confirm:
+            return ""
+        chan.sendall(b"confirm\n")
+        try:
+            state = json.loads(lines.readline("confirmation")).get("nictune_confirm", "")
+        except ValueError:
+            state = ""
+        return state
+
+    def _failed(self, chan, what: str) -> TransportError:
+        deadline = time.monotonic() + 2
+        while not chan.exit_status_ready() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        status = chan.recv_exit_status() if chan.exit_status_ready() else None
+        tail = _stderr_tail(chan) or "no error output"
+        return TransportError(f"{self.label}: {what} (exit {status}): {tail}")
