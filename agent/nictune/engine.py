@@ -174,6 +174,9 @@ def restore(fams: Families, changes: list) -> bool:
     """
     errors: dict = {}
     current = fams.read([c.key for c in changes])
+    # Keys already back (hand-made drift, or an interrupted apply that never
+    # reached them) are not written, and not reported as restored.
+    already = {c.key for c in changes if current[c.key] == c.before}
     for _ in range(2):
         todo = [c for c in reversed(changes) if current[c.key] != c.before]
         if not todo:
@@ -187,7 +190,9 @@ def restore(fams: Families, changes: list) -> bool:
     ok = True
     for c in changes:
         if current[c.key] == c.before:
-            if c.status == m.APPLIED:
+            if c.status == m.APPLIED and c.key in already:
+                c.status, c.note = m.OK, "already at its before-value"
+            elif c.status == m.APPLIED:
                 c.status = m.REVERTED
         else:
             ok = False

@@ -352,6 +352,11 @@ def test_rollback_after_an_interrupted_apply(cx7):
     out = cx7.engine().rollback()
     assert out.error is None
     assert any("had not finished" in w for w in out.warnings)
+    # Only what the crashed apply wrote is reported as restored.
+    restored = {c.key.name for c in out.changes if c.status == m.REVERTED}
+    untouched = [c for c in out.changes if c.status == m.OK]
+    assert "combined" in restored and "rx" not in restored  # rings: never written
+    assert untouched and all(c.note == "already at its before-value" for c in untouched)
     assert cx7.kernel.snapshot() == cx7.initial
     assert cx7.journal()["status"] == "rolled-back"
     assert cx7.apply(CX7).error is None  # and now it may apply again
