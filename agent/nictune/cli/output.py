@@ -229,7 +229,7 @@ def _result(h: dict) -> str:
     if h.get("error"):
         return "unreachable" if h.get("unreachable") else h["error"]["kind"]
     s = h.get("summary", {})
-    for status in ("drift", "pending", "applied"):
+    for status in ("drift", "pending", "applied", "reverted"):
         if s.get(status):
             return status
     return "ok"
