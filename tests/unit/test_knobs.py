@@ -325,6 +325,14 @@ def test_ring_and_channel_limits_come_from_the_device(cx7, maia):
     mana_rings.read([tx])
     assert mana_rings.check(tx, Want(16384)) is None  # MANA's tx maximum is twice rx's
     assert mana_rings.check(tx, Want(16385)) == "rings tx 16385 is above the device maximum 16384"
+    # MANA rounds ring sizes up to a power of two: an exact 1000 would read
+    # back as 1024 and fail verification, so it is refused before writing.
+    assert mana_rings.check(tx, Want(1000)) == (
+        "not supported by mana: tx rings are a power of two of at least 128; 1000 would "
+        "become 1024: ask for 1024, or {min: 1000}")
+    assert mana_rings.check(tx, Want(1000, "min")) is None
+    assert mana_rings.check(tx, Want(1024)) is None
+    assert rings.check(rx, Want(1000)) is None  # mlx5 takes any size
 
 
 def test_a_driver_without_the_operation(maia):

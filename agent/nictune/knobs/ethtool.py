@@ -12,6 +12,7 @@ import difflib
 import fnmatch
 from typing import Optional
 
+from nictune import nicclass
 from nictune.knobs.base import Family, group_by_target
 from nictune.model import Unsupported
 from nictune.validate import FEATURE_NAME, check
@@ -167,6 +168,19 @@ class RingsFamily(EthtoolParamsFamily):
 
     def _dump(self):
         return self.host.ethtool().rings()
+
+    def check(self, key, want) -> Optional[str]:
+        reason = super().check(key, want)
+        if reason or want.bound == "min":
+            return reason
+        driver = next((i.driver for i in self.host.interfaces() if i.name == key.target), None)
+        effective = nicclass.rings_effective(driver, key.name, want.value)
+        if effective != want.value:
+            # It would read back as `effective`, fail verification and roll back.
+            return (f"not supported by {driver}: {key.name} rings are a power of two of at least "
+                    f"{nicclass.for_driver(driver).rings[key.name][0]}; {want.value} would become "
+                    f"{effective}: ask for {effective}, or {{min: {want.value}}}")
+        return None
 
     def _set(self, ifname, values):
         self.host.ethtool().set_rings(ifname, values)
