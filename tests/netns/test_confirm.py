@@ -30,10 +30,26 @@ interfaces:
 """
 
 
-def _agent(pair, state) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(nictune.__file__)))
-    return subprocess.Popen(["ip", "netns", "exec", pair.ns_a, sys.executable, "-m", "nictune.agent"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+def _argv(pair) -> list:
+    return ["ip", "netns", "exec", pair.ns_a, sys.executable, "-m", "nictune.agent"]
+
+
+def _env() -> dict:
+    return dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(nictune.__file__)))
+
+
+def _agent(pair) -> subprocess.Popen:
+    return subprocess.Popen(_argv(pair), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_env())
+
+
+def _applied(pair, state, timeout: float) -> subprocess.Popen:
+    """An agent that applied and now waits for its confirmation."""
+    agent = _agent(pair)
+    agent.stdin.write(_request(state, timeout))
+    agent.stdin.flush()
+    report = json.loads(agent.stdout.readline())
+    assert report["ok"] and report["changed"], report
+    return agent
 
 
 def _request(state, timeout=1.0) -> bytes:
@@ -62,7 +78,7 @@ def _wait_for(predicate, seconds=10.0) -> bool:
 
 def test_unconfirmed_apply_is_rolled_back_by_the_watchdog(veth_pair, tmp_path):
     state = tmp_path / "state"
-    agent = _agent(veth_pair, state)
+    agent = _agent(veth_pair)
     # The request, then end of input: as if the session died after the apply.
     out, _ = agent.communicate(_request(state), timeout=60)
     report = json.loads(out.splitlines()[0])
@@ -74,11 +90,7 @@ def test_unconfirmed_apply_is_rolled_back_by_the_watchdog(veth_pair, tmp_path):
 
 def test_confirmed_apply_stays(veth_pair, tmp_path):
     state = tmp_path / "state"
-    agent = _agent(veth_pair, state)
-    agent.stdin.write(_request(state, timeout=1.0))
-    agent.stdin.flush()
-    report = json.loads(agent.stdout.readline())
-    assert report["ok"] and report["changed"], report
+    agent = _applied(veth_pair, state, timeout=1.0)
     agent.stdin.write(b"confirm\n")
     agent.stdin.flush()
     assert json.loads(agent.stdout.readline()) == {"nictune_confirm": "confirmed"}
@@ -92,15 +104,10 @@ def test_confirmed_apply_stays(veth_pair, tmp_path):
 
 def test_a_second_apply_waits_for_the_first_to_be_confirmed(veth_pair, tmp_path):
     state = tmp_path / "state"
-    first = _agent(veth_pair, state)
-    first.stdin.write(_request(state, timeout=30.0))
-    first.stdin.flush()
-    assert json.loads(first.stdout.readline())["changed"]
+    first = _applied(veth_pair, state, timeout=30.0)
     try:
-        second = subprocess.run(_agent(veth_pair, state).args, input=_request(state),
-                                capture_output=True, env=dict(
-                                    os.environ, PYTHONPATH=os.path.dirname(
-                                        os.path.dirname(nictune.__file__))), timeout=60)
+        second = subprocess.run(_argv(veth_pair), input=_request(state), capture_output=True,
+                                env=_env(), timeout=60)
         report = json.loads(second.stdout.splitlines()[0])
         assert report["error"]["kind"] == "locked"
         assert "awaits its controller's confirmation" in report["error"]["message"]

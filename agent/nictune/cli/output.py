@@ -68,12 +68,18 @@ class Printer:
         sys.stderr.write(f"error: {text}\n")
 
     # -- reports ----------------------------------------------------------
-    def report(self, report: dict, show_ok: bool = False, profile: str = "") -> None:
+    def _printed_whole(self, report: dict) -> bool:
+        """JSON, or an error before any host: nothing more to print."""
         if self.as_json:
             self.json(report)
-            return
-        if report.get("error") and not report["hosts"]:
+        elif report.get("error") and not report["hosts"]:
             self.error(report["error"]["message"])
+        else:
+            return False
+        return True
+
+    def report(self, report: dict, show_ok: bool = False, profile: str = "") -> None:
+        if self._printed_whole(report):
             return
         for host in report["hosts"]:
             self.host(host, show_ok, profile)
@@ -161,11 +167,7 @@ class Printer:
                          f"{_listing(names)}: {batch.get('result', '')}\n")
 
     def fleet(self, report: dict, show_ok: bool = False, target: str = "") -> None:
-        if self.as_json:
-            self.json(report)
-            return
-        if report.get("error") and not report["hosts"]:
-            self.error(report["error"]["message"])
+        if self._printed_whole(report):
             return
         command = report["command"]
         columns = COLUMNS.get("verify" if command == "audit" else command, ("before", "after"))

@@ -515,22 +515,15 @@ def _pids_in(namespaces: List[str]) -> List[int]:
 
 
 def _stop(pids: List[int], grace: float = 3.0) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + grace
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    for pid in [p for p in pids if _alive(p)]:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + grace
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in [p for p in pids if _alive(p)]:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.02)
 
 
 def down(record_path: str) -> List[str]:
