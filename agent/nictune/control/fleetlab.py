@@ -155,6 +155,17 @@ def _tail(path: str, lines: int = 8) -> str:
         return "(no log)"
 
 
+def restart_sshd(fleet: Fleet, host: FleetHost) -> None:
+    """Stop a host's sshd and start it again with the same command line, so
+    that it (and every session it opens) sees what is now in /etc/netns/<ns>/.
+    The new server goes into the record, so down() removes it."""
+    with open(fleet.record) as f:
+        record = _Record(fleet.record, json.load(f))
+    _stop([p["pid"] for p in record.data["processes"] if p["host"] == host.name])
+    _start_servers(record, fleet.dir, [host])
+    _wait_ready(fleet.dir, [host], record, timeout=10)
+
+
 def run_in(host: FleetHost, argv: List[str]) -> subprocess.CompletedProcess:
     """Run argv inside a fleet host's namespace, as its sshd's commands see it
     (its own /etc/nccl.conf included); text output, never raises on exit code."""

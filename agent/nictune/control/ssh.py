@@ -187,7 +187,15 @@ def _connect(ep: _Endpoint, options: SshOptions, sock=None) -> paramiko.SSHClien
     except (socket.timeout, TimeoutError):
         client.close()
         raise TransportError(f"{ep.hostname}:{ep.port}: no answer within {t:g} s") from None
-    except (OSError, paramiko.SSHException, EOFError) as e:
+    except paramiko.SSHException as e:
+        client.close()
+        if str(e) == "No authentication methods available":
+            raise TransportError(
+                f"{ep.user}@{ep.hostname}:{ep.port}: authentication failed (no key to offer: "
+                "set ansible_ssh_private_key_file or IdentityFile, or load a key into "
+                "ssh-agent)") from None
+        raise TransportError(f"{ep.hostname}:{ep.port}: cannot connect: {_why(e)}") from None
+    except (OSError, EOFError) as e:
         client.close()
         raise TransportError(f"{ep.hostname}:{ep.port}: cannot connect: {_why(e)}") from None
     return client
@@ -205,24 +213,40 @@ def _open(host: SshHost, options: SshOptions) -> tuple:
     config = _config(options.ssh_config)
     ep = _endpoint(config, host.address, host.port, host.user, host.key_files,
                    host.known_hosts, host.proxy_jump)
-    chain = [_hop(config, hop) for hop in ep.proxy_jump.split(",")] if ep.proxy_jump else []
+    names = [hop.strip() for hop in ep.proxy_jump.split(",")] if ep.proxy_jump else []
+    chain = [_hop(config, name) for name in names]
     sock = None
     if ep.proxy_command and not chain:
         # From the user's own ssh config, run as OpenSSH would run it.
         sock = paramiko.ProxyCommand(ep.proxy_command)
     clients: list = []
     try:
-        for nxt in chain + [ep]:
+        for i, nxt in enumerate(chain + [ep]):
             if clients:
-                sock = clients[-1].get_transport().open_channel(
-                    "direct-tcpip", (nxt.hostname, nxt.port), ("127.0.0.1", 0),
-                    timeout=options.connect_timeout)
-            clients.append(_connect(nxt, options, sock))
+                sock = _forward(clients[-1], nxt, names[i - 1], options)
+            try:
+                clients.append(_connect(nxt, options, sock))
+            except TransportError as e:
+                if i < len(chain):  # say which hop failed
+                    raise type(e)(f"jump host {names[i]}: {e}") from None
+                raise
     except BaseException:
         for c in clients:
             c.close()
         raise
     return clients[-1], clients[:-1]
+
+
+def _forward(jump: paramiko.SSHClient, nxt: _Endpoint, name: str, options: SshOptions):
+    """A channel from the jump host to the next hop's SSH port."""
+    try:
+        return jump.get_transport().open_channel(
+            "direct-tcpip", (nxt.hostname, nxt.port), ("127.0.0.1", 0),
+            timeout=options.connect_timeout)
+    except (OSError, paramiko.SSHException, EOFError) as e:
+        why = getattr(e, "text", None) or _why(e)
+        raise TransportError(f"{nxt.hostname}:{nxt.port}: the jump host {name} could not "
+                             f"connect to it ({why})") from None
 
 
 def _hop(config: paramiko.SSHConfig, hop: str) -> _Endpoint:
