@@ -53,6 +53,7 @@ def ssh_host(host) -> SshHost:
         state_dir=str(v.get("nictune_state_dir") or DEFAULT_STATE_DIR),
         known_hosts=opts.get("userknownhostsfile", "").split(),
         proxy_jump=opts.get("proxyjump"),
+        identities_only=opts.get("identitiesonly", "").lower() == "yes",
     )
 
 
@@ -118,6 +119,9 @@ def jobs_for(command: str, hosts: list, profiles: Optional[Profiles], options: S
             jobs.append(Job(host.name, None, None, {"kind": "profile", "message": str(e)}))
         except NictuneError as e:
             jobs.append(Job(host.name, None, None, e.as_dict()))
+        except ValueError as e:  # validate.InvalidInput: a bad nictune_state_dir...
+            jobs.append(Job(host.name, None, None, {"kind": "invalid-input",
+                                                    "message": f"{host.name}: {e}"}))
     return jobs
 
 

@@ -65,6 +65,7 @@ class SshHost:
     state_dir: str = DEFAULT_STATE_DIR
     known_hosts: List[str] = field(default_factory=list)  # before ssh config's
     proxy_jump: Optional[str] = None
+    identities_only: bool = False
 
 
 class HostKeyRefused(TransportError):
@@ -82,6 +83,7 @@ class _Endpoint:
     known_hosts: List[str]
     proxy_jump: Optional[str]
     proxy_command: Optional[str]
+    identities_only: bool = False
 
 
 def _config(path: Optional[str]) -> paramiko.SSHConfig:
@@ -96,10 +98,12 @@ def _config(path: Optional[str]) -> paramiko.SSHConfig:
 
 
 def _endpoint(config: paramiko.SSHConfig, address: str, port=None, user=None,
-              key_files=(), known_hosts=(), proxy_jump=None) -> _Endpoint:
+              key_files=(), known_hosts=(), proxy_jump=None, identities_only=False) -> _Endpoint:
     o = config.lookup(address)
     if proxy_jump:
         o["proxyjump"] = proxy_jump
+    if identities_only:
+        o["identitiesonly"] = "yes"
     known = [os.path.expanduser(p) for p in list(known_hosts) or
              (o.get("userknownhostsfile") or "~/.ssh/known_hosts").split()]
     return _Endpoint(
@@ -110,6 +114,7 @@ def _endpoint(config: paramiko.SSHConfig, address: str, port=None, user=None,
         known_hosts=known,
         proxy_jump=o.get("proxyjump") if str(o.get("proxyjump", "none")).lower() != "none" else None,
         proxy_command=o.get("proxycommand") if str(o.get("proxycommand", "none")).lower() != "none" else None,
+        identities_only=str(o.get("identitiesonly", "no")).lower() == "yes",
     )
 
 
@@ -167,7 +172,10 @@ def _connect(ep: _Endpoint, options: SshOptions, sock=None) -> paramiko.SSHClien
         client.connect(ep.hostname, port=ep.port, username=ep.user,
                        key_filename=[k for k in ep.key_files if os.path.exists(k)] or None,
                        timeout=t, banner_timeout=t, auth_timeout=t, channel_timeout=t,
-                       sock=sock, allow_agent=True, look_for_keys=not ep.key_files)
+                       sock=sock, look_for_keys=not ep.key_files,
+                       # IdentitiesOnly: offer only the named keys, as OpenSSH
+                       # does (an agent full of keys can exhaust MaxAuthTries).
+                       allow_agent=not (ep.identities_only and ep.key_files))
     except HostKeyRefused:
         client.close()
         raise
@@ -212,7 +220,7 @@ def _open(host: SshHost, options: SshOptions) -> tuple:
     """Connect, through the ProxyJump hops if configured.  Returns (client, hops)."""
     config = _config(options.ssh_config)
     ep = _endpoint(config, host.address, host.port, host.user, host.key_files,
-                   host.known_hosts, host.proxy_jump)
+                   host.known_hosts, host.proxy_jump, host.identities_only)
     names = [hop.strip() for hop in ep.proxy_jump.split(",")] if ep.proxy_jump else []
     chain = [_hop(config, name) for name in names]
     sock = None

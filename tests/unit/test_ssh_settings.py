@@ -1,0 +1,81 @@
+"""Where SSH connection settings come from: inventory, ssh config, ssh args."""
+
+from __future__ import annotations
+
+import paramiko
+import pytest
+
+from nictune.control import ssh
+from nictune.control.fleet import ssh_args_options, ssh_host
+from nictune.errors import TransportError
+
+CONFIG = """\
+Host 198.18.1.*
+    User ops
+    Port 2222
+    IdentityFile ~/.ssh/rails_ed25519
+    UserKnownHostsFile /etc/nictune/known_hosts /etc/nictune/known_hosts.old
+    IdentitiesOnly yes
+Host gpu07
+    HostName 198.18.1.7
+    ProxyJump bastion@198.18.0.10:2200
+"""
+
+
+def config() -> paramiko.SSHConfig:
+    return paramiko.SSHConfig.from_text(CONFIG)
+
+
+def test_ssh_config_fills_what_the_inventory_leaves_open():
+    ep = ssh._endpoint(config(), "198.18.1.3")
+    assert (ep.hostname, ep.port, ep.user) == ("198.18.1.3", 2222, "ops")
+    assert ep.key_files[0].endswith("/.ssh/rails_ed25519")
+    assert ep.known_hosts == ["/etc/nictune/known_hosts", "/etc/nictune/known_hosts.old"]
+    assert ep.identities_only and ep.proxy_jump is None
+
+
+def test_inventory_values_win_over_ssh_config():
+    ep = ssh._endpoint(config(), "198.18.1.3", port=22, user="root", key_files=["/k"],
+                       known_hosts=["/run/kh"])
+    assert (ep.port, ep.user, ep.key_files, ep.known_hosts) == (22, "root", ["/k"], ["/run/kh"])
+
+
+def test_proxyjump_and_its_hops():
+    ep = ssh._endpoint(config(), "gpu07")
+    assert ep.hostname == "198.18.1.7" and ep.proxy_jump == "bastion@198.18.0.10:2200"
+    hop = ssh._hop(config(), "bastion@198.18.0.10:2200")
+    assert (hop.hostname, hop.port, hop.user) == ("198.18.0.10", 2200, "bastion")
+
+
+def test_ansible_ssh_args_are_read_as_words_never_run():
+    opts = ssh_args_options("-o UserKnownHostsFile=/run/lab/kh -oIdentitiesOnly=yes "
+                            "-J jump@198.18.0.1 -o 'ProxyCommand=nc %h %p; rm -rf /'")
+    assert opts["userknownhostsfile"] == "/run/lab/kh"
+    assert opts["identitiesonly"] == "yes" and opts["proxyjump"] == "jump@198.18.0.1"
+    # Read, but ssh_host() never passes ProxyCommand on: only ssh config's is used.
+    assert ssh_args_options("-o 'unbalanced") == {}
+
+
+class InvHost:
+    def __init__(self, **vars):
+        self.name, self.vars = "gpu01", vars
+        self.address, self.port, self.user, self.key_file = "198.18.1.1", None, None, None
+
+
+def test_inventory_variables_become_connection_settings():
+    host = ssh_host(InvHost(ansible_python_interpreter="auto_silent", nictune_state_dir="/srv/nt",
+                            ansible_ssh_common_args="-o UserKnownHostsFile=/kh -o IdentitiesOnly=yes"))
+    assert host.python == "python3" and host.state_dir == "/srv/nt"
+    assert host.known_hosts == ["/kh"] and host.identities_only
+    assert ssh_host(InvHost(nictune_python="/usr/bin/python3.11")).python == "/usr/bin/python3.11"
+
+
+@pytest.mark.parametrize("python", ["python3; reboot", "perl", "/usr/bin/py thon", "$(id)"])
+def test_a_python_that_is_not_a_plain_path_is_refused(python):
+    with pytest.raises(TransportError, match="nictune_python"):
+        ssh.SshTarget(ssh.SshHost("h", "198.18.1.1", python=python), ssh.SshOptions())
+
+
+def test_a_state_dir_that_is_not_absolute_and_normalised_is_refused():
+    with pytest.raises(ValueError):
+        ssh.SshTarget(ssh.SshHost("h", "198.18.1.1", state_dir="/var/../etc"), ssh.SshOptions())
