@@ -364,7 +364,7 @@ _WHAT = {"rings": "ring size", "channels": "channel count"}
 def _dcb_state(recorded: dict) -> DcbState:
     """mlx5's initial DCB state (en_dcbnl.c: vendor TSA, prio_tc 0->1,
     1->0, the rest i->i; PFC off) with the recorded fields on top."""
-    ets = Ets(tc_tx_bw=[0] * 8, tc_rx_bw=[0] * 8, tc_tsa=[255] * 8,
+    ets = Ets(tc_tx_bw=[100] * 8, tc_rx_bw=[0] * 8, tc_tsa=[255] * 8,
               prio_tc=[1, 0, 2, 3, 4, 5, 6, 7], tc_reco_bw=[0] * 8, tc_reco_tsa=[0] * 8,
               reco_prio_tc=[0] * 8, ets_cap=8)
     pfc = Pfc(pfc_cap=8, pfc_en=0, requests=[0] * 8, indications=[0] * 8)
@@ -405,6 +405,9 @@ class FakeDcb:
             raise NetlinkError(errno.EINVAL)
         self.k._write("set_ets", ifname, asdict(ets))
         dev.ets = copy.deepcopy(ets)
+        # mlx5e_build_tc_tx_bw: strict and vendor classes get 100% in the
+        # port register, and getets reports that.
+        dev.ets.tc_tx_bw = [bw if tsa == 2 else 100 for bw, tsa in zip(ets.tc_tx_bw, ets.tc_tsa)]
 
     def set_pfc(self, ifname: str, pfc: Pfc) -> None:
         dev = self._dev(ifname)

@@ -108,6 +108,25 @@ def test_ets_bandwidth_not_100_is_refused_before_any_write(rails, tmp_path):
     assert rails.kernel.writes == []
 
 
+def test_bandwidth_on_a_class_that_is_not_ets_is_refused(rails, tmp_path):
+    roce = {"ets": {"tc_bw": [50, 10, 0, 40, 0, 0, 0, 0],
+                    "tc_tsa": ["ets", "strict", "strict", "ets", "strict", "strict", "strict", "strict"]}}
+    out = Engine(rails, str(tmp_path / "s")).apply(doc(roce), {}, "p.yaml")
+    assert "traffic class 1 is strict, so its tc_bw must be 0" in by_key(out)[("dcb", "ets.tc_bw")].note
+    assert rails.kernel.writes == []
+
+
+def test_bandwidth_reads_as_0_on_strict_and_vendor_classes(rails, tmp_path):
+    # mlx5 reports 100% for them; the profile says 0: no endless drift.
+    assert rails.kernel.dcb[P0].ets.tc_tx_bw == [100] * 8
+    plan = Engine(rails, str(tmp_path / "s")).plan(doc(), {})
+    assert by_key(plan)[("dcb", "ets.tc_bw")].before == [0] * 8
+    assert Engine(rails, str(tmp_path / "s")).apply(doc(), {}, "p.yaml").error is None
+    assert rails.kernel.dcb[P0].ets.tc_tx_bw == [50, 100, 100, 50, 100, 100, 100, 100]
+    out = Engine(rails, str(tmp_path / "s")).rollback()
+    assert out.error is None and rails.kernel.dcb[P0].ets.tc_tsa == [255] * 8
+
+
 def test_trust_pcp_with_a_map_is_refused(rails):
     fam = DcbFamily(rails)
     fam.expand(P0, {"roce": {"trust": "pcp", "dscp_map": {"26": 3}}}, lambda *p: "")

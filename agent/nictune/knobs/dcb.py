@@ -121,6 +121,11 @@ class DcbFamily(Family):
         if state.ets is None:
             return Unsupported("the device reports no ETS")
         values = list(getattr(state.ets, ETS_FIELDS[key.name]))
+        if key.name == "ets.tc_bw":
+            # Bandwidth means something for ETS classes only; mlx5 reports
+            # 100 for strict and vendor classes (mlx5e_build_tc_tx_bw).
+            return [bw if tsa == TSA_CODES["ets"] else 0
+                    for bw, tsa in zip(values, state.ets.tc_tsa)]
         return [_tsa_name(v) for v in values] if key.name == "ets.tc_tsa" else values
 
     def check(self, key, want) -> Optional[str]:
@@ -138,6 +143,10 @@ class DcbFamily(Family):
             return None
         tsa = wanted.get("ets.tc_tsa") or [_tsa_name(v) for v in state.ets.tc_tsa]
         bw = wanted.get("ets.tc_bw") or list(state.ets.tc_tx_bw)
+        stray = [tc for tc, (b, t) in enumerate(zip(bw, tsa)) if b and t != "ets"]
+        if "ets.tc_bw" in wanted and stray:
+            return (f"bandwidth is for ETS classes only: traffic class {stray[0]} is "
+                    f"{tsa[stray[0]]}, so its tc_bw must be 0")
         total = sum(b for b, t in zip(bw, tsa) if t == "ets")
         if total not in (0, 100):
             return (f"the ETS traffic classes' bandwidth would sum to {total}; "
