@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import errno
 import os
-import tempfile
 
 
 def write_atomic(path: str, text: str, mode: int = 0o600, busy_in_place: bool = False) -> None:
@@ -14,6 +13,8 @@ def write_atomic(path: str, text: str, mode: int = 0o600, busy_in_place: bool = 
     `ip netns exec` over /etc/netns/NAME/) cannot be renamed over; with
     `busy_in_place` it is then rewritten in place instead.
     """
+    import tempfile  # only writers pay for it (plan, verify and audit never write)
+
     fd, tmp = tempfile.mkstemp(prefix=".nictune-", dir=os.path.dirname(path))
     try:
         with os.fdopen(fd, "w") as f:

@@ -90,5 +90,5 @@ def test_a_damaged_archive_is_refused(tmp_path):
 
 def test_the_remote_command_quotes_every_word():
     cmd = agentzip.remote_command("python3", "ab" * 32, "/var/lib/nic tune", sudo=True)
-    assert cmd.startswith("exec sudo -n -- python3 -c '")
+    assert cmd.startswith("exec sudo -n -- python3 -I -S -c '")
     assert cmd.endswith(" '/var/lib/nic tune'")

@@ -24,7 +24,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import paramiko
 
@@ -121,52 +121,86 @@ def _endpoint(config: paramiko.SSHConfig, address: str, port=None, user=None,
 # -- host keys ----------------------------------------------------------------
 
 _known_hosts_lock = threading.Lock()
+_known_hosts: Dict[str, tuple] = {}  # path -> (mtime, size, paramiko.HostKeys)
+
+
+def _table(path: str) -> Optional[paramiko.HostKeys]:
+    """A known_hosts file, parsed once per run (and again only if it
+    changes): parsing it per connection made a fleet run quadratic."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    with _known_hosts_lock:
+        cached = _known_hosts.get(path)
+        if cached and cached[:2] == (st.st_mtime_ns, st.st_size):
+            return cached[2]
+        try:
+            table = paramiko.HostKeys(path)
+        except Exception as e:  # noqa: BLE001 - paramiko raises several kinds
+            raise TransportError(f"{path}: cannot read this known_hosts file: {e}") from None
+        _known_hosts[path] = (st.st_mtime_ns, st.st_size, table)
+        return table
 
 
 def _host_id(hostname: str, port: int) -> str:
+    """How known_hosts (and paramiko) name a host."""
     return hostname if port == 22 else f"[{hostname}]:{port}"
 
 
-class _Refuse(paramiko.MissingHostKeyPolicy):
-    def missing_host_key(self, client, hostname, key):
-        raise HostKeyRefused(
-            f"{hostname}: unknown host key ({key.get_name()} "
-            f"SHA256:{key.fingerprint.split(':', 1)[-1]}), refused. Check the fingerprint "
-            "and add it to known_hosts, or run again with --accept-new-host-keys")
+def _fingerprint(key) -> str:
+    return f"{key.get_name()} SHA256:{key.fingerprint.split(':', 1)[-1]}"
 
 
-class _AcceptNew(paramiko.MissingHostKeyPolicy):
-    """Trust a first-seen key and remember it (OpenSSH's accept-new)."""
+def _known_keys(paths: List[str], host: str) -> dict:
+    """key type -> key known for `host` ("name" or "[name]:port"), from the
+    system's known_hosts and then the user's."""
+    known: dict = {}
+    for path in [SYSTEM_KNOWN_HOSTS] + paths:
+        table = _table(path)
+        for kind, key in ((table.lookup(host) if table is not None else None) or {}).items():
+            known.setdefault(kind, key)
+    return known
 
-    def __init__(self, path: str):
-        self.path = path
 
-    def missing_host_key(self, client, hostname, key):
-        line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+class _HostKeyCheck(paramiko.MissingHostKeyPolicy):
+    """Called for a host key paramiko found no match for: an unknown host,
+    or a known host offering a key type we have no key of."""
+
+    def __init__(self, known: dict, accept_new: bool, remember_in: str):
+        self.known, self.accept_new, self.remember_in = known, accept_new, remember_in
+
+    def missing_host_key(self, client, host, key):
+        if self.known:
+            raise _changed(host, next(iter(self.known.values())), key)
+        if not self.accept_new:
+            raise HostKeyRefused(
+                f"{host}: unknown host key ({_fingerprint(key)}), refused. Check the "
+                "fingerprint and add it to known_hosts, or run again with --accept-new-host-keys")
+        # OpenSSH's accept-new: trust a first-seen key, and write it down.
         with _known_hosts_lock:
-            os.makedirs(os.path.dirname(self.path) or ".", mode=0o700, exist_ok=True)
-            with open(self.path, "a") as f:
-                f.write(line)
-        client.get_host_keys().add(hostname, key.get_name(), key)
+            os.makedirs(os.path.dirname(self.remember_in) or ".", mode=0o700, exist_ok=True)
+            with open(self.remember_in, "a") as f:
+                f.write(f"{host} {key.get_name()} {key.get_base64()}\n")
 
 
-def _client(ep: _Endpoint, options: SshOptions) -> paramiko.SSHClient:
-    client = paramiko.SSHClient()
-    for path in [SYSTEM_KNOWN_HOSTS] + ep.known_hosts:
-        if os.path.exists(path):
-            try:
-                client.load_system_host_keys(path)
-            except Exception as e:  # noqa: BLE001
-                raise TransportError(f"{path}: cannot read this known_hosts file: {e}") from None
-    client.set_missing_host_key_policy(
-        _AcceptNew(ep.known_hosts[0]) if options.accept_new_host_keys else _Refuse())
-    return client
+def _changed(host: str, expected, offered) -> HostKeyRefused:
+    return HostKeyRefused(
+        f"{host}: the host key has CHANGED (known: {_fingerprint(expected)}, offered: "
+        f"{_fingerprint(offered)}). Refused: this may be an attack. If you know why it "
+        f"changed, remove the old key with `ssh-keygen -R {host}` and run again")
 
 
 # -- connecting ---------------------------------------------------------------
 
 def _connect(ep: _Endpoint, options: SshOptions, sock=None) -> paramiko.SSHClient:
-    client = _client(ep, options)
+    host = _host_id(ep.hostname, ep.port)
+    known = _known_keys(ep.known_hosts, host)
+    client = paramiko.SSHClient()
+    for kind, key in known.items():  # only this host's: paramiko then asks for that key type
+        client.get_host_keys().add(host, kind, key)
+    client.set_missing_host_key_policy(
+        _HostKeyCheck(known, options.accept_new_host_keys, ep.known_hosts[0]))
     t = options.connect_timeout
     try:
         client.connect(ep.hostname, port=ep.port, username=ep.user,
@@ -181,12 +215,7 @@ def _connect(ep: _Endpoint, options: SshOptions, sock=None) -> paramiko.SSHClien
         raise
     except paramiko.BadHostKeyException as e:
         client.close()
-        raise HostKeyRefused(
-            f"{ep.hostname}: the host key has CHANGED (expected {e.expected_key.get_name()} "
-            f"SHA256:{e.expected_key.fingerprint.split(':', 1)[-1]}, got "
-            f"SHA256:{e.key.fingerprint.split(':', 1)[-1]}). Refused: this may be an attack. "
-            f"If you know why it changed, remove the old key with `ssh-keygen -R "
-            f"{_host_id(ep.hostname, ep.port)}` and run again") from None
+        raise _changed(host, e.expected_key, e.key) from None
     except paramiko.AuthenticationException:
         client.close()
         raise TransportError(f"{ep.user}@{ep.hostname}:{ep.port}: authentication failed "
@@ -353,6 +382,9 @@ class SshTarget:
                                "host's watchdog rolls it back "
                                f"{self.options.confirm_timeout:g} s after it finished"})
         chan.shutdown_write()
+        # Let the agent finish before the session goes: closing first would
+        # orphan it away from sshd, still running when the command returns.
+        chan.status_event.wait(max(0.0, lines.deadline - time.monotonic()))
         return report
 
     def _confirm(self, chan, lines: _Lines) -> str:
