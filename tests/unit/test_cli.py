@@ -172,6 +172,26 @@ def test_invalid_netns_name(tmp_path):
     assert "invalid network namespace name" in one_paragraph(result.stderr)
 
 
+def test_fleet_options_and_playbooks_need_an_inventory(tmp_path):
+    playbook = os.path.join(os.path.dirname(CX7), "..", "playbooks", "connectx7-fleet.yaml")
+    result = invoke("plan", playbook, "--state-dir", str(tmp_path))
+    assert result.exit_code == 1
+    assert "is a playbook" in one_paragraph(result.stderr) and "-i INVENTORY" in result.stderr
+    result = invoke("audit", CX7, "--limit", "gpu01", "--state-dir", str(tmp_path))
+    assert result.exit_code == 1 and "need an inventory (-i)" in one_paragraph(result.stderr)
+    result = invoke("plan", CX7, "-i", str(tmp_path / "inv.ini"), "--netns", "ntx")
+    assert result.exit_code == 1 and "do not go together" in one_paragraph(result.stderr)
+
+
+def test_a_bad_inventory_is_one_paragraph(tmp_path):
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("[rails]\ngpu[05:01]\n")
+    result = invoke("plan", CX7, "-i", str(inventory))
+    assert result.exit_code == 1
+    err = one_paragraph(result.stderr)
+    assert f"{inventory}:2" in err
+
+
 def test_rollback_with_no_journal(tmp_path):
     # Reaches the local agent, which stops at the empty state directory
     # before opening any kernel handle.

@@ -31,12 +31,11 @@ from nictune.cli.options import (
     TimeoutOpt,
 )
 from nictune.cli.output import Printer, envelope
-from nictune.control.request import build_request
-from nictune.control.targets import target_for
 from nictune.cli.fleet_cmds import LINTED, is_playbook
 from nictune.cli.lint_cmds import lint_gate
-from nictune.errors import NictuneError
-from nictune.validate import InvalidInput
+from nictune.control.request import build_request
+from nictune.control.targets import target_for
+from nictune.errors import InvalidRequest, NictuneError
 
 
 def _run(command: str, profile_path: Optional[str], netns: Optional[str], state_dir: str,
@@ -48,7 +47,7 @@ def _run(command: str, profile_path: Optional[str], netns: Optional[str], state_
     findings: list = []
     try:
         if profile_path and is_playbook(profile_path):
-            raise InvalidInput(f"{profile_path} is a playbook: it runs on the hosts of an "
+            raise InvalidRequest(f"{profile_path} is a playbook: it runs on the hosts of an "
                                "inventory, so add -i INVENTORY")
         profile = load_profile(profile_path) if profile_path else None
         if profile is not None and command in LINTED:
