@@ -1,9 +1,10 @@
-"""The agent runs on the target's python3, which may be as old as 3.9."""
+"""The agent runs on the target's python3, which may be as old as 3.9: the
+archive an SSH target receives, through the same bootstrap, on each Python
+this machine has."""
 
 from __future__ import annotations
 
 import glob
-import importlib.util
 import json
 import os
 import shutil
@@ -11,10 +12,9 @@ import subprocess
 
 import pytest
 
+from nictune.control import agentzip
+
 pytestmark = pytest.mark.netns
-AGENT_ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "agent")
-# pyroute2 is pure Python: the other interpreters can import this one's copy.
-PYROUTE2_ROOT = os.path.dirname(importlib.util.find_spec("pyroute2").submodule_search_locations[0])
 
 
 def interpreters() -> list:
@@ -41,10 +41,16 @@ def test_agent_plans_and_applies_on_other_pythons(veth_pair, tmp_path, python):
                      "nccl": {"path": str(tmp_path / "nccl.conf"), "env": {"NCCL_IB_TC": 106}}},
             "interfaces": {"rail": {"match": {"name": "ntv0"}, "mtu": 9000,
                                     "features": {"gro": True}, "channels": {"rx": 2}}}}}}
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([AGENT_ROOT, PYROUTE2_ROOT]))
-    proc = subprocess.run(["ip", "netns", "exec", veth_pair.ns_a, python, "-m", "nictune.agent"],
-                          input=json.dumps(request), capture_output=True, text=True, env=env)
-    report = json.loads(proc.stdout)
+    bundle = agentzip.build()
+    state = str(tmp_path / "state")
+    proc = subprocess.run(
+        ["ip", "netns", "exec", veth_pair.ns_a, python, "-I", "-S", "-c", agentzip.BOOTSTRAP,
+         bundle.sha256, state],
+        input=b"%d\n" % len(bundle.data) + bundle.data + json.dumps(request).encode() + b"\n",
+        capture_output=True)
+    answer, _, line = proc.stdout.partition(b"\n")
+    assert answer == b"need", proc.stderr
+    report = json.loads(line)
     assert report["exit_code"] == 0, (report, proc.stderr)
     assert report["summary"] == {"applied": 5}
     link = json.loads(veth_pair.run(veth_pair.ns_a, ["ip", "-j", "link", "show", "ntv0"]).stdout)[0]
