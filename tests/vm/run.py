@@ -1,0 +1,315 @@
+"""Boot Debian's generic kernel under QEMU (TCG) and run tests/vm/guest in it.
+
+This machine's kernel has no RDMA; Debian's generic 6.12 kernel ships
+rdma_rxe (soft-RoCE).  The VM needs no disk image: a tiny initramfs
+(busybox plus the 9p modules, tests/vm/init.sh as /init) mounts the host's /
+read-only over 9p as the guest's root and the project read-write at its own
+path, so the guest runs the host's Python and the project's .venv.  One
+pytest run per boot: guest userspace is 20-30x slower than the host's.
+
+    python3 tests/vm/run.py [--kernel K] [--timeout S] [-- PYTEST-ARGS...]
+
+scripts/test-vm installs the packages first and is the usual way in.  The
+initramfs is cached under ~/.cache/nictune-vm/<kernel>/, keyed by what goes
+into it.  Exit status: the guest pytest's, or 124 when the VM timed out, 125
+when it never reached the tests (the serial log's tail is printed then).
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import glob
+import gzip
+import hashlib
+import lzma
+import os
+import re
+import resource
+import shlex
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import List, Optional
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROJECT = os.path.dirname(os.path.dirname(HERE))
+INIT = os.path.join(HERE, "init.sh")
+BUSYBOX = "/bin/busybox"  # busybox-static: the initramfs has no libc
+INITRAMFS_MODULES = ("9p", "9pnet_virtio")  # virtio_pci is built into Debian's kernel
+# The guest mounts tmpfs on these (the project gets its own share): the
+# command script it reads from the cache directory must not live there.
+GUEST_TMPFS = ("/tmp", "/run", "/var/tmp")
+STARTED = "nictune-vm: running "
+EXIT = re.compile(r"^nictune-vm: exit (\d+)\b", re.M)
+TIMED_OUT, NOT_REACHED = 124, 125
+PT_INTERP = 3
+LOG_TAIL = 60
+
+
+class VmError(Exception):
+    """Something the VM needs is missing: the message says what to do."""
+
+
+def _natural(text: str) -> list:
+    """6.12.9 before 6.12.117."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+
+
+def default_kernel() -> str:
+    found = (os.path.basename(p)[len("vmlinuz-"):] for p in glob.glob("/boot/vmlinuz-6.12*"))
+    generic = sorted((k for k in found if k.endswith("-amd64") and "cloud" not in k
+                      and os.path.isdir(f"/lib/modules/{k}")), key=_natural)
+    if not generic:
+        raise VmError("no generic 6.12 kernel in /boot (the cloud kernel lacks rdma_rxe and 9p): "
+                      "run scripts/test-vm, which installs linux-image-6.12-amd64")
+    return generic[-1]
+
+
+def _module_files(kernel: str) -> List[str]:
+    """The .ko files of INITRAMFS_MODULES and their dependencies, load order."""
+    proc = subprocess.run(["modprobe", "-a", "-S", kernel, "--show-depends", *INITRAMFS_MODULES],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise VmError(f"modprobe --show-depends for {kernel} failed: {proc.stderr.strip()}")
+    files: List[str] = []
+    for line in proc.stdout.splitlines():
+        words = line.split()
+        if words[:1] == ["insmod"] and words[1] not in files:
+            files.append(words[1])
+    return files
+
+
+def _cache_key(kernel: str, modules: List[str]) -> str:
+    digest = hashlib.sha256(kernel.encode())
+    for path in (INIT, BUSYBOX, *modules):
+        with open(path, "rb") as f:
+            digest.update(hashlib.sha256(f.read()).digest())
+    return digest.hexdigest()[:16]
+
+
+def _stage(staging: str, modules: List[str]) -> None:
+    os.makedirs(os.path.join(staging, "bin"))
+    os.makedirs(os.path.join(staging, "modules"))
+    shutil.copy2(BUSYBOX, os.path.join(staging, "bin", "busybox"))
+    shutil.copy(INIT, os.path.join(staging, "init"))
+    os.chmod(os.path.join(staging, "init"), 0o755)
+    order = []
+    for path in modules:
+        # busybox insmod hands the bytes to init_module(): decompress here.
+        name = os.path.basename(path)
+        opener = lzma.open if name.endswith(".xz") else open
+        name = name[:-3] if name.endswith(".xz") else name
+        with opener(path, "rb") as src, open(os.path.join(staging, "modules", name), "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        order.append(name)
+    with open(os.path.join(staging, "modules.order"), "w") as f:
+        f.write("\n".join(order) + "\n")
+
+
+def _static_elf(path: str) -> bool:
+    """Whether path is a 64-bit ELF without a program interpreter (PT_INTERP)."""
+    with open(path, "rb") as f:
+        head = f.read(64)
+        if head[:5] != b"\x7fELF\x02":
+            return False
+        (phoff,) = struct.unpack_from("<Q", head, 0x20)
+        size, count = struct.unpack_from("<HH", head, 0x36)
+        f.seek(phoff)
+        table = f.read(size * count)
+    return all(struct.unpack_from("<I", table, i * size)[0] != PT_INTERP for i in range(count))
+
+
+def initramfs(kernel: str, cache: str) -> str:
+    """The cached initramfs for kernel, built when missing or out of date."""
+    if not os.path.isfile(BUSYBOX) or not _static_elf(BUSYBOX) or shutil.which("cpio") is None:
+        raise VmError(f"a static {BUSYBOX} (busybox-static) and cpio are needed: "
+                      "run scripts/test-vm")
+    modules = _module_files(kernel)
+    directory = os.path.join(cache, kernel)
+    target = os.path.join(directory, f"initramfs-{_cache_key(kernel, modules)}.cpio.gz")
+    if os.path.isfile(target):
+        return target
+    os.makedirs(directory, exist_ok=True)
+    for stale in glob.glob(os.path.join(directory, "initramfs-*")):
+        os.unlink(stale)
+    with tempfile.TemporaryDirectory(dir=directory) as work:
+        staging = os.path.join(work, "root")
+        _stage(staging, modules)
+        names = sorted(os.path.relpath(os.path.join(d, n), staging)
+                       for d, dirs, files in os.walk(staging) for n in dirs + files)
+        archive = subprocess.run(["cpio", "-o", "-H", "newc", "-R", "0:0", "--quiet"], cwd=staging,
+                                 input="\n".join(names).encode(), capture_output=True)
+        if archive.returncode != 0:
+            raise VmError(f"cpio failed: {archive.stderr.decode(errors='replace').strip()}")
+        partial = os.path.join(work, "initramfs.cpio.gz")
+        with gzip.open(partial, "wb", compresslevel=6) as f:
+            f.write(archive.stdout)
+        os.replace(partial, target)
+    return target
+
+
+def precompile() -> None:
+    """Byte-compile the venv and the package on the host: the guest must
+    not write into the shared tree, and compiling there costs seconds per
+    module under emulation."""
+    python = os.path.join(PROJECT, ".venv", "bin", "python")
+    proc = subprocess.run([python, "-m", "compileall", "-q", "-j", "0",
+                           os.path.join(PROJECT, ".venv", "lib"), os.path.join(PROJECT, "agent")],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise VmError(f"compileall failed: {(proc.stdout + proc.stderr).strip()[-2000:]}")
+
+
+def guest_script(run_dir: str, pytest_args: List[str]) -> str:
+    """The command the guest runs, as a file (the kernel command line is short)."""
+    env = {"HOME": "/tmp", "LANG": "C.UTF-8", "NICTUNE_VM_GUEST": "1",
+           # Never write .pyc files into the tree the host shares.
+           "PYTHONDONTWRITEBYTECODE": "1",
+           "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+    # The serial console is a terminal to the guest: colour only if ours is one.
+    colour = "yes" if sys.stdout.isatty() else "no"
+    argv = [".venv/bin/python", "-m", "pytest", "-p", "no:cacheprovider", "-v", f"--color={colour}",
+            "tests/vm/guest", *pytest_args]
+    path = os.path.join(run_dir, "guest.sh")
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\n")
+        f.write(f"cd {shlex.quote(PROJECT)}\n")
+        f.write("".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items()))
+        f.write(f"exec {shlex.join(argv)}\n")
+    return path
+
+
+def qemu_argv(kernel: str, initrd: str, script: str, memory: str, cpus: int) -> List[str]:
+    append = " ".join(["console=ttyS0", "panic=-1", "quiet", "loglevel=4",
+                       f"nictune.project={PROJECT}", f"nictune.cmd={script}"])
+    share = "security_model=passthrough,multidevs=remap"
+    return ["qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-m", memory,
+            "-smp", str(cpus), "-nodefaults", "-display", "none", "-no-reboot",
+            "-serial", "stdio", "-net", "none",
+            "-kernel", f"/boot/vmlinuz-{kernel}", "-initrd", initrd, "-append", append,
+            "-fsdev", f"local,id=hostroot,path=/,readonly=on,{share}",
+            "-device", "virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot",
+            "-fsdev", f"local,id=project,path={PROJECT},{share}",
+            "-device", "virtio-9p-pci,fsdev=project,mount_tag=project"]
+
+
+def _die_with_parent() -> None:
+    """In the child: the kernel kills QEMU if this runner dies, even by SIGKILL."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def boot(argv: List[str], log_path: str, timeout: float) -> tuple:
+    """Run the VM, echo the guest's output once its command has started.
+    Returns (the command's exit status or None, whether the VM was killed
+    for taking longer than timeout)."""
+    killed = threading.Event()
+
+    def kill() -> None:
+        killed.set()
+        proc.kill()
+
+    with open(log_path, "w", errors="replace") as log:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+        timer = threading.Timer(timeout, kill)
+        timer.start()
+        try:
+            echo = False
+            for raw in proc.stdout:
+                line = raw.decode(errors="replace").replace("\r", "")
+                log.write(line)
+                echo = echo or line.startswith(STARTED)
+                if echo:
+                    sys.stdout.write(line)
+                    sys.stdout.flush()
+            proc.wait()
+        finally:
+            timer.cancel()
+            if proc.poll() is None:  # interrupted: never leave the VM running
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+    with open(log_path, errors="replace") as log:
+        found = EXIT.findall(log.read())
+    return (int(found[-1]) if found else None), killed.is_set()
+
+
+def _check_paths(cache: str) -> None:
+    if any(cache == d or cache.startswith(d + "/") for d in GUEST_TMPFS):
+        raise VmError(f"the cache directory {cache} is below a directory the guest mounts tmpfs "
+                      f"on ({', '.join(GUEST_TMPFS)}): the guest could not read it")
+    for path in (PROJECT, cache):
+        if re.search(r"\s", path):
+            raise VmError(f"{path!r} contains white space: it cannot go on the kernel command line")
+
+
+def main(args: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kernel", help="kernel release (default: the newest generic 6.12 in /boot)")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds for the whole VM run")
+    parser.add_argument("--memory", default="1G")
+    parser.add_argument("--cpus", type=int, default=2)
+    parser.add_argument("--cache-dir", default=os.path.expanduser("~/.cache/nictune-vm"))
+    parser.add_argument("pytest_args", nargs="*", help="after --: passed to the guest's pytest")
+    opts = parser.parse_args(args)
+    # SIGTERM (a CI timeout) unwinds like ^C, so the VM is killed on the way out.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    cache = os.path.realpath(opts.cache_dir)
+    try:
+        if shutil.which("qemu-system-x86_64") is None:
+            raise VmError("qemu-system-x86_64 is not installed: run scripts/test-vm")
+        if not os.path.isfile(os.path.join(PROJECT, ".venv", "bin", "python")):
+            raise VmError("the project has no .venv: run scripts/setup")
+        _check_paths(cache)
+        kernel = opts.kernel or default_kernel()
+        if not os.path.isfile(f"/boot/vmlinuz-{kernel}"):
+            raise VmError(f"no /boot/vmlinuz-{kernel}: run scripts/test-vm")
+        started = time.monotonic()
+        initrd = initramfs(kernel, cache)
+        precompile()
+        built = time.monotonic() - started
+        os.makedirs(cache, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="run-", dir=cache) as run_dir:
+            script = guest_script(run_dir, opts.pytest_args)
+            log_path = os.path.join(cache, "serial.log")
+            started, before = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
+            status, timed_out = boot(qemu_argv(kernel, initrd, script, opts.memory, opts.cpus),
+                                     log_path, opts.timeout)
+            seconds = time.monotonic() - started
+    except VmError as e:
+        print(f"nictune-vm: error: {e}", file=sys.stderr)
+        return NOT_REACHED
+    # QEMU is the last child and by far the largest: the RSS is its.
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = usage.ru_utime + usage.ru_stime - before.ru_utime - before.ru_stime
+    print(f"nictune-vm: kernel {kernel}, initramfs and compileall {built:.1f} s, VM {seconds:.1f} s "
+          f"(CPU {cpu:.0f} s), max RSS {usage.ru_maxrss // 1024} MB, "
+          f"serial log {log_path}")
+    if status is not None:
+        return status
+    if timed_out:
+        print(f"nictune-vm: error: the VM did not finish in {opts.timeout:.0f} s and was killed",
+              file=sys.stderr)
+    else:
+        print("nictune-vm: error: the VM stopped without reporting an exit status", file=sys.stderr)
+    with open(log_path, errors="replace") as log:
+        tail = log.read().splitlines()[-LOG_TAIL:]
+    if tail:
+        print(f"--- last {len(tail)} lines of {log_path} ---", file=sys.stderr)
+        print("\n".join(tail), file=sys.stderr)
+    else:
+        print("nictune-vm: the serial console stayed silent (the kernel had not started)",
+              file=sys.stderr)
+    return TIMED_OUT if timed_out else NOT_REACHED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""The VM tier's host side: the guest tests stay out of host runs, and the
+initramfs the runner builds holds what /init needs (tests/vm/run.py).
+Booting the VM itself is scripts/test-vm's job: minutes, not seconds."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+# tests/vm is no package (the runner is a script): load it by path.
+_spec = importlib.util.spec_from_file_location("nictune_vm_run", os.path.join(HERE, "run.py"))
+run = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(run)
+
+
+def cpio(archive: str, *args: str) -> str:
+    with open(archive, "rb") as f:
+        data = gzip.decompress(f.read())
+    return subprocess.run(["cpio", "--quiet", *args], input=data, capture_output=True,
+                          check=True).stdout.decode()
+
+
+def collected(guest: bool) -> list:
+    env = {k: v for k, v in os.environ.items() if k != "NICTUNE_VM_GUEST"}
+    if guest:
+        env["NICTUNE_VM_GUEST"] = "1"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                           "--collect-only", "-q", "tests/vm"],
+                          cwd=REPO, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return [line for line in proc.stdout.splitlines() if "::" in line]
+
+
+def test_guest_tests_are_collected_only_inside_the_vm():
+    on_host = collected(guest=False)
+    assert on_host and not any("/guest/" in item for item in on_host), on_host
+    in_vm = collected(guest=True)
+    assert any(item.startswith("tests/vm/guest/test_softroce.py::") for item in in_vm), in_vm
+
+
+def generic_kernels() -> list:
+    try:
+        return [run.default_kernel()]
+    except run.VmError:
+        return []
+
+
+@pytest.mark.skipif(not generic_kernels() or not os.path.isfile(run.BUSYBOX),
+                    reason="no generic 6.12 kernel or busybox here (scripts/test-vm installs them)")
+def test_initramfs_holds_busybox_init_and_the_9p_modules(tmp_path):
+    kernel = generic_kernels()[0]
+    first = run.initramfs(kernel, str(tmp_path))
+    assert run.initramfs(kernel, str(tmp_path)) == first  # cached by content
+    listing = cpio(first, "-t").split()
+    assert {"init", "bin/busybox", "modules.order"} <= set(listing)
+    order = cpio(first, "-i", "--to-stdout", "modules.order").split()
+    # Dependencies first: 9pnet before 9p and 9pnet_virtio; all decompressed.
+    assert {"9p.ko", "9pnet.ko", "9pnet_virtio.ko"} <= set(order)
+    assert order.index("9pnet.ko") < min(order.index("9p.ko"), order.index("9pnet_virtio.ko"))
+    assert all(f"modules/{name}" in listing for name in order)
