@@ -1,0 +1,897 @@
+#!/usr/bin/env python3
+"""Benchmark: a read-only audit of 10/50/100/200 SSH hosts, nictune vs ansible-core vs pyinfra.
+
+One fleet of namespace hosts, each with its own real sshd
+(nictune.control.fleetlab), is built once; nictune applies
+bench/fleet/profile.yaml to every host, then each size is audited as a
+subset of the fleet, by each tool in turn, round by round:
+
+    nictune audit bench/fleet/profile.yaml -i INVENTORY --limit 'fleet[0:N-1]' --forks F --json
+    ansible-playbook -i INVENTORY bench/fleet/audit.yml --check --limit 'fleet[0:N-1]' -f F
+    pyinfra INVENTORY_N.py bench/fleet/audit_deploy.py --dry --parallel F
+
+Per tool and size: wall time (median of the rounds), controller CPU per
+host (the tool's whole process tree, ssh ControlPersist masters included),
+CPU spent on the hosts' side per host (the sshd sessions and everything they
+ran) and peak memory of the controller tree; then the ratios and the
+issue's targets.  Every tool must find every host as wanted, and a drift
+check first shows each one finds the same four drifts on a spoiled host.
+
+Everything it creates (the fleet's namespaces, bridge, sshds, a temp dir
+/tmp/ntbench-fleet-*) is removed in a `finally`, also on Ctrl-C or SIGTERM.
+Needs root.  See bench/README.md.
+
+    sudo .venv/bin/python bench/bench_fleet.py [--install] [--sizes 10,50,100,200] [--rounds R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime
+import json
+import os
+import platform
+import re
+import secrets
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from nictune.control import fleetlab
+
+HERE = Path(__file__).resolve().parent
+FLEET_FILES = HERE / "fleet"
+PROFILE = FLEET_FILES / "profile.yaml"
+PLAYBOOK = FLEET_FILES / "audit.yml"
+DEPLOY = FLEET_FILES / "audit_deploy.py"
+TOOLS_VENV = HERE / ".venv-tools"
+TOOLS = ("nictune", "ansible", "pyinfra")
+PY = sys.executable
+NICTUNE = str(Path(PY).parent / "nictune")
+# UTF-8: ansible refuses to start under LANG=C.  Every tool gets the same.
+ENV = dict(os.environ, LANG="C.UTF-8", LC_ALL="C.UTF-8")
+ENV["PATH"] = ENV.get("PATH", "") + ":/usr/sbin:/usr/bin:/sbin:/bin"
+# Bytecode cached, as on a user's second run (see bench/README.md).
+DONTWRITE = ENV.pop("PYTHONDONTWRITEBYTECODE", None)
+for var in ("PYTHONPROFILEIMPORTTIME", "PYTHONPYCACHEPREFIX", "NICTUNE_STATE_DIR", "NICTUNE_DEBUG",
+            "ANSIBLE_CONFIG", "SSH_AUTH_SOCK"):
+    ENV.pop(var, None)
+
+# The same key exchange for every tool: paramiko (nictune, pyinfra) picks
+# curve25519 against OpenSSH 9.2; OpenSSH's own default for ansible's ssh
+# (sntrup761x25519) costs ~110 ms of client CPU more per connection.
+ANSIBLE_SSH_ARGS = "-C -o ControlMaster=auto -o ControlPersist=60s -o KexAlgorithms=curve25519-sha256"
+TARGET_ANSIBLE_RATIO = 10.0
+TARGET_PYINFRA_RATIO = 1.0
+TARGET_HOST_CPU_S = 0.150
+TARGET_SIZE = 100
+SAMPLE_S = 0.25   # memory sampling period of the wrapper
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PR_SET_CHILD_SUBREAPER = 36
+CPUACCT = "/sys/fs/cgroup/cpuacct"
+
+# One per measured command, run as `python -S -c WRAPPER OUT PERIOD ARGV...`.
+# It becomes a child subreaper, so processes that leave the tool's tree by
+# daemonising (ansible's ssh ControlPersist masters) are re-parented to it
+# rather than to init.  When the tool exits, what is left of its tree is
+# stopped (SIGTERM, then SIGKILL) and reaped, so getrusage(RUSAGE_CHILDREN)
+# holds the CPU of the whole tree, masters included.  A thread samples the
+# tree's PSS (proportional set size: shared pages split between the
+# processes sharing them, so ansible's forks are not counted N times).
+WRAPPER = r"""
+import ctypes, json, os, resource, signal, sys, threading, time
+out, period, argv = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
+ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+me = os.getpid()
+
+def tree():
+    found, todo = [], [me]
+    while todo:
+        p = todo.pop()
+        try:
+            tasks = os.listdir("/proc/%d/task" % p)
+        except OSError:
+            continue
+        if p != me:
+            found.append(p)
+        for t in tasks:
+            try:
+                with open("/proc/%d/task/%s/children" % (p, t)) as f:
+                    todo += [int(c) for c in f.read().split()]
+            except OSError:
+                pass
+    return found
+
+def pss(pids):
+    total = 0
+    for p in pids:
+        try:
+            with open("/proc/%d/smaps_rollup" % p) as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1])
+                        break
+        except OSError:
+            pass
+    return total
+
+peak, samples, done = [0], [0], threading.Event()
+def sampler():
+    while not done.wait(period):
+        peak[0] = max(peak[0], pss(tree()))
+        samples[0] += 1
+threading.Thread(target=sampler, daemon=True).start()
+t0 = time.perf_counter()
+pid = os.posix_spawn(argv[0], argv, os.environ)
+_, status, _ = os.wait4(pid, 0)
+wall = time.perf_counter() - t0
+done.set()
+names = []
+for p in tree():
+    try:
+        with open("/proc/%d/comm" % p) as f:
+            names.append(f.read().strip())
+    except OSError:
+        pass
+for sig in (signal.SIGTERM, signal.SIGKILL):
+    for p in tree():
+        try:
+            os.kill(p, sig)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            if os.wait4(-1, os.WNOHANG)[0] == 0:
+                time.sleep(0.01)
+        except ChildProcessError:
+            break
+    if not tree():
+        break
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+with open(out, "w") as f:
+    json.dump({"wall": wall, "rc": os.waitstatus_to_exitcode(status), "cpu": ru.ru_utime + ru.ru_stime,
+               "cpu_user": ru.ru_utime, "cpu_sys": ru.ru_stime, "maxrss_kb": ru.ru_maxrss,
+               "peak_pss_kb": peak[0], "samples": samples[0], "left_over": names}, f)
+"""
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+# --- running things ----------------------------------------------------------
+
+
+def spawn(argv: list, timeout: float = 600, cwd: str | None = None, env: dict | None = None,
+          stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
+    """Run argv in a process group of its own and wait (stopped on interrupt)."""
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.STDOUT,
+                            text=True, env=env or ENV, cwd=cwd, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except BaseException:
+        stop_descendants()
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out or "", "")
+
+
+# The fleet's sshd listeners are our children too (fleetlab started them):
+# clean-up leaves them, and their sessions, to fleetlab.down().
+KEEP: set = set()
+
+
+def descendants(root: int) -> list:
+    found, todo = [], [root]
+    while todo:
+        p = todo.pop()
+        if p in KEEP:
+            continue
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        if p != root:
+            found.append(p)
+        for t in tasks:
+            try:
+                todo += [int(c) for c in Path(f"/proc/{p}/task/{t}/children").read_text().split()]
+            except OSError:
+                pass
+    return found
+
+
+def stop_descendants() -> list:
+    """Stop every process below the bench (it is a subreaper, so daemonised
+    ssh masters of an interrupted run are below it too); their PIDs."""
+    stopped = [f"{pid} ({comm})" for pid, comm, state in map(proc_info, descendants(os.getpid())) if state != "Z"]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in descendants(os.getpid()):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 3
+        while descendants(os.getpid()) and time.monotonic() < deadline:
+            try:
+                os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            time.sleep(0.02)
+    return stopped
+
+
+def proc_info(pid: int) -> tuple:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return pid, "?", "Z"
+    return pid, stat[stat.index("(") + 1:stat.rindex(")")], stat.rsplit(")", 1)[1].split()[0]
+
+
+def med(values: list) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def ms(s: float) -> str:
+    return f"{s * 1000:.0f} ms"
+
+
+def secs(s: float) -> str:
+    return f"{s:.2f} s"
+
+
+def mb(kb: float) -> str:
+    return f"{kb / 1024:.0f} MB"
+
+
+def table(rows: list, header: tuple) -> str:
+    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+    lines = []
+    for r in [header] + rows:
+        cells = [str(c).ljust(w) if i < 2 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths))]
+        lines.append("  " + "  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+# --- the hosts' side ------------------------------------------------------------
+
+
+class Hosts:
+    """CPU spent on each host's side: its sshd listener and everything it
+    starts, counted by a cpuacct cgroup per host (cgroup v1 here).  The
+    listener is moved into it and its descendants inherit it, including
+    processes that outlive their SSH session and are re-parented away (an
+    agent still exiting when the controller closes the session), which the
+    listener's own counters miss: utime + stime + cutime + cstime grow only
+    by children it reaps.  That second method is kept for the calibration,
+    which shows the difference (check_host_cpu_method)."""
+
+    def __init__(self, fleet, tag: str):
+        record = json.loads(Path(fleet.record).read_text())
+        pids = {p["host"]: p["pid"] for p in record["processes"]}
+        self.names = [h.name for h in fleet.hosts if h.kind == "sshd"]
+        self.pids = [pids[name] for name in self.names]
+        self.root = Path(CPUACCT) / tag
+        self.groups: list = []
+
+    def attach(self) -> None:
+        """One cgroup per host, its listener moved in (remove() undoes it)."""
+        if not os.access(CPUACCT, os.W_OK):
+            return
+        self.root.mkdir()
+        for name, pid in zip(self.names, self.pids):
+            group = self.root / name
+            group.mkdir()
+            self.groups.append(group)
+            (group / "cgroup.procs").write_text(f"{pid}\n")
+
+    @property
+    def method(self) -> str:
+        return "cgroup" if self.groups else "listener"
+
+    def cpu(self) -> list:
+        if self.groups:
+            return [int((g / "cpuacct.usage").read_text()) / 1e9 for g in self.groups]
+        return self.listener_cpu()
+
+    def listener_cpu(self) -> list:
+        out = []
+        for pid in self.pids:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            out.append(sum(int(f) for f in fields[11:15]) / CLK_TCK)
+        return out
+
+    def wait_idle(self, timeout: float = 60) -> None:
+        """Until each host runs nothing but its listener (sessions ended and
+        whatever they started has exited)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.groups:
+                busy = [g for g in self.groups if len((g / "cgroup.procs").read_text().split()) > 1]
+            else:
+                busy = [p for p in self.pids if Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+            if not busy:
+                return
+            if time.monotonic() > deadline:
+                raise BenchError(f"{len(busy)} hosts still run something {timeout:.0f} s after the run")
+            time.sleep(0.05)
+
+    def remove(self) -> None:
+        """rmdir the cgroups (once fleetlab.down has stopped their processes)."""
+        for group in self.groups + ([self.root] if self.root.exists() else []):
+            for _ in range(50):
+                try:
+                    group.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.1)  # its last processes are still exiting
+
+
+# --- the tools -------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(self, tmp: Path, fleet, hosts: Hosts, forks: int, tools_bin: dict):
+        self.tmp, self.fleet, self.hosts, self.forks, self.bin = tmp, fleet, hosts, forks, tools_bin
+        self.scratch = tmp / "scratch"
+        self.scratch.mkdir()
+        self.ansible_env = dict(ENV, ANSIBLE_CONFIG=str(self.write_ansible_cfg()))
+        self.home = {h.name: os.path.join(fleet.dir, h.name, "home") for h in fleet.hosts}
+
+    def write_ansible_cfg(self) -> Path:
+        a = self.tmp / "ansible"
+        for d in ("home", "tmp", "remote", "cp"):
+            (a / d).mkdir(parents=True)
+        python = re.search(r"nictune_python=(\S+)", Path(self.fleet.inventory).read_text()).group(1)
+        cfg = a / "ansible.cfg"
+        cfg.write_text(f"""\
+[defaults]
+home = {a}/home
+local_tmp = {a}/tmp
+remote_tmp = {a}/remote
+interpreter_python = {python}
+forks = {self.forks}
+nocolor = true
+retry_files_enabled = false
+[ssh_connection]
+pipelining = true
+ssh_args = {ANSIBLE_SSH_ARGS}
+control_path_dir = {a}/cp
+""")
+        return cfg
+
+    def pyinfra_inventory(self, n: int) -> Path:
+        path = self.tmp / f"pyinfra_inventory_{n}.py"
+        if not path.exists():
+            rows = [f"    ({h.name!r}, {{'ssh_hostname': {h.address!r}, 'ssh_port': {h.port}, "
+                    f"'ssh_user': 'root', 'ssh_key': {self.fleet.key_file!r}, "
+                    f"'ssh_known_hosts_file': {self.fleet.known_hosts!r}, "
+                    "'ssh_strict_host_key_checking': 'yes', 'ssh_look_for_keys': False, "
+                    "'ssh_allow_agent': False}),\n" for h in self.fleet.hosts[:n]]
+            path.write_text("fleet = [\n" + "".join(rows) + "]\n")
+        return path
+
+    def argv(self, tool: str, n: int) -> list:
+        limit = f"fleet[0:{n - 1}]"
+        if tool == "nictune":
+            return [NICTUNE, "audit", str(PROFILE), "-i", self.fleet.inventory, "--limit", limit,
+                    "--forks", str(self.forks), "--json"]
+        if tool == "ansible":
+            return [self.bin["ansible-playbook"], "-i", self.fleet.inventory, str(PLAYBOOK), "--check",
+                    "--limit", limit, "-f", str(self.forks)]
+        return [self.bin["pyinfra"], str(self.pyinfra_inventory(n)), str(DEPLOY), "--dry",
+                "--parallel", str(self.forks)]
+
+    def measure(self, tool: str, n: int) -> dict:
+        """One measured run: controller figures from the wrapper, host CPU
+        from the listeners, and what the tool found (every host as wanted?)."""
+        stat, log = self.scratch / "wrapper.json", self.scratch / f"{tool}-{n}.log"
+        before = self.hosts.cpu()
+        with open(log, "w") as f:
+            proc = spawn([PY, "-S", "-c", WRAPPER, str(stat), str(SAMPLE_S), *self.argv(tool, n)],
+                         timeout=300 + 10 * n, cwd=str(self.scratch),
+                         env=self.ansible_env if tool == "ansible" else ENV, stdout=f)
+        if proc.returncode != 0 or not stat.exists():
+            raise BenchError(f"the measuring wrapper failed for {tool} (exit {proc.returncode}): "
+                             f"{log.read_text()[-500:]}")
+        run = json.loads(stat.read_text())
+        stat.unlink()
+        self.hosts.wait_idle()
+        after = self.hosts.cpu()
+        deltas = [b - a for a, b in zip(before, after)]
+        run["host_cpu"] = deltas[:n]
+        run["outside_cpu"] = sum(deltas[n:])  # hosts outside the subset: must stay ~0
+        run["found"] = findings(tool, log.read_text(), n)
+        return run
+
+    def run_text(self, tool: str, argv: list, timeout: float = 300) -> str:
+        proc = spawn(argv, timeout=timeout, cwd=str(self.scratch),
+                     env=self.ansible_env if tool == "ansible" else ENV)
+        return proc.stdout
+
+
+def findings(tool: str, out: str, n: int) -> dict:
+    """What a tool reported: {"hosts": how many it audited, "drift": {host:
+    [what]}, "error": text or ""}.  A clean run has hosts == n and no drift."""
+    drift: dict = {}
+    if tool == "nictune":
+        try:
+            report = json.loads(out)
+        except ValueError:
+            return {"hosts": 0, "drift": {}, "error": out[-300:]}
+        errors = [f"{h['host']}: {h['error']['message']}" for h in report.get("hosts", []) if h.get("error")]
+        for h in report.get("hosts", []):
+            bad = [f"{c['key']['target']} {c['key']['family']} {c['key']['name']}"
+                   for c in h.get("changes", []) if c.get("status") != "ok"]
+            if bad:
+                drift[h["host"]] = bad
+        top = report.get("error") or {}
+        # The archive is named by its hash: a host is sent it again only when
+        # nictune's host-side code changed (someone editing the tree?).
+        sent = sum(1 for h in report.get("hosts", []) if (h.get("transport") or {}).get("agent_sent"))
+        return {"hosts": len(report.get("hosts", [])), "drift": drift, "agent_sent": sent,
+                "error": "; ".join(errors[:3]) or top.get("message", "")}
+    if tool == "ansible":
+        recap = re.findall(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", out, re.M)
+        tasks = _ansible_changed_tasks(out)
+        for host, _ok, changed, unreachable, failed in recap:
+            if int(changed):
+                drift[host] = tasks.get(host, [f"{changed} changed"])
+        errors = [f"{h}: unreachable={u} failed={f}" for h, _o, _c, u, f in recap if int(u) or int(f)]
+        return {"hosts": len(recap), "drift": drift, "error": "; ".join(errors[:3])}
+    connected = len(re.findall(r"^\s+\[\S+\] Connected", out, re.M))
+    block = out.split("--> Detected changes:", 1)[1].split("\n\n", 1)[0] if "--> Detected changes:" in out else ""
+    for line in block.splitlines()[1:]:
+        m = re.match(r"^\s+(.+?)\s{2,}(\d+) \(([^)]*)\)", line)
+        if m:
+            for host in m.group(3).split(", "):
+                drift.setdefault(host.strip(), []).append(m.group(1))
+    errors = re.findall(r"^.*(?:Error|error|Could not connect).*$", out, re.M)
+    return {"hosts": connected, "drift": drift, "error": "; ".join(errors[:3]) if not block else ""}
+
+
+def _ansible_changed_tasks(out: str) -> dict:
+    """host -> names of the tasks reported "changed" on it (default callback)."""
+    changed: dict = {}
+    task = ""
+    for line in out.splitlines():
+        m = re.match(r"^TASK \[(.+?)\]", line)
+        if m:
+            task = m.group(1)
+            continue
+        m = re.match(r"^changed: \[([^\]]+)\]", line)
+        if m and task not in changed.get(m.group(1), []):
+            changed.setdefault(m.group(1), []).append(task)
+    return changed
+
+
+# --- preparation and checks -------------------------------------------------------
+
+
+def find_tools(install: bool) -> tuple:
+    """{binary: path} for what can run, and notes on what cannot."""
+    if install:
+        if not (TOOLS_VENV / "bin" / "pip").exists():
+            print(f"bench: creating {TOOLS_VENV} (ansible-core, pyinfra from PyPI)", flush=True)
+            must([PY, "-m", "venv", str(TOOLS_VENV)])
+        must([str(TOOLS_VENV / "bin" / "pip"), "install", "-q", "ansible-core", "pyinfra"], timeout=900)
+    found, notes = {}, []
+    for binary in ("ansible-playbook", "ansible", "pyinfra"):
+        for d in (TOOLS_VENV / "bin", Path(PY).parent):
+            if os.access(d / binary, os.X_OK):
+                found[binary] = str(d / binary)
+                break
+    if "ansible-playbook" not in found:
+        notes.append("ansible-core not installed: skipped (run with --install)")
+    if "pyinfra" not in found:
+        notes.append("pyinfra not installed: skipped (run with --install)")
+    return found, notes
+
+
+def must(argv: list, timeout: float = 600, env: dict | None = None) -> str:
+    proc = spawn(argv, timeout=timeout, env=env)
+    if proc.returncode != 0:
+        raise BenchError(f"{' '.join(argv)} (exit {proc.returncode}): {proc.stdout.strip()[-800:]}")
+    return proc.stdout
+
+
+def version(argv: list) -> str:
+    try:
+        out = spawn(argv, timeout=60).stdout.strip().splitlines()
+    except OSError:
+        return "?"
+    return out[0] if out else "?"
+
+
+def check_login_env(b: Bench, tools: list) -> list:
+    """Each tool, through the same sshd, sees the fleet's stock HOME
+    (sshd_config `SetEnv HOME=...`): root's own ~/.bashrc (pyenv init here)
+    is never run.  nictune's transport is a paramiko exec channel: checked
+    with the same paramiko and key.  Rows: (tool, what it saw, ok)."""
+    h = b.fleet.hosts[0]
+    want = b.home[h.name]
+    rows = []
+    for tool in tools:
+        if tool == "nictune":
+            script = ("import paramiko, sys\n"
+                      "c = paramiko.SSHClient(); c.load_host_keys(sys.argv[3])\n"
+                      "c.connect(sys.argv[1], username='root', key_filename=sys.argv[2],"
+                      " look_for_keys=False, allow_agent=False)\n"
+                      "print(c.exec_command('printenv HOME')[1].read().decode().strip())\n")
+            out = b.run_text(tool, [PY, "-c", script, h.address, b.fleet.key_file, b.fleet.known_hosts])
+        elif tool == "ansible":
+            out = b.run_text(tool, [b.bin["ansible"], "-i", b.fleet.inventory, h.name, "-m",
+                                    "ansible.builtin.command", "-a", "printenv HOME"])
+        else:
+            out = b.run_text(tool, [b.bin["pyinfra"], str(b.pyinfra_inventory(1)), "exec", "--", "printenv", "HOME"])
+        rows.append((tool, want if want in out else out.strip()[-200:], want in out))
+    return rows
+
+
+def check_kex(b: Bench, tools: list) -> list:
+    """The key exchange each tool negotiates with the fleet's sshd."""
+    h = b.fleet.hosts[0]
+    script = ("import io, logging, paramiko, sys\n"
+              "buf = io.StringIO(); lg = logging.getLogger('paramiko'); lg.setLevel(logging.DEBUG)\n"
+              "lg.addHandler(logging.StreamHandler(buf))\n"
+              "c = paramiko.SSHClient(); c.load_host_keys(sys.argv[3])\n"
+              "c.connect(sys.argv[1], username='root', key_filename=sys.argv[2],"
+              " look_for_keys=False, allow_agent=False); c.close()\n"
+              "print('paramiko', paramiko.__version__, [l for l in buf.getvalue().splitlines()"
+              " if l.startswith('Kex: ')])\n")
+    rows = []
+    for tool in tools:
+        if tool == "ansible":
+            # ssh -v with ansible's ssh_args: OpenSSH prints the negotiated kex.
+            argv = ["ssh", "-v", *shlex.split(ANSIBLE_SSH_ARGS.replace("ControlMaster=auto", "ControlMaster=no")),
+                    "-F", b.fleet.ssh_config, h.name, "true"]
+            out = spawn(argv, timeout=60).stdout
+            m = re.search(r"kex: algorithm: (\S+)", out)
+            rows.append((tool, f"OpenSSH {version(['ssh', '-V'])}: {m.group(1) if m else '?'}"))
+        else:
+            py = PY if tool == "nictune" else str(Path(b.bin["pyinfra"]).parent / "python")
+            out = spawn([py, "-c", script, h.address, b.fleet.key_file, b.fleet.known_hosts], timeout=60).stdout
+            m = re.search(r"paramiko (\S+) \['Kex: (\S+)'\]", out)
+            rows.append((tool, f"paramiko {m.group(1)}: {m.group(2)}" if m else out.strip()[-200:]))
+    return rows
+
+
+def check_host_cpu_method(b: Bench) -> dict:
+    """Calibrate on known workloads, with both methods (cgroup, listener's
+    counters): an SSH session running python that burns CPU until
+    process_time() >= 0.5 s and prints it, one that starts the same burner
+    in the background and ends at once (the burner outlives the session,
+    as an agent still exiting does), and an empty one (`true`).  The growth
+    for a workload minus that for the empty session should be the
+    workload's own CPU."""
+    h = b.fleet.hosts[0]
+    idx = b.hosts.names.index(h.name)
+    burn = "import time\nwhile time.process_time() < 0.5: pass\nprint(time.process_time())"
+    base = ["ssh", "-F", b.fleet.ssh_config, "-o", "KexAlgorithms=curve25519-sha256", "-o", "ControlMaster=no", h.name]
+    cmds = {"empty": ["true"], "burn": ["python3", "-c", shlex.quote(burn)],
+            "outliving": ["setsid", "python3", "-c", shlex.quote(burn), "</dev/null", ">/dev/null", "2>&1", "&"]}
+    grown: dict = {k: {"cgroup": [], "listener": []} for k in cmds}
+    reported = []
+    for _ in range(3):
+        for kind, cmd in cmds.items():
+            before = (b.hosts.cpu()[idx], b.hosts.listener_cpu()[idx])
+            out = must(base + cmd)
+            b.hosts.wait_idle()
+            grown[kind]["cgroup"].append(b.hosts.cpu()[idx] - before[0])
+            grown[kind]["listener"].append(b.hosts.listener_cpu()[idx] - before[1])
+            if kind == "burn":
+                reported.append(float(out.split()[-1]))
+    fig = {"reported_s": med(reported), "method": b.hosts.method}
+    for m in ("cgroup", "listener"):
+        empty = med(grown["empty"][m])
+        fig[m] = {"empty_s": empty, "burn_s": med(grown["burn"][m]) - empty,
+                  "outliving_s": med(grown["outliving"][m]) - empty}
+    want = fig["reported_s"]
+    fig["ok"] = all(abs(fig[b.hosts.method][k] - want) <= 0.05 for k in ("burn_s", "outliving_s"))
+    return fig
+
+
+def spoil(host) -> None:
+    """Four drifts on one host, one per kind of check."""
+    must(["ip", "netns", "exec", host.netns, "ip", "link", "set", "rail0", "mtu", "1500"])
+    must(["ip", "netns", "exec", host.netns, "sysctl", "-qw", "net.ipv4.tcp_ecn=2"])
+    must(["ip", "netns", "exec", host.netns, "ethtool", "-K", "rail1", "gro", "off"])
+    with open(f"/etc/netns/{host.netns}/nccl.conf", "a") as f:
+        f.write("NCCL_DEBUG=INFO\n")
+
+
+def apply_all(b: Bench, n: int) -> None:
+    out = must([NICTUNE, "apply", str(PROFILE), "-i", b.fleet.inventory, "--limit", f"fleet[0:{n - 1}]",
+                "--forks", str(b.forks), "--confirm-timeout", "0", "--json"], timeout=300 + 5 * n)
+    bad = [h["host"] for h in json.loads(out)["hosts"] if not h.get("ok")]
+    if bad:
+        raise BenchError(f"nictune apply failed on {len(bad)} hosts: {', '.join(bad[:5])}")
+
+
+def drift_check(b: Bench, tools: list) -> list:
+    """Spoil host 1 in four ways; each tool must report those four on it and
+    nothing elsewhere (so the audits are equivalent and none is vacuous)."""
+    host = b.fleet.hosts[0]
+    spoil(host)
+    rows = []
+    try:
+        for tool in tools:
+            found = b.measure(tool, 2)["found"]
+            mine = found["drift"].get(host.name, [])
+            others = {k: v for k, v in found["drift"].items() if k != host.name}
+            ok = len(mine) == 4 and not others and not found["error"] and found["hosts"] == 2
+            rows.append((tool, len(mine), "; ".join(mine) + ("" if found["hosts"] == 2 else
+                                                             f" (audited {found['hosts']} hosts of 2)"), ok))
+    finally:
+        apply_all(b, 1)
+    return rows
+
+
+# --- the bench -------------------------------------------------------------------
+
+
+def run_rounds(b: Bench, sizes: list, tools: list, rounds: int, problems: list, notes: list) -> dict:
+    """One unmeasured warm-up per tool, then per size `rounds` rounds; within
+    a round the tools take turns, starting with a different one each round."""
+    runs: dict = {n: {t: [] for t in tools} for n in sizes}
+    for t in tools:
+        b.measure(t, sizes[0])  # bytecode, page cache: what a first run pays
+    for n in sizes:
+        for r in range(rounds):
+            order = tools[r % len(tools):] + tools[:r % len(tools)]
+            for t in order:
+                run = b.measure(t, n)
+                if run["found"].get("agent_sent"):
+                    # nictune's code changed under us (a commit in this tree?): the
+                    # hosts unpacked and compiled the new agent, which an audit does
+                    # not normally pay.  Noted, and measured again with it cached.
+                    notes.append(f"{t} N={n} round {r + 1}: the agent archive was sent again to "
+                                 f"{run['found']['agent_sent']} hosts (nictune's code changed during the "
+                                 "run); that run was discarded and repeated")
+                    run = b.measure(t, n)
+                found = run["found"]
+                if found["hosts"] != n or found["drift"] or found["error"] or run["rc"] != 0:
+                    problems.append(f"{t} N={n} round {r + 1}: exit {run['rc']}, {found['hosts']} hosts, "
+                                    f"drift {dict(list(found['drift'].items())[:2])}, {found['error'][:200]}")
+                if found.get("agent_sent"):
+                    problems.append(f"{t} N={n} round {r + 1}: the agent archive was sent again to "
+                                    f"{found['agent_sent']} hosts, twice in a row")
+                runs[n][t].append(run)
+                print(f"  N={n:<3} {t:<8} round {r + 1}: {secs(run['wall'])}, controller CPU "
+                      f"{secs(run['cpu'])}, hosts' CPU {secs(sum(run['host_cpu']))}", flush=True)
+    return runs
+
+
+def summarise(runs: dict) -> dict:
+    out: dict = {}
+    for n, by_tool in runs.items():
+        for tool, rs in by_tool.items():
+            if not rs:
+                continue
+            per_host = [med([r["host_cpu"][i] for r in rs]) for i in range(n)]
+            out[(n, tool)] = {
+                "wall": med([r["wall"] for r in rs]), "wall_min": min(r["wall"] for r in rs),
+                "ctl_cpu_per_host": med([r["cpu"] for r in rs]) / n,
+                "host_cpu_per_host": med([sum(r["host_cpu"]) for r in rs]) / n,
+                "host_cpu_max": max(per_host), "host_cpu_p95": sorted(per_host)[-(-95 * n // 100) - 1],  # nearest rank
+                "peak_pss_kb": max(r["peak_pss_kb"] for r in rs), "maxrss_kb": max(r["maxrss_kb"] for r in rs),
+                "left_over": max(len(r["left_over"]) for r in rs),
+                "left_names": sorted({x for r in rs for x in r["left_over"]}),
+                "outside_cpu": max(r["outside_cpu"] for r in rs),
+            }
+    return out
+
+
+def report(fig: dict, summary: dict, sizes: list, tools: list) -> list:
+    p = print
+    p(f"\nnictune fleet audit bench   {fig['date']}")
+    p(f"  {fig['cpus']} CPUs, kernel {fig['kernel']}; fleet of {fig['fleet_size']} namespace hosts "
+      f"(prefix {fig['prefix']}), each with its own sshd; forks/parallel {fig['forks']} for every tool; "
+      f"{fig['rounds']} rounds per size (+1 warm-up at N={sizes[0]}), tools interleaved")
+    for tool in tools:
+        p(f"  {tool}: {fig['versions'][tool]}")
+    p("\n1. Same login environment and key exchange for every tool")
+    p("  login: sshd_config `SetEnv HOME=<fleet dir>/<host>/home` (Debian's stock /etc/skel dotfiles), so "
+      "root's own ~/.bashrc (pyenv init here) never runs:")
+    for tool, seen, ok in fig["login_env"]:
+        p(f"    {'ok  ' if ok else 'FAIL'} {tool:<8} HOME = {seen}")
+    p("  key exchange:")
+    for tool, kex in fig["kex"]:
+        p(f"    {tool:<8} {kex}")
+    cal = fig["host_cpu_method"]
+    p("\n2. Host-side CPU: method check on known workloads (python burning CPU until process_time() >= 0.5 s;")
+    p(f"   it reported {ms(cal['reported_s'])}), each minus an empty session (`true`), median of 3")
+    rows = [(m, "", ms(cal[m]["empty_s"]), ms(cal[m]["burn_s"]), ms(cal[m]["outliving_s"]),
+             "used" if m == cal["method"] else "-") for m in ("cgroup", "listener")]
+    p(table(rows, ("method", "", "empty session", "burn in session", "burn outliving it", "")))
+    p("  cgroup: cpuacct.usage of a cgroup per host holding its sshd listener (so every session and all it")
+    p("  starts); listener: growth of the listener's utime+stime+cutime+cstime, which misses processes")
+    p(f"  that outlive their session.  {'ok' if cal['ok'] else 'MISMATCH'}: the method used finds the workloads")
+    p("\n3. Drift check: host 1 spoiled (rail0 MTU 1500, tcp_ecn 2, rail1 GRO off, a line added to "
+      "/etc/nccl.conf); audited with host 2, which is as wanted")
+    for tool, count, what, ok in fig["drift_check"]:
+        p(f"    {'ok  ' if ok else 'FAIL'} {tool:<8} {count} drifts on host 1: {what}")
+
+    p("\n4. Audit of N hosts, every host as wanted (medians over the rounds)")
+    rows = []
+    for n in sizes:
+        for tool in tools:
+            s = summary.get((n, tool))
+            if not s:
+                continue
+            rows.append((tool, n, secs(s["wall"]), secs(s["wall_min"]), ms(s["ctl_cpu_per_host"]),
+                         ms(s["host_cpu_per_host"]), ms(s["host_cpu_max"]),
+                         secs((s["ctl_cpu_per_host"] + s["host_cpu_per_host"]) * n / fig["cpus"]),
+                         mb(s["peak_pss_kb"]), mb(s["maxrss_kb"]),
+                         f"{s['left_over']} {','.join(s['left_names'])}" if s["left_over"] else "-"))
+    p(table(rows, ("tool", "N", "wall", "wall min", "ctl CPU/host", "host CPU/host", "host max",
+                   "CPU/cores", "peak PSS", "max RSS", "left over")))
+    p("  ctl CPU/host: user+sys of the tool's whole process tree (os.wait4 in a subreaper wrapper; ssh")
+    p("    ControlPersist masters, re-parented to it, are stopped when the tool exits and reaped, so their CPU")
+    p("    is in), divided by N.  host CPU/host: CPU of the sshd sessions and all they ran, mean per host")
+    p(f"    ({fig['host_cpu_method']['method']} method, see 2); host max: the costliest host (its median over the rounds).")
+    p(f"  CPU/cores: (controller + hosts' CPU) / {fig['cpus']} cores, the least wall time this machine allows:")
+    p("    controller and hosts share its cores.")
+    p(f"  peak PSS: the controller tree's proportional set size, sampled every {SAMPLE_S:g} s; max RSS: its")
+    p("    largest single process.  left over: processes of the tree still running when the tool exited")
+    p("    (stopped by the wrapper).")
+
+    p("\n5. Ratios (wall time, same run)")
+    rows = []
+    for n in sizes:
+        base = summary.get((n, "nictune"))
+        for other in ("ansible", "pyinfra"):
+            s = summary.get((n, other))
+            if base and s:
+                rows.append((f"{other} / nictune", n, f"{s['wall'] / base['wall']:.1f}x",
+                             f"{s['ctl_cpu_per_host'] / base['ctl_cpu_per_host']:.1f}x",
+                             f"{s['host_cpu_per_host'] / base['host_cpu_per_host']:.1f}x"))
+    if rows:
+        p(table(rows, ("ratio", "N", "wall", "ctl CPU", "host CPU")))
+
+    checks = []
+    at = TARGET_SIZE if TARGET_SIZE in sizes else max(sizes)
+    note = "" if at == TARGET_SIZE else f" (measured at N={at}: {TARGET_SIZE} not among the sizes)"
+    base = summary.get((at, "nictune"))
+    if base:
+        for other, want, what in (("ansible", TARGET_ANSIBLE_RATIO, "at least 10x faster than ansible-core"),
+                                  ("pyinfra", TARGET_PYINFRA_RATIO, "no slower than pyinfra")):
+            s = summary.get((at, other))
+            if s:
+                r = s["wall"] / base["wall"]
+                checks.append((r >= want, f"audit of {TARGET_SIZE} hosts {what}{note}",
+                               f"{r:.1f}x ({secs(s['wall'])} vs {secs(base['wall'])})"))
+            else:
+                checks.append((None, f"audit of {TARGET_SIZE} hosts {what}", f"{other} not run"))
+        checks.append((base["host_cpu_max"] <= TARGET_HOST_CPU_S,
+                       f"at most {ms(TARGET_HOST_CPU_S)} of CPU on each host per audit{note}",
+                       f"costliest host {ms(base['host_cpu_max'])}, mean {ms(base['host_cpu_per_host'])}, "
+                       f"p95 {ms(base['host_cpu_p95'])}"))
+    p("\n6. Targets")
+    for ok, what, detail in checks:
+        p(f"  {'SKIP' if ok is None else 'PASS' if ok else 'FAIL'}  {what}: {detail}")
+    return checks
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="10,50,100,200", help="comma-separated fleet sizes (default 10,50,100,200)")
+    ap.add_argument("--rounds", type=int, default=3, help="measured rounds per size and tool (default 3)")
+    ap.add_argument("--forks", type=int, default=50, help="hosts at once, for every tool (default 50, nictune's)")
+    ap.add_argument("--tools", default=",".join(TOOLS), help="which of nictune,ansible,pyinfra to run")
+    ap.add_argument("--install", action="store_true",
+                    help=f"first install ansible-core and pyinfra from PyPI into {TOOLS_VENV}")
+    ap.add_argument("--json", metavar="FILE", help="also save every figure as JSON")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("bench: needs root (network namespaces, sshd); run it with sudo")
+    if not os.access(NICTUNE, os.X_OK):
+        sys.exit(f"bench: no nictune CLI at {NICTUNE}: run it with the project's venv Python")
+    try:
+        sizes = sorted({int(s) for s in args.sizes.split(",")})
+    except ValueError:
+        sys.exit(f"bench: --sizes {args.sizes!r}: want numbers like 10,50,100")
+    if not sizes or sizes[0] < 1 or sizes[-1] > fleetlab.MAX_HOSTS:
+        sys.exit(f"bench: sizes must be 1 to {fleetlab.MAX_HOSTS}")
+    wanted = [t for t in args.tools.split(",") if t]
+    if "nictune" not in wanted or set(wanted) - set(TOOLS):
+        sys.exit(f"bench: --tools: nictune plus any of ansible, pyinfra (got {args.tools!r})")
+    rounds = max(1, args.rounds)
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    # Daemonised ssh masters of an interrupted run stay below us, to be stopped.
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    started = time.monotonic()
+    tmp = Path(tempfile.mkdtemp(prefix="ntbench-fleet-"))
+    ENV["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+    prefix = f"ntbf{secrets.token_hex(2)}"
+    fleet = hosts = None
+    problems: list = []
+    fig: dict = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+                 "kernel": platform.release(), "cpus": os.cpu_count(), "sizes": sizes, "rounds": rounds,
+                 "forks": args.forks, "prefix": prefix, "fleet_size": sizes[-1], "python": PY}
+    try:
+        tools_bin, notes = find_tools(args.install)
+        tools = ["nictune"] + [t for t in ("ansible", "pyinfra") if t in wanted and
+                               (("ansible-playbook" if t == "ansible" else t) in tools_bin)]
+        fig["versions"] = {"nictune": version([NICTUNE, "--version"]),
+                           "ansible": version([tools_bin.get("ansible-playbook", "false"), "--version"]),
+                           "pyinfra": version([tools_bin.get("pyinfra", "false"), "--version"])}
+        for note in notes:
+            print(f"bench: {note}", flush=True)
+        print(f"bench: bringing up {max(2, sizes[-1])} hosts ({prefix}h001..)", flush=True)
+        t0 = time.monotonic()
+        # Two hosts at least: the drift check spoils one and audits both.
+        fleet = fleetlab.up(max(2, sizes[-1]), str(tmp / "fleet"), prefix=prefix)
+        fig["fleet_up_s"] = round(time.monotonic() - t0, 1)
+        hosts = Hosts(fleet, f"ntbench-{prefix}")
+        KEEP.update(hosts.pids)
+        hosts.attach()
+        b = Bench(tmp, fleet, hosts, args.forks, tools_bin)
+        print(f"bench: fleet up in {fig['fleet_up_s']} s; nictune apply to every host", flush=True)
+        apply_all(b, len(b.hosts.pids))
+        fig["login_env"] = check_login_env(b, tools)
+        fig["kex"] = check_kex(b, tools)
+        fig["host_cpu_method"] = check_host_cpu_method(b)
+        fig["drift_check"] = drift_check(b, tools)
+        print("bench: measuring", flush=True)
+        runs = run_rounds(b, sizes, tools, rounds, problems, notes)
+        summary = summarise(runs)
+        checks = report(fig, summary, sizes, tools)
+        for n in sizes:
+            for tool in tools:
+                if summary[(n, tool)]["outside_cpu"] > 0.05:
+                    problems.append(f"{tool} N={n}: hosts outside the subset spent "
+                                    f"{ms(summary[(n, tool)]['outside_cpu'])} (--limit not honoured?)")
+        for note in notes:
+            print(f"  note: {note}")
+        if problems:
+            print("\n  UNEXPECTED (the timings may not mean what they say):")
+            for prob in problems:
+                print(f"    {prob}")
+        fig.update(runs={str(n): v for n, v in runs.items()},
+                   summary={f"{n}/{t}": v for (n, t), v in summary.items()},
+                   targets=[{"ok": ok, "what": what, "detail": d} for ok, what, d in checks],
+                   problems=problems, notes=notes)
+    except KeyboardInterrupt:
+        print("\nbench: interrupted; cleaning up", file=sys.stderr)
+        return 130
+    except (BenchError, fleetlab.FleetError, subprocess.TimeoutExpired) as e:
+        print(f"bench: {e}", file=sys.stderr)
+        return 1
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for what in stop_descendants():
+            print(f"bench: clean-up: stopped process {what}", file=sys.stderr)
+        if fleet is not None or (tmp / "fleet" / "record.json").exists():
+            fleetlab.down(str(tmp / "fleet" / "record.json"))
+        if hosts is not None:
+            hosts.remove()
+        shutil.rmtree(tmp, ignore_errors=True)
+    fig["bench_seconds"] = round(time.monotonic() - started, 1)
+    print(f"\n(bench took {fig['bench_seconds']:.0f} s; fleet {prefix} and {tmp} removed)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(fig, indent=1, default=str) + "\n")
+        print(f"figures saved to {args.json}")
+    print("reproduce with: sudo .venv/bin/python bench/bench_fleet.py --install "
+          f"--sizes {','.join(map(str, sizes))} --rounds {rounds} --forks {args.forks}"
+          + (f" --tools {','.join(wanted)}" if set(wanted) != set(TOOLS) else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
