@@ -190,7 +190,18 @@ def test_a_family_raising_leaves_a_rolled_back_journal(cx7):
     assert cx7.kernel.snapshot() == cx7.initial
 
 
-def test_mana_rounds_rings_up_so_the_read_back_fails_and_rolls_back(maia):
+def test_mana_ring_sizes_it_would_round_are_refused_before_writing(maia):
+    doc = copy.deepcopy(MAIA.doc)
+    doc["interfaces"]["mana-vf"]["rings"] = {"rx": 6000, "tx": 4096}
+    out = maia.apply(MAIA, doc)
+    assert out.error["kind"] == "unsupported" and maia.kernel.writes == []
+    assert "6000 would become 8192" in change(out, "rings", VF, "rx").note
+
+
+def test_a_driver_rounding_rings_up_fails_read_back_and_rolls_back(maia, monkeypatch):
+    # As with a driver nictune has no capability table for: only the read-back
+    # can tell that the kernel's ACK did not mean "as written".
+    monkeypatch.setattr("nictune.knobs.ethtool.nicclass.rings_effective", lambda d, n, v: v)
     doc = copy.deepcopy(MAIA.doc)
     doc["interfaces"]["mana-vf"]["rings"] = {"rx": 6000, "tx": 4096}
     out = maia.apply(MAIA, doc)
