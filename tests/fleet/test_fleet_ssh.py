@@ -12,9 +12,8 @@ import time
 from xml.etree import ElementTree
 
 import pytest
-from typer.testing import CliRunner
+from cli_run import nictune
 
-from nictune.cli.app import app
 from nictune.control.fleetlab import run_in
 
 pytestmark = pytest.mark.netns
@@ -40,14 +39,6 @@ def profile(tmp_path):
     path = tmp_path / "fleet.yaml"
     path.write_text(PROFILE)
     return str(path)
-
-
-def nictune(*args: str) -> tuple:
-    result = CliRunner().invoke(app, [*args, "--json"])
-    try:
-        return result.exit_code, json.loads(result.stdout)
-    except ValueError:
-        raise AssertionError(f"exit {result.exit_code}, no JSON report: {result.output}")
 
 
 def hosts(fleet, kind="sshd"):

@@ -17,9 +17,8 @@ import tempfile
 import time
 
 import pytest
-from typer.testing import CliRunner
+from cli_run import nictune
 
-from nictune.cli.app import app
 from nictune.control import fleetlab
 from nictune.control.fleetlab import run_in
 
@@ -41,14 +40,6 @@ def profile(tmp_path):
     path = tmp_path / "rails.yaml"
     path.write_text(PROFILE)
     return str(path)
-
-
-def nictune(*args: str) -> tuple:
-    result = CliRunner().invoke(app, [*args, "--json"])
-    try:
-        return result.exit_code, json.loads(result.stdout)
-    except ValueError:
-        raise AssertionError(f"exit {result.exit_code}, no JSON report: {result.output}")
 
 
 def sshd_hosts(fleet):
