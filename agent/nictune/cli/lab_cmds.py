@@ -87,8 +87,7 @@ def _describe_fleet(out: Printer, fleet: dict) -> None:
     first = hosts[0]["name"]
     out.line(f"inventory:  {fleet['inventory']}")
     out.line(f"ssh config: {fleet['ssh_config']}   (ssh -F {fleet['ssh_config']} {first})")
-    out.line(f"Try: nictune plan profiles/lab-fleet.yaml -i {fleet['inventory']} "
-             f"--ssh-config {fleet['ssh_config']} --limit fleet")
+    out.line(f"Try: nictune plan profiles/lab-fleet.yaml -i {fleet['inventory']} --limit fleet")
 
 
 @lab.command()
