@@ -232,7 +232,7 @@ host:
     net.ipv4.tcp_no_metrics_save: 1
   nccl:
     path: {nccl}
-    env: {{NCCL_DEBUG: WARN, NCCL_IB_TIMEOUT: 22, NCCL_IB_RETRY_CNT: 7, NCCL_SOCKET_IFNAME: "=ntb"}}
+    env: {{NCCL_DEBUG: WARN, NCCL_IB_TIMEOUT: 22, NCCL_IB_RETRY_CNT: 7, NCCL_SOCKET_IFNAME: "ntb"}}
 interfaces:
   bench:
     match: {{name: "ntb*"}}
@@ -351,7 +351,7 @@ def startup(lab: Lab, scratch: Path, request: str, profile: Path, state: Path) -
         for (key, label, argv, stdin), row in zip(cmds, out):
             run = measured(argv, scratch, stdin)
             if run.rc not in ((2,) if key == "plan" else (0,)):
-                raise BenchError(f"{label}: exit {run.rc}: {run.stderr.strip()[-300:]}")
+                raise BenchError(f"{label}: exit {run.rc}: {(run.stderr.strip() or run.stdout.strip())[-1500:]}")
             row["wall"].append(run.wall)
             row["rss_kb"].append(run.rss_kb)
     return out

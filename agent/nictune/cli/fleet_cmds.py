@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 from nictune.cli.output import Printer, envelope
-from nictune.control import fleet
-from nictune.control.ssh import SshOptions
 from nictune.errors import NictuneError
+
+# paramiko, inventories and playbooks are imported only by fleet commands:
+# a local plan does not pay for them.
 
 
 @dataclass
@@ -22,7 +23,7 @@ class FleetArgs:
     inventory: str
     limit: Optional[str]
     forks: int
-    ssh: SshOptions
+    ssh: dict                   # control.ssh.SshOptions fields
     as_json: bool
     show_ok: bool = False
     junit: Optional[str] = None
@@ -63,6 +64,7 @@ def run(command: str, target: Optional[str], args: FleetArgs) -> int:
 
 
 def _run(command: str, target: Optional[str], args: FleetArgs, out: Printer) -> dict:
+    from nictune.control import fleet
     from nictune.inventory import load_inventory
 
     inventory = load_inventory(args.inventory)
@@ -79,7 +81,10 @@ def _run(command: str, target: Optional[str], args: FleetArgs, out: Printer) -> 
 
 def _pool(command: str, hosts: list, profiles, args: FleetArgs, out: Printer,
           label: str = "") -> List[dict]:
-    jobs = fleet.jobs_for(command, hosts, profiles, args.ssh)
+    from nictune.control import fleet
+    from nictune.control.ssh import SshOptions
+
+    jobs = fleet.jobs_for(command, hosts, profiles, SshOptions(**args.ssh))
     with out.progress(f"{command}{label}", len(jobs)) as tick:
         return fleet.run_jobs(command, jobs, args.forks, tick)
 
@@ -87,6 +92,7 @@ def _pool(command: str, hosts: list, profiles, args: FleetArgs, out: Printer,
 def _run_playbook(command: str, agent_command: str, path: str, inventory, args: FleetArgs,
                   out: Printer) -> dict:
     from nictune.control import playbook
+    from nictune.control.fleet import PlayProfiles
 
     plays = playbook.load_playbook(path)
     limit = set(h.name for h in inventory.select(args.limit)) if args.limit else None
@@ -126,25 +132,6 @@ def _gate(command: str, args: FleetArgs):
 
 def fleet_name(host) -> str:
     return host if isinstance(host, str) else host.name
-
-
-class PlayProfiles(fleet.Profiles):
-    """A play's per-host profiles: its profiles, inventory layers, play vars."""
-
-    def __init__(self, play, gate=None):
-        super().__init__(play.profiles[0], gate=gate)
-        self.play = play
-
-    def for_host(self, host):
-        import json
-
-        from nictune.control.playbook import play_profile
-
-        layers = list(host.nictune_overrides())
-        key = json.dumps(layers, sort_keys=True, default=str)
-        if key not in self._cache:
-            self._cache[key] = self._checked(play_profile(self.play, layers))
-        return self._cache[key]
 
 
 def _write_audit_files(report: dict, args: FleetArgs, out: Printer) -> None:

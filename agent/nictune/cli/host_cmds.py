@@ -110,12 +110,11 @@ def _usage(as_json: bool, command: str, message: str) -> None:
 
 
 def _ssh(accept_new: bool, connect_timeout: float, timeout: float, ssh_config: str,
-         confirm_timeout: float = 0.0):
-    from nictune.control.ssh import SshOptions
-
-    return SshOptions(connect_timeout=connect_timeout, command_timeout=timeout,
-                      accept_new_host_keys=accept_new, confirm_timeout=confirm_timeout,
-                      ssh_config=ssh_config)
+         confirm_timeout: float = 0.0) -> dict:
+    """control.ssh.SshOptions fields (built only when there is an inventory)."""
+    return dict(connect_timeout=connect_timeout, command_timeout=timeout,
+                accept_new_host_keys=accept_new, confirm_timeout=confirm_timeout,
+                ssh_config=ssh_config)
 
 
 FORKS = 50

@@ -106,6 +106,23 @@ class Profiles:
         return profile
 
 
+class PlayProfiles(Profiles):
+    """A play's per-host profiles: its profiles, inventory layers, play vars."""
+
+    def __init__(self, play, gate: Optional[Callable] = None):
+        super().__init__(play.profiles[0], gate=gate)
+        self.play = play
+
+    def for_host(self, host):
+        from nictune.control.playbook import play_profile
+
+        layers = list(host.nictune_overrides())
+        key = json.dumps(layers, sort_keys=True, default=str)
+        if key not in self._cache:
+            self._cache[key] = self._checked(play_profile(self.play, layers))
+        return self._cache[key]
+
+
 def jobs_for(command: str, hosts: list, profiles: Optional[Profiles], options: SshOptions) -> List[Job]:
     from nictune.profile.loader import ProfileError
 
