@@ -52,6 +52,13 @@ COUNTER_NAME = r"^[A-Za-z0-9_.-]{1,64}$"
 # An optional comparison and a dotted numeric version: ">=28.39", "28.39.1002".
 VERSION_WANT = r"^(==|>=|<=|>|<)?[0-9]{1,9}(\.[0-9]{1,9}){0,7}$"
 
+# An RDMA device name as /sys/class/infiniband lists it ("." and ".." are
+# directory entries, not devices).
+IBDEV = r"^(?!\.{1,2}$)[A-Za-z0-9_.-]{1,64}$"
+# A DCQCN parameter: a file name under /sys/class/net/<if>/ecn/roce_{np,rp}/.
+ECN_PARAM = r"^[a-z][a-z0-9_]{0,63}$"
+DSCP = r"^(6[0-3]|[1-5]?[0-9])$"
+
 
 def check(pattern: str, value: object, what: str) -> str:
     if not matches(pattern, value):

@@ -122,3 +122,21 @@ def test_words():
     assert describe(SCHEMA["properties"]["on_unsupported"]) == "one of fail, warn, skip"
     assert "a list of 1 to 8 integers" in describe(SCHEMA["$defs"]["sysctl_value"])
     assert re.search(r"a list of them$", describe(SCHEMA["$defs"]["entry"]["properties"]["match"]["properties"]["mac"]))
+
+
+def test_one_pattern_has_one_meaning():
+    from nictune.profile.schema import register_words
+
+    pattern = next(iter(PATTERN_WORDS))
+    register_words({pattern: PATTERN_WORDS[pattern]})  # the same words again: fine
+    with pytest.raises(ValueError, match="already means"):
+        register_words({pattern: "something else"})
+
+
+def test_a_bad_counter_name_is_described_as_a_counter_name():
+    from nictune.profile.loader import ProfileError, load_profile_text
+
+    text = ("nictune: 1\ninterfaces:\n  r:\n    match: {name: x}\n"
+            "    expect: {counters: {\"bad name!\": 1}}\n")
+    with pytest.raises(ProfileError, match="allowed: a counter name"):
+        load_profile_text(text, "p.yaml")

@@ -31,7 +31,7 @@ from nictune.profile.check import check, locate
 from nictune.profile.errors import ProfileError, dotted
 from nictune.profile.loader import NOT_OVERRIDABLE, Profile, override_layer, sources_of
 from nictune.profile.merge import Resolver, merge_layers
-from nictune.profile.schema import EXTENDS_PATH, PATTERN_WORDS
+from nictune.profile.schema import EXTENDS_PATH, register_words
 from nictune.profile.yamlpos import Parsed, Path
 
 __all__ = ["Play", "ProfileError", "load_playbook", "make_batches", "too_many_failed",
@@ -46,7 +46,7 @@ HOST_PATTERN = r"^[^\x00-\x1f\x7f]{1,1000}$"
 PLAY_NAME = r"^[^\x00-\x1f\x7f]{1,200}$"
 
 # The words error messages use for these patterns (schema.describe reads them).
-PATTERN_WORDS.update({
+register_words({
     SERIAL_PERCENT: 'a percentage of the play\'s hosts from "1%" to "100%"',
     FAIL_PERCENT: 'a percentage from "0%" to "100%"',
     VAR_NAME: "a variable name: a letter or '_' and then up to 63 letters, digits or '_'",

@@ -50,7 +50,18 @@ PATTERN_WORDS: Dict[str, str] = {
     EXTENDS_PATH: "a file path of up to 4096 characters with no control characters",
 }
 
-PATTERN_WORDS.update(EXPECT_PATTERN_WORDS)
+
+
+def register_words(words: Dict[str, str]) -> None:
+    """Add the words for more patterns.  Words are looked up by the pattern's
+    text, so two meanings must never share one pattern."""
+    for pattern, text in words.items():
+        if PATTERN_WORDS.get(pattern, text) != text:
+            raise ValueError(f"pattern {pattern} already means {PATTERN_WORDS[pattern]!r}")
+        PATTERN_WORDS[pattern] = text
+
+
+register_words(EXPECT_PATTERN_WORDS)
 
 U32 = 4294967295
 S64_MIN, U64_MAX = -(2**63), 2**64 - 1
@@ -207,15 +218,13 @@ def _vector(item: dict, what: str) -> dict:
             "description": f"{what} Exactly 8 entries, one per priority or traffic class."}
 
 
-# ECN/DCQCN parameter names are the file names the driver exposes under
-# /sys/class/net/<if>/ecn/roce_{np,rp}/ (host side re-checks: knobs/roce.py).
-ECN_PARAM = r"^[a-z][a-z0-9_]{0,63}$"
-# An RDMA device name as /sys/class/infiniband lists it (host side: rdma.py).
-IBDEV = r"^[A-Za-z0-9_.-]{1,64}$"
-DSCP = r"^(6[0-3]|[1-5]?[0-9])$"
-PATTERN_WORDS[DSCP] = "a DSCP value from 0 to 63"
-PATTERN_WORDS[ECN_PARAM] = "a DCQCN parameter name as the driver's ecn directory names it: a lowercase letter and then up to 63 lowercase letters, digits or '_'"
-PATTERN_WORDS[IBDEV] = "an RDMA device name such as mlx5_0: 1-64 letters, digits, '_', '.' or '-'"
+# The host side re-checks these with the same constants (rdma.py, knobs/roce.py).
+ECN_PARAM, IBDEV, DSCP = v.ECN_PARAM, v.IBDEV, v.DSCP
+register_words({
+    DSCP: "a DSCP value from 0 to 63",
+    ECN_PARAM: "a DCQCN parameter name as the driver's ecn directory names it: a lowercase letter and then up to 63 lowercase letters, digits or '_'",
+    IBDEV: "an RDMA device name such as mlx5_0: 1-64 letters, digits, '_', '.' or '-' (not . or ..)",
+})
 
 _ROCE = {
     "type": "object",
