@@ -48,14 +48,10 @@ def is_playbook(path: str) -> bool:
 
 def run(command: str, target: Optional[str], args: FleetArgs) -> int:
     """The whole fleet command; returns the exit code."""
-    from nictune.profile.loader import ProfileError
-
     out = Printer(args.as_json)
     try:
         report = _run(command, target, args, out)
-    except ProfileError as e:
-        report = envelope(command, [], error={"kind": "profile", "message": str(e)})
-    except NictuneError as e:
+    except NictuneError as e:  # ProfileError included
         report = envelope(command, [], error=e.as_dict())
     if command == "audit":
         _write_audit_files(report, args, out)
@@ -104,11 +100,10 @@ def _run_playbook(command: str, agent_command: str, path: str, inventory, args: 
         if command != "apply":
             reports += _pool(agent_command, hosts, profiles, args, out, f" ({play.name})")
             continue
-        by_name = {h.name: h for h in hosts}
 
         def run_some(cmd: str, some: list, profiles=profiles, play=play) -> List[dict]:
-            chosen = [by_name[fleet_name(h)] for h in some]
-            return _pool(cmd, chosen, profiles if cmd != "rollback" else None, args, out,
+            # rollout hands back some of the inventory hosts given to it
+            return _pool(cmd, some, profiles if cmd != "rollback" else None, args, out,
                          f" ({play.name})")
 
         result = playbook.rollout(play, hosts, run_some, out.batch_done)
@@ -128,10 +123,6 @@ def _gate(command: str, args: FleetArgs):
     from nictune.cli.lint_cmds import lint_gate
 
     return lambda profile: lint_gate(profile, args.force)
-
-
-def fleet_name(host) -> str:
-    return host if isinstance(host, str) else host.name
 
 
 def _write_audit_files(report: dict, args: FleetArgs, out: Printer) -> None:

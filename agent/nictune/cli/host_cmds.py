@@ -40,23 +40,23 @@ from nictune.errors import InvalidRequest, NictuneError
 
 def _run(command: str, profile_path: Optional[str], netns: Optional[str], state_dir: str,
          as_json: bool, show_ok: bool = False, force: bool = False) -> None:
-    # Only commands that take a profile pay for yaml and jsonschema.
-    from nictune.profile.loader import ProfileError, load_profile
-
     out = Printer(as_json)
     findings: list = []
     try:
-        if profile_path and is_playbook(profile_path):
-            raise InvalidRequest(f"{profile_path} is a playbook: it runs on the hosts of an "
-                               "inventory, so add -i INVENTORY")
-        profile = load_profile(profile_path) if profile_path else None
+        profile = None
+        if profile_path:
+            if is_playbook(profile_path):
+                raise InvalidRequest(f"{profile_path} is a playbook: it runs on the hosts of an "
+                                     "inventory, so add -i INVENTORY")
+            # Only commands that take a profile pay for the loader and jsonschema.
+            from nictune.profile.loader import load_profile
+
+            profile = load_profile(profile_path)
         if profile is not None and command in LINTED:
             findings = lint_gate(profile, force)
         target = target_for(netns, state_dir)
         host_report = target.run(build_request(command, profile))
-    except ProfileError as e:
-        report = envelope(command, [], error={"kind": "profile", "message": str(e)})
-    except NictuneError as e:
+    except NictuneError as e:  # ProfileError included
         report = envelope(command, [], error=e.as_dict())
     else:
         report = envelope(command, [host_report])
@@ -64,7 +64,7 @@ def _run(command: str, profile_path: Optional[str], netns: Optional[str], state_
         report["lint"] = [f.as_dict() for f in findings]
         if not as_json:
             for f in findings:
-                out.warn(f"lint {f.code}: {f.message} ({', '.join(f.locations)})")
+                out.warn(f"lint {f.text}")
     if command == "show" and not as_json and report["hosts"]:
         _print_profile(out, report["hosts"][0])
     else:

@@ -18,7 +18,7 @@ class LintFailed(NictuneError):
         errors = [f for f in findings if f.severity == "error"]
         super().__init__(
             f"the profile is inconsistent ({len(errors)} lint error(s)); fix it, or pass --force: "
-            + "; ".join(f"{f.code}: {f.message} ({', '.join(f.locations)})" for f in errors))
+            + "; ".join(f.text for f in errors))
 
 
 def lint_gate(profile, force: bool) -> list:
@@ -35,15 +35,14 @@ def lint_gate(profile, force: bool) -> list:
 def lint(profile: ProfileArg, as_json: JsonOpt = False) -> None:
     """Check that ToS, DSCP, priorities, PFC/ECN, ETS, NCCL and MTU agree.
     Exit 1 on errors; warnings alone exit 0."""
+    from nictune.profile.errors import ProfileError
     from nictune.profile.lint import lint_file
-    from nictune.profile.loader import ProfileError
 
     out = Printer(as_json)
     try:
         findings = lint_file(str(profile))
     except ProfileError as e:
-        report = envelope("lint", [], error={"kind": "profile", "message": str(e)})
-        out.report(report)
+        out.report(envelope("lint", [], error=e.as_dict()))
         raise typer.Exit(1)
     errors = [f for f in findings if f.severity == "error"]
     code = 1 if errors else 0
@@ -54,8 +53,7 @@ def lint(profile: ProfileArg, as_json: JsonOpt = False) -> None:
         out.json(report)
     else:
         for f in findings:
-            text = f"{f.code}: {f.message} ({', '.join(f.locations)})"
-            (out.error if f.severity == "error" else out.warn)(text)
+            (out.error if f.severity == "error" else out.warn)(f.text)
         warnings = len(findings) - len(errors)
         out.line(f"{profile}: {len(errors)} error(s), {warnings} warning(s)" if findings
                  else f"{profile}: consistent")

@@ -12,7 +12,8 @@ from nictune.cli.output import Printer, envelope
 
 def validate(profiles: ProfilesArg, as_json: JsonOpt = False) -> None:
     """Check profiles against the schema, with their extends: chains."""
-    from nictune.profile.loader import ProfileError, load_profile
+    from nictune.profile.errors import ProfileError
+    from nictune.profile.loader import load_profile
 
     results = []
     for path in profiles:
@@ -20,8 +21,7 @@ def validate(profiles: ProfilesArg, as_json: JsonOpt = False) -> None:
             loaded = load_profile(str(path))
             results.append({"path": str(path), "ok": True, "files": loaded.files})
         except ProfileError as e:
-            results.append({"path": str(path), "ok": False,
-                            "error": {"kind": "profile", "message": str(e)}})
+            results.append({"path": str(path), "ok": False, "error": e.as_dict()})
     failed = [r for r in results if not r["ok"]]
     out = Printer(as_json)
     if as_json:

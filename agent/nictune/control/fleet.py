@@ -17,7 +17,7 @@ from typing import Callable, Dict, List, Optional
 
 from nictune.control.request import build_request
 from nictune.control.ssh import SshHost, SshOptions, SshTarget
-from nictune.errors import NictuneError, exit_code
+from nictune.errors import NictuneError
 from nictune.journal import DEFAULT_STATE_DIR
 
 DEFAULT_FORKS = 50
@@ -84,26 +84,34 @@ def ssh_args_options(args: str) -> Dict[str, str]:
 
 class Profiles:
     """Per-host profiles: the base profile plus each host's override layers.
-    Hosts with the same layers share one merged, validated profile."""
+    Hosts with the same layers share one merged, validated profile -- or
+    one error: a broken profile is built and linted once, not once per host."""
 
     def __init__(self, path: str, gate: Optional[Callable] = None):
         self.path = path
         self.gate = gate  # e.g. lint: raises on a profile that must not run
-        self._cache: Dict[str, object] = {}
+        self._cache: Dict[str, object] = {}  # layers -> profile, or the exception it raised
 
     def for_host(self, host):
-        from nictune.profile.loader import load_profile
-
         layers = list(host.nictune_overrides())
         key = json.dumps(layers, sort_keys=True, default=str)
         if key not in self._cache:
-            self._cache[key] = self._checked(load_profile(self.path, overrides=layers))
-        return self._cache[key]
+            try:
+                profile = self._build(layers)
+                if self.gate:
+                    self.gate(profile)
+                self._cache[key] = profile
+            except Exception as e:  # noqa: BLE001 - stored and raised again for each host
+                self._cache[key] = e
+        found = self._cache[key]
+        if isinstance(found, Exception):
+            raise found
+        return found
 
-    def _checked(self, profile):
-        if self.gate:
-            self.gate(profile)
-        return profile
+    def _build(self, layers: list):
+        from nictune.profile.loader import load_profile
+
+        return load_profile(self.path, overrides=layers)
 
 
 class PlayProfiles(Profiles):
@@ -113,28 +121,20 @@ class PlayProfiles(Profiles):
         super().__init__(play.profiles[0], gate=gate)
         self.play = play
 
-    def for_host(self, host):
+    def _build(self, layers: list):
         from nictune.control.playbook import play_profile
 
-        layers = list(host.nictune_overrides())
-        key = json.dumps(layers, sort_keys=True, default=str)
-        if key not in self._cache:
-            self._cache[key] = self._checked(play_profile(self.play, layers))
-        return self._cache[key]
+        return play_profile(self.play, layers)
 
 
 def jobs_for(command: str, hosts: list, profiles: Optional[Profiles], options: SshOptions) -> List[Job]:
-    from nictune.profile.loader import ProfileError
-
     jobs = []
     for host in hosts:
         try:
             target = SshTarget(ssh_host(host), options)
             profile = profiles.for_host(host) if profiles else None
             jobs.append(Job(host.name, target, build_request(command, profile)))
-        except ProfileError as e:
-            jobs.append(Job(host.name, None, None, {"kind": "profile", "message": str(e)}))
-        except NictuneError as e:
+        except NictuneError as e:  # ProfileError included
             jobs.append(Job(host.name, None, None, e.as_dict()))
         except ValueError as e:  # validate.InvalidInput: a bad nictune_state_dir...
             jobs.append(Job(host.name, None, None, {"kind": "invalid-input",
@@ -143,10 +143,14 @@ def jobs_for(command: str, hosts: list, profiles: Optional[Profiles], options: S
 
 
 def failed_report(label: str, command: str, error: dict, seconds: float = 0.0) -> dict:
-    """A host report for a host whose agent never answered."""
-    return {"host": label, "command": command, "ok": False, "exit_code": exit_code(error["kind"]),
-            "changed": False, "summary": {}, "changes": [], "warnings": [], "error": error,
-            "seconds": round(seconds, 4), "unreachable": error["kind"] == "transport"}
+    """A host report for a host whose agent never answered: the agent's own
+    report shape (agent.report), plus whether the host was unreachable."""
+    from nictune import agent
+    from nictune.model import Outcome
+
+    report = agent.report(Outcome(command, error=error), label, time.monotonic() - seconds)
+    report["unreachable"] = error["kind"] == "transport"
+    return report
 
 
 def run_jobs(command: str, jobs: List[Job], forks: int = DEFAULT_FORKS,

@@ -10,21 +10,31 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Optional
 
+from nictune.errors import NictuneError
+
 SHOW_LIMIT = 40
 
 _PLAIN_PART = re.compile(r"[A-Za-z0-9_.@*?!:+/\[\]-]{1,64}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-class ProfileError(Exception):
-    """A profile that cannot be loaded: where (file, line, keypath) and why."""
+class ProfileError(NictuneError):
+    """A profile that cannot be loaded: where (file, line, keypath) and why.
+
+    `message` is the bare reason; str() and as_dict() give the whole
+    one-line text with file, line and keypath."""
+
+    kind = "profile"
 
     def __init__(self, file: str, line: Optional[int], keypath: str, message: str):
-        super().__init__(file, line, keypath, message)
+        super().__init__(message)
+        self.args = (file, line, keypath, message)  # so copy/pickle can rebuild it
         self.file = file
         self.line = line
         self.keypath = keypath
-        self.message = message
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "message": str(self)}
 
     def __str__(self) -> str:
         where = self.file if self.line is None else f"{self.file}:{self.line}"

@@ -51,8 +51,13 @@ class Finding:
         return {"code": self.code, "severity": self.severity, "message": self.message,
                 "locations": list(self.locations)}
 
+    @property
+    def text(self) -> str:
+        """code: message (file:line, ...) -- how the CLI shows a finding."""
+        return f"{self.code}: {self.message} ({', '.join(self.locations)})"
+
     def __str__(self) -> str:
-        return f"{self.severity}: {self.code}: {self.message} ({', '.join(self.locations)})"
+        return f"{self.severity}: {self.text}"
 
 
 def roce_mtu(netdev_mtu: int) -> Optional[int]:
