@@ -72,6 +72,11 @@ class HostKeyRefused(TransportError):
     pass
 
 
+# Guards the parsed-file caches below (ssh config, known_hosts) and appends
+# to known_hosts: a fleet run connects from many threads.
+_files_lock = threading.Lock()
+
+
 # -- ssh config ---------------------------------------------------------------
 
 @dataclass
@@ -86,15 +91,28 @@ class _Endpoint:
     identities_only: bool = False
 
 
+_configs: Dict[str, tuple] = {}  # path -> (mtime, size, paramiko.SSHConfig); _files_lock
+
+
 def _config(path: Optional[str]) -> paramiko.SSHConfig:
-    if path:
-        full = os.path.expanduser(path)
-        if os.path.exists(full):
-            try:
-                return paramiko.SSHConfig.from_path(full)
-            except Exception as e:  # noqa: BLE001 - paramiko raises several kinds
-                raise TransportError(f"{full}: cannot read this ssh config: {e}") from None
-    return paramiko.SSHConfig()
+    """The ssh config at path, parsed once per run (again only if it changes)."""
+    if not path:
+        return paramiko.SSHConfig()
+    full = os.path.expanduser(path)
+    try:
+        st = os.stat(full)
+    except OSError:  # as os.path.exists: missing or unreadable means no config
+        return paramiko.SSHConfig()
+    with _files_lock:
+        cached = _configs.get(full)
+        if cached and cached[:2] == (st.st_mtime_ns, st.st_size):
+            return cached[2]
+        try:
+            config = paramiko.SSHConfig.from_path(full)
+        except Exception as e:  # noqa: BLE001 - paramiko raises several kinds
+            raise TransportError(f"{full}: cannot read this ssh config: {e}") from None
+        _configs[full] = (st.st_mtime_ns, st.st_size, config)
+        return config
 
 
 def _endpoint(config: paramiko.SSHConfig, address: str, port=None, user=None,
@@ -120,8 +138,7 @@ def _endpoint(config: paramiko.SSHConfig, address: str, port=None, user=None,
 
 # -- host keys ----------------------------------------------------------------
 
-_known_hosts_lock = threading.Lock()
-_known_hosts: Dict[str, tuple] = {}  # path -> (mtime, size, paramiko.HostKeys)
+_known_hosts: Dict[str, tuple] = {}  # path -> (mtime, size, paramiko.HostKeys); _files_lock
 
 
 def _table(path: str) -> Optional[paramiko.HostKeys]:
@@ -131,7 +148,7 @@ def _table(path: str) -> Optional[paramiko.HostKeys]:
         st = os.stat(path)
     except FileNotFoundError:
         return None
-    with _known_hosts_lock:
+    with _files_lock:
         cached = _known_hosts.get(path)
         if cached and cached[:2] == (st.st_mtime_ns, st.st_size):
             return cached[2]
@@ -178,10 +195,29 @@ class _HostKeyCheck(paramiko.MissingHostKeyPolicy):
                 f"{host}: unknown host key ({_fingerprint(key)}), refused. Check the "
                 "fingerprint and add it to known_hosts, or run again with --accept-new-host-keys")
         # OpenSSH's accept-new: trust a first-seen key, and write it down.
-        with _known_hosts_lock:
-            os.makedirs(os.path.dirname(self.remember_in) or ".", mode=0o700, exist_ok=True)
-            with open(self.remember_in, "a") as f:
+        path = self.remember_in
+        with _files_lock:
+            os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+            cached = _known_hosts.get(path)
+            if cached and cached[:2] != _stamp(path):
+                cached = None  # changed behind our back: parse it again next time
+                del _known_hosts[path]
+            with open(path, "a") as f:
                 f.write(f"{host} {key.get_name()} {key.get_base64()}\n")
+            stamp = _stamp(path)
+            if cached and stamp:
+                # Keep the parsed table in step with what we appended, or
+                # every new host would re-parse the growing file.
+                cached[2].add(host, key.get_name(), key)
+                _known_hosts[path] = stamp + (cached[2],)
+
+
+def _stamp(path: str) -> Optional[tuple]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size)
 
 
 def _changed(host: str, expected, offered) -> HostKeyRefused:
