@@ -8,3 +8,6 @@ may import anything, including the host side, but never the other way round.
 
 __version__ = "0.1.0"
 REPORT_FORMAT = 1
+# "nictune_request" in every request the agent takes; here, not in agent.py,
+# so the controller can build requests without importing the agent.
+REQUEST_FORMAT = 1

@@ -23,13 +23,12 @@ import sys
 import time
 from typing import Optional
 
-from nictune import __version__, model as m
+from nictune import REQUEST_FORMAT, __version__, model as m
 from nictune.errors import InvalidRequest, NictuneError, exit_code
 from nictune.host import Host
 from nictune.journal import DEFAULT_STATE_DIR
 from nictune.model import Outcome
 
-REQUEST_FORMAT = 1
 COMMANDS = ("plan", "apply", "verify", "rollback", "show")
 NEEDS_PROFILE = ("plan", "apply", "verify")
 

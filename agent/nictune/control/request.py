@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from nictune.agent import REQUEST_FORMAT
+from nictune import REQUEST_FORMAT
 
 
 def build_request(command: str, profile=None) -> dict:

@@ -14,7 +14,6 @@ import sys
 from typing import Optional
 
 import nictune
-from nictune import agent
 from nictune.errors import TransportError
 from nictune.journal import DEFAULT_STATE_DIR
 from nictune.validate import NETNS, matches
@@ -28,6 +27,8 @@ class LocalTarget:
         self.state_dir = state_dir
 
     def run(self, request: dict) -> dict:
+        from nictune import agent  # the engine and knobs, only when something runs here
+
         return agent.run(dict(request, host=self.label, state_dir=self.state_dir))
 
 
