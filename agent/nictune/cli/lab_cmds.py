@@ -14,7 +14,6 @@ import typer
 
 from nictune.cli.options import JsonOpt
 from nictune.cli.output import Printer, envelope
-from nictune.control import fleetlab
 from nictune.control import lab as labmod
 from nictune.errors import NictuneError
 
@@ -22,7 +21,7 @@ lab = typer.Typer(help="A local lab of network namespaces (no NIC needed): two j
                        "or a fleet of SSH hosts.", no_args_is_help=True)
 
 HostsOpt = Annotated[Optional[int], typer.Option(
-    "--hosts", min=1, max=fleetlab.MAX_HOSTS, metavar="N",
+    "--hosts", min=1, max=labmod.FLEET_MAX_HOSTS, metavar="N",
     help="Build a fleet of N namespace hosts, each with its own sshd, instead of the two-namespace lab.")]
 DirOpt = Annotated[str, typer.Option("--dir", metavar="DIR",
                                      help="With --hosts: where the inventory, keys and logs go.")]
@@ -91,14 +90,16 @@ def _describe_fleet(out: Printer, fleet: dict) -> None:
 
 
 @lab.command()
-def up(hosts: HostsOpt = None, dir: DirOpt = fleetlab.LAB_DIR, silent: SilentOpt = 0,
+def up(hosts: HostsOpt = None, dir: DirOpt = labmod.FLEET_DIR, silent: SilentOpt = 0,
        unreachable: UnreachableOpt = 0, as_json: JsonOpt = False) -> None:
     """Create namespaces ntlab1 and ntlab2 joined by a veth pair (198.18.0.0/30),
     or with --hosts N a fleet of SSH hosts ntfh001... on bridge ntfbr (198.19.X.0/24)."""
     if hosts is None:
-        if silent or unreachable or dir != fleetlab.LAB_DIR:
+        if silent or unreachable or dir != labmod.FLEET_DIR:
             _finish("lab up", as_json, _needs_hosts)
         _finish("lab up", as_json, labmod.up)
+    from nictune.control import fleetlab  # sshd fleets: imported only when used
+
     _finish("lab up", as_json,
             lambda: {"fleet": fleetlab.lab_up(hosts, dir, silent=silent, unreachable=unreachable).as_dict()})
 
@@ -110,6 +111,8 @@ def _needs_hosts() -> dict:
 @lab.command()
 def down(as_json: JsonOpt = False) -> None:
     """Remove whichever lab is up (both if both are) and everything it created."""
+    from nictune.control import fleetlab
+
     def work() -> dict:
         result = labmod.down()
         result["fleet_removed"] = fleetlab.lab_down()
@@ -121,4 +124,6 @@ def down(as_json: JsonOpt = False) -> None:
 @lab.command()
 def status(as_json: JsonOpt = False) -> None:
     """Show which lab is up: the two namespaces, the fleet and its servers."""
+    from nictune.control import fleetlab
+
     _finish("lab status", as_json, lambda: {"lab": labmod.status(), "fleet": fleetlab.lab_status()})

@@ -39,8 +39,8 @@ SSHD = "/usr/sbin/sshd"
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"
 SKEL = "/etc/skel"
 POOL = ipaddress.ip_network("198.19.0.0/16")
-MAX_HOSTS = 250
-LAB_DIR = "/run/nictune-lab"
+MAX_HOSTS = labmod.FLEET_MAX_HOSTS
+LAB_DIR = labmod.FLEET_DIR
 SSH_PORT = 22
 # The prefix names the bridge (PREFIXbr) and hosts (PREFIXh001): both must fit
 # IFNAMSIZ (15 characters) and start with "nt" like everything tests create.
@@ -159,8 +159,10 @@ def restart_sshd(fleet: Fleet, host: FleetHost) -> None:
     """Stop a host's sshd and start it again with the same command line, so
     that it (and every session it opens) sees what is now in /etc/netns/<ns>/.
     The new server goes into the record, so down() removes it."""
-    with open(fleet.record) as f:
-        record = _Record(fleet.record, json.load(f))
+    data = _load_record(fleet.record)
+    if data is None:
+        raise FleetError(f"{fleet.record}: no fleet record (is the fleet down?)")
+    record = _Record(fleet.record, data)
     _stop([p["pid"] for p in record.data["processes"] if p["host"] == host.name])
     _start_servers(record, fleet.dir, [host])
     _wait_ready(fleet.dir, [host], record, timeout=10)
@@ -423,20 +425,27 @@ def _inventory(dir: str, hosts: List[FleetHost], key_file: str, known_hosts: str
 def _start_servers(record: _Record, dir: str, hosts: List[FleetHost]) -> None:
     if any(h.kind == "sshd" for h in hosts):
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
-    for h in hosts:
-        if h.kind == "sshd":
-            conf = os.path.join(dir, h.name, "sshd_config")
-            argv = [SSHD, "-D", "-f", conf, "-E", os.path.join(dir, h.name, "sshd.log")]
-        elif h.kind == "silent":
-            argv = [sys.executable, "-c", SILENT_LISTENER, h.address, str(h.port)]
-        else:
-            continue
-        with open(os.path.join(dir, h.name, "start.log"), "ab") as log:
-            proc = subprocess.Popen(["ip", "netns", "exec", h.netns, *argv], stdin=subprocess.DEVNULL,
-                                    stdout=log, stderr=log, env=_ENV, start_new_session=True)
-        _children[proc.pid] = proc
-        # `ip netns exec` execs argv in the same process: either command line is ours.
-        record.add("processes", [{"pid": proc.pid, "host": h.name, "argv": argv, "netns": h.netns}])
+    started = []
+    try:
+        for h in hosts:
+            if h.kind == "sshd":
+                conf = os.path.join(dir, h.name, "sshd_config")
+                argv = [SSHD, "-D", "-f", conf, "-E", os.path.join(dir, h.name, "sshd.log")]
+            elif h.kind == "silent":
+                argv = [sys.executable, "-c", SILENT_LISTENER, h.address, str(h.port)]
+            else:
+                continue
+            with open(os.path.join(dir, h.name, "start.log"), "ab") as log:
+                proc = subprocess.Popen(["ip", "netns", "exec", h.netns, *argv], stdin=subprocess.DEVNULL,
+                                        stdout=log, stderr=log, env=_ENV, start_new_session=True)
+            _children[proc.pid] = proc
+            # `ip netns exec` execs argv in the same process: either command line is ours.
+            started.append({"pid": proc.pid, "host": h.name, "argv": argv, "netns": h.netns})
+    finally:
+        # One record rewrite for all servers.  A crash before it loses no
+        # process: every server runs in a namespace the record already
+        # lists, and down() stops whatever runs in those (_pids_in).
+        record.add("processes", started)
 
 
 def _wait_ready(dir: str, hosts: List[FleetHost], record: _Record, timeout: Optional[float] = None) -> None:
@@ -540,15 +549,9 @@ def _stop(pids: List[int], grace: float = 3.0) -> None:
 def down(record_path: str) -> List[str]:
     """Remove everything record_path lists (and nothing else); what was removed.
     Idempotent: a second call, or one on a missing record, removes nothing."""
-    try:
-        with open(record_path) as f:
-            record = json.load(f)
-    except FileNotFoundError:
+    record = _load_record(record_path)
+    if record is None:
         return []
-    except (OSError, ValueError) as e:
-        raise FleetError(f"{record_path}: not a readable fleet record ({e})")
-    if record.get("nictune_fleet") != 1:
-        raise FleetError(f"{record_path}: not a fleet record written by nictune's fleet lab")
     removed: List[str] = []
 
     # Processes first: a namespace outlives `ip netns del` while a process is in it.
@@ -567,12 +570,16 @@ def down(record_path: str) -> List[str]:
     # ends of the veths) in one batch, where `link del` per veth waits for an
     # RCU grace period each (~10 ms).  Whatever is still there after a few
     # seconds is deleted by name.
-    links = [name for name in record.get("links", []) if name in _root_links()]
+    present = _root_links()
+    links = [name for name in record.get("links", []) if name in present]
     _ip_batch_forgiving([f"netns del {ns}" for ns in namespaces])
     deadline = time.monotonic() + 5
-    while (_root_links() & set(links[1:])) and time.monotonic() < deadline:
+    while True:
+        present = _root_links()
+        if not present & set(links[1:]) or time.monotonic() >= deadline:
+            break
         time.sleep(0.02)
-    _ip_batch_forgiving([f"link del {name}" for name in links if name in _root_links()])
+    _ip_batch_forgiving([f"link del {name}" for name in links if name in present])
     removed += [f"netns {ns}" for ns in namespaces] + [f"link {name}" for name in links]
 
     for path in record.get("etc_netns", []):
@@ -601,6 +608,20 @@ def down(record_path: str) -> List[str]:
     return removed
 
 
+def _load_record(record_path: str) -> Optional[dict]:
+    """A fleet's record.json, or None when there is none."""
+    try:
+        with open(record_path) as f:
+            record = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise FleetError(f"{record_path}: not a readable fleet record ({e})")
+    if not isinstance(record, dict) or record.get("nictune_fleet") != 1:
+        raise FleetError(f"{record_path}: not a fleet record written by nictune's fleet lab")
+    return record
+
+
 def _root_links() -> set:
     return {link["ifname"] for link in json.loads(_run(["ip", "-j", "link", "show"]).stdout or "[]")}
 
@@ -613,13 +634,9 @@ def _ip_batch_forgiving(lines: List[str]) -> None:
 
 def status(record_path: str) -> Optional[Dict]:
     """What a recorded fleet looks like now, or None when there is no record."""
-    try:
-        with open(record_path) as f:
-            record = json.load(f)
-    except FileNotFoundError:
+    record = _load_record(record_path)
+    if record is None:
         return None
-    except (OSError, ValueError) as e:
-        raise FleetError(f"{record_path}: not a readable fleet record ({e})")
     running = {p["host"] for p in record.get("processes", []) if _is_ours(p) and _alive(p["pid"])}
     hosts = [{**h, "running": h["name"] in running} for h in record.get("hosts", [])]
     return {"prefix": record["prefix"], "dir": record["dir"], "subnet": record["subnet"],

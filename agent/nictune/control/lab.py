@@ -25,6 +25,10 @@ NCCL = "/etc/nccl.conf"
 # Present while /etc/nccl.conf is an empty file a lab created (this lab or a
 # fleet lab, which share it): whichever lab goes down last removes it.
 NCCL_MARKER = "/run/nictune-lab-created-nccl.conf"
+# The fleet lab's limits (control/fleetlab.py), here so the CLI can declare
+# its options without importing fleetlab on every start.
+FLEET_MAX_HOSTS = 250
+FLEET_DIR = "/run/nictune-lab"
 
 
 class LabError(NictuneError):
