@@ -37,13 +37,13 @@ import secrets
 import shlex
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from _util import BenchError, Commands, med, table
 from nictune.control import fleetlab
 
 HERE = Path(__file__).resolve().parent
@@ -163,24 +163,13 @@ with open(out, "w") as f:
 """
 
 
-class BenchError(RuntimeError):
-    pass
-
-
 # --- running things ----------------------------------------------------------
 
 
-def spawn(argv: list, timeout: float = 600, cwd: str | None = None, env: dict | None = None,
-          stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
-    """Run argv in a process group of its own and wait (stopped on interrupt)."""
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.STDOUT,
-                            text=True, env=env or ENV, cwd=cwd, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except BaseException:
-        stop_descendants()
-        raise
-    return subprocess.CompletedProcess(argv, proc.returncode, out or "", "")
+# stderr merged into stdout; an interrupted command stops every process below
+# the bench, not just its own group (ssh masters daemonise out of it).
+_commands = Commands(ENV, timeout=600, merge_stderr=True, stop=lambda proc: stop_descendants())
+spawn, must = _commands.spawn, _commands.must
 
 
 # The fleet's sshd listeners are our children too (fleetlab started them):
@@ -236,10 +225,6 @@ def proc_info(pid: int) -> tuple:
     return pid, stat[stat.index("(") + 1:stat.rindex(")")], stat.rsplit(")", 1)[1].split()[0]
 
 
-def med(values: list) -> float:
-    return statistics.median(values) if values else float("nan")
-
-
 def ms(s: float) -> str:
     return f"{s * 1000:.0f} ms"
 
@@ -250,15 +235,6 @@ def secs(s: float) -> str:
 
 def mb(kb: float) -> str:
     return f"{kb / 1024:.0f} MB"
-
-
-def table(rows: list, header: tuple) -> str:
-    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
-    lines = []
-    for r in [header] + rows:
-        cells = [str(c).ljust(w) if i < 2 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths))]
-        lines.append("  " + "  ".join(cells).rstrip())
-    return "\n".join(lines)
 
 
 # --- the hosts' side ------------------------------------------------------------
@@ -277,7 +253,7 @@ class Hosts:
     def __init__(self, fleet, tag: str):
         record = json.loads(Path(fleet.record).read_text())
         pids = {p["host"]: p["pid"] for p in record["processes"]}
-        self.names = [h.name for h in fleet.hosts if h.kind == "sshd"]
+        self.names = [h.name for h in fleet.of_kind("sshd")]
         self.pids = [pids[name] for name in self.names]
         self.root = Path(CPUACCT) / tag
         self.groups: list = []
@@ -498,13 +474,6 @@ def find_tools(install: bool) -> tuple:
     return found, notes
 
 
-def must(argv: list, timeout: float = 600, env: dict | None = None) -> str:
-    proc = spawn(argv, timeout=timeout, env=env)
-    if proc.returncode != 0:
-        raise BenchError(f"{' '.join(argv)} (exit {proc.returncode}): {proc.stdout.strip()[-800:]}")
-    return proc.stdout
-
-
 def version(argv: list) -> str:
     try:
         out = spawn(argv, timeout=60).stdout.strip().splitlines()
@@ -713,7 +682,7 @@ def report(fig: dict, summary: dict, sizes: list, tools: list) -> list:
     p(f"   it reported {ms(cal['reported_s'])}), each minus an empty session (`true`), median of 3")
     rows = [(m, "", ms(cal[m]["empty_s"]), ms(cal[m]["burn_s"]), ms(cal[m]["outliving_s"]),
              "used" if m == cal["method"] else "-") for m in ("cgroup", "listener")]
-    p(table(rows, ("method", "", "empty session", "burn in session", "burn outliving it", "")))
+    p(table(rows, ("method", "", "empty session", "burn in session", "burn outliving it", ""), left=2))
     p("  cgroup: cpuacct.usage of a cgroup per host holding its sshd listener (so every session and all it")
     p("  starts); listener: growth of the listener's utime+stime+cutime+cstime, which misses processes")
     p(f"  that outlive their session.  {'ok' if cal['ok'] else 'MISMATCH'}: the method used finds the workloads")
@@ -735,7 +704,7 @@ def report(fig: dict, summary: dict, sizes: list, tools: list) -> list:
                          mb(s["peak_pss_kb"]), mb(s["maxrss_kb"]),
                          f"{s['left_over']} {','.join(s['left_names'])}" if s["left_over"] else "-"))
     p(table(rows, ("tool", "N", "wall", "wall min", "ctl CPU/host", "host CPU/host", "host max",
-                   "CPU/cores", "peak PSS", "max RSS", "left over")))
+                   "CPU/cores", "peak PSS", "max RSS", "left over"), left=2))
     p("  ctl CPU/host: user+sys of the tool's whole process tree (os.wait4 in a subreaper wrapper; ssh")
     p("    ControlPersist masters, re-parented to it, are stopped when the tool exits and reaped, so their CPU")
     p("    is in), divided by N.  host CPU/host: CPU of the sshd sessions and all they ran, mean per host")
@@ -757,7 +726,7 @@ def report(fig: dict, summary: dict, sizes: list, tools: list) -> list:
                              f"{s['ctl_cpu_per_host'] / base['ctl_cpu_per_host']:.1f}x",
                              f"{s['host_cpu_per_host'] / base['host_cpu_per_host']:.1f}x"))
     if rows:
-        p(table(rows, ("ratio", "N", "wall", "ctl CPU", "host CPU")))
+        p(table(rows, ("ratio", "N", "wall", "ctl CPU", "host CPU"), left=2))
 
     checks = []
     at = TARGET_SIZE if TARGET_SIZE in sizes else max(sizes)

@@ -12,7 +12,7 @@ import time
 from xml.etree import ElementTree
 
 import pytest
-from cli_run import nictune
+from fleet_helpers import mtu, nictune
 
 from nictune.control.fleetlab import run_in
 
@@ -41,14 +41,6 @@ def profile(tmp_path):
     return str(path)
 
 
-def hosts(fleet, kind="sshd"):
-    return [h for h in fleet.hosts if h.kind == kind]
-
-
-def mtu(host, ifname="rail0") -> int:
-    return json.loads(run_in(host, ["ip", "-j", "link", "show", ifname]).stdout)[0]["mtu"]
-
-
 def sysctl(host, key) -> str:
     return run_in(host, ["sysctl", "-n", key]).stdout.strip()
 
@@ -65,7 +57,7 @@ def drift_of(host_report) -> set:
 def test_audit_finds_exactly_the_injected_drift_and_apply_fixes_it(fleet, profile, tmp_path):
     code, report = nictune("apply", profile, "-i", fleet.inventory, "--limit", "fleet")
     assert code == 0, report
-    good = hosts(fleet)
+    good = fleet.of_kind("sshd")
     assert all(mtu(h) == 9000 and mtu(h, "rail1") == 9000 for h in good)
 
     a, b = good[1], good[2]
@@ -102,24 +94,24 @@ def test_broken_hosts_are_reported_and_do_not_hold_the_run(fleet, profile):
     elapsed = time.monotonic() - started
     assert code == 1
     results = by_host(report)
-    for h in hosts(fleet, "silent") + hosts(fleet, "unreachable"):
+    for h in fleet.of_kind("silent") + fleet.of_kind("unreachable"):
         assert results[h.name]["error"]["kind"] == "transport", results[h.name]
         assert results[h.name]["unreachable"]
-    assert "never answered as SSH" in results[hosts(fleet, "silent")[0].name]["error"]["message"]
-    assert all(results[h.name]["ok"] for h in hosts(fleet))
+    assert "never answered as SSH" in results[fleet.of_kind("silent")[0].name]["error"]["message"]
+    assert all(results[h.name]["ok"] for h in fleet.of_kind("sshd"))
     # Hosts are worked on at once: the two timeouts overlap, whatever the order.
     assert elapsed < 20, elapsed
 
 
 def test_the_agent_is_sent_once_then_reused(fleet, profile):
-    host = hosts(fleet)[0].name
+    host = fleet.of_kind("sshd")[0].name
     nictune("plan", profile, "-i", fleet.inventory, "--limit", host)
     code, report = nictune("plan", profile, "-i", fleet.inventory, "--limit", host)
     assert report["hosts"][0]["transport"] == {"agent_sent": False}
 
 
 def test_unknown_host_keys_are_refused_unless_accepted(fleet, profile, tmp_path):
-    host = hosts(fleet)[0]
+    host = fleet.of_kind("sshd")[0]
     known = tmp_path / "known_hosts"
     inventory = tmp_path / "inv.ini"
     inventory.write_text(open(fleet.inventory).read().replace(fleet.known_hosts, str(known)))
@@ -145,7 +137,7 @@ def test_an_unconfirmed_remote_apply_is_undone_by_the_host(fleet, profile):
     from nictune.control.ssh import SshOptions
     from nictune.inventory import load_inventory
 
-    host = hosts(fleet)[3]
+    host = fleet.of_kind("sshd")[3]
     run_in(host, ["ip", "link", "set", "rail0", "mtu", "1500"])
     run_in(host, ["ip", "link", "set", "rail1", "mtu", "1500"])
     inventory = load_inventory(fleet.inventory)
@@ -162,7 +154,7 @@ def test_an_unconfirmed_remote_apply_is_undone_by_the_host(fleet, profile):
 
 def test_a_failing_batch_stops_the_rollout_and_is_rolled_back(make_fleet, tmp_path, profile):
     fleet = make_fleet(4)
-    good = hosts(fleet)
+    good = fleet.of_kind("sshd")
     # The third host (second batch) gets an override its kernel refuses mid-apply:
     # a macvlan cannot exceed its lower device's MTU.
     for h in good:

@@ -9,7 +9,6 @@ sshd it starts (and so for sudo in its sessions): the machine's own
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -17,7 +16,7 @@ import tempfile
 import time
 
 import pytest
-from cli_run import nictune
+from fleet_helpers import mtu, nictune
 
 from nictune.control import fleetlab
 from nictune.control.fleetlab import run_in
@@ -40,14 +39,6 @@ def profile(tmp_path):
     path = tmp_path / "rails.yaml"
     path.write_text(PROFILE)
     return str(path)
-
-
-def sshd_hosts(fleet):
-    return [h for h in fleet.hosts if h.kind == "sshd"]
-
-
-def mtu(host, ifname="rail0") -> int:
-    return json.loads(run_in(host, ["ip", "-j", "link", "show", ifname]).stdout)[0]["mtu"]
 
 
 def logins(fleet, host, user="root") -> list:
@@ -126,7 +117,7 @@ def test_a_non_root_login_runs_the_agent_under_sudo(make_fleet, profile, tmp_pat
     if shutil.which("sudo") is None:
         pytest.skip("needs sudo (scripts/setup installs it)")
     fleet = make_fleet(2)
-    allowed, denied = sshd_hosts(fleet)
+    allowed, denied = fleet.of_kind("sshd")
     uid = _free_uid()
     os.chmod(ops_home, 0o755)
     os.makedirs(os.path.join(ops_home, ".ssh"))
@@ -164,7 +155,7 @@ def test_a_non_root_login_runs_the_agent_under_sudo(make_fleet, profile, tmp_pat
 # -- ProxyJump -------------------------------------------------------------------
 
 def test_proxyjump_reaches_a_host_through_another(fleet, profile, tmp_path):
-    jump, far = sshd_hosts(fleet)[:2]
+    jump, far = fleet.of_kind("sshd")[:2]
     run_in(far, ["ip", "link", "set", "rail0", "mtu", "1400"])  # only far has this
     config = tmp_path / "ssh_config"
     # paramiko, like OpenSSH, takes each option from the first block that sets it.
@@ -195,7 +186,7 @@ def test_proxyjump_reaches_a_host_through_another(fleet, profile, tmp_path):
 
 
 def test_a_jump_host_that_cannot_reach_the_target_is_a_transport_error(fleet, profile, tmp_path):
-    jump, far = sshd_hosts(fleet)[:2]
+    jump, far = fleet.of_kind("sshd")[:2]
     config = tmp_path / "ssh_config"
     # Nothing listens on far's port 2222: the jump host's sshd refuses to forward.
     config.write_text(f"Host {far.address}\n  ProxyJump {jump.name}\n  Port 2222\n\n"
@@ -233,7 +224,7 @@ def ssh_agent(tmp_path):
 
 
 def test_keys_from_ssh_agent(fleet, profile, tmp_path, ssh_agent, monkeypatch):
-    host = sshd_hosts(fleet)[2]
+    host = fleet.of_kind("sshd")[2]
     inventory = write_inventory(fleet, tmp_path / "inv.ini", [host],
                                 drop=("ansible_ssh_private_key_file",))
     # IdentitiesOnly=yes would, in OpenSSH, keep the agent's keys out.

@@ -1,4 +1,5 @@
-"""The CLI, in-process, as the fleet tests run it: exit code and JSON report."""
+"""What both fleet test files need: the CLI in-process (exit code and JSON
+report) and a host's link MTU read back with `ip`, never through nictune."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 from typer.testing import CliRunner
 
 from nictune.cli.app import app
+from nictune.control.fleetlab import run_in
 
 
 def nictune(*args: str) -> tuple:
@@ -15,3 +17,7 @@ def nictune(*args: str) -> tuple:
         return result.exit_code, json.loads(result.stdout)
     except ValueError:
         raise AssertionError(f"exit {result.exit_code}, no JSON report: {result.output}")
+
+
+def mtu(host, ifname="rail0") -> int:
+    return json.loads(run_in(host, ["ip", "-j", "link", "show", ifname]).stdout)[0]["mtu"]
