@@ -14,7 +14,7 @@ import shutil
 import pytest
 
 from fakes import FakeHost
-from nictune import agent, engine as engine_module
+from nictune import agent
 from nictune import model as m
 from nictune.engine import Engine, Families
 from nictune.knobs.expect import ExpectFamily, version_met
@@ -22,7 +22,6 @@ from nictune.model import Key
 from nictune.profile import check as profile_check
 from nictune.profile import schema as s
 from nictune.profile.errors import ProfileError
-from nictune.profile.schema_expect import EXPECT_PATTERN_WORDS, expect_schema
 from nictune.profile.yamlpos import parse_text
 
 pytestmark = pytest.mark.recorded
@@ -33,14 +32,12 @@ P0, P1 = "enp23s0f0np0", "enp23s0f1np1"  # firmware 28.39.1002 (MT_0000000838) i
 
 
 @pytest.fixture
-def host(tmp_path, monkeypatch):
+def host(tmp_path):
     root = tmp_path / "root"
     fake = FakeHost("cx7-host", root)
     # The fake kernel made sys/class/net/X/device directories; merge the
     # fixture's PCI device files into them.
     shutil.copytree(os.path.join(FIXTURE, "sys"), root / "sys", symlinks=False, dirs_exist_ok=True)
-    if ExpectFamily not in engine_module.FAMILIES:  # until knobs/__init__.py lists it
-        monkeypatch.setattr(engine_module, "FAMILIES", engine_module.FAMILIES + (ExpectFamily,))
     fake.state_dir = str(tmp_path / "state")
     return fake
 
@@ -149,20 +146,11 @@ def test_hostile_counter_names_are_refused(host):
         ExpectFamily(host).expand(P0, {"expect": {"counters": {"../x": 1}}}, lambda *a: "")
 
 
-# -- the schema fragment, hooked the way schema.py will hook it -----------------
-
-def _schema_with_expect() -> dict:
-    s.PATTERN_WORDS.update(EXPECT_PATTERN_WORDS)
-    schema = {**s.SCHEMA, "$defs": dict(s.SCHEMA["$defs"])}
-    entry = dict(schema["$defs"]["entry"])
-    entry["properties"] = {**entry["properties"], "expect": expect_schema(s._text, s._wanted)}
-    schema["$defs"]["entry"] = entry
-    return schema
-
+# -- the schema fragment, as schema.py hooks it into the profile schema ---------
 
 def _check(text: str) -> None:
     parsed = parse_text(text, "p.yaml")
-    profile_check.check(parsed.doc, parsed.positions, parsed.plain, schema=_schema_with_expect())
+    profile_check.check(parsed.doc, parsed.positions, parsed.plain, schema=s.SCHEMA)
 
 
 def test_schema_accepts_an_expect_section():

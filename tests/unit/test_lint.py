@@ -200,10 +200,6 @@ def test_lint_gate_refuses_errors_unless_forced():
 
 
 def _cli(*args):
-    from nictune.cli import lint_cmds
-
-    if "lint" not in {c.name or c.callback.__name__ for c in app.registered_commands}:
-        lint_cmds.register(app)  # until cli/app.py registers it
     return CliRunner().invoke(app, list(args))
 
 
