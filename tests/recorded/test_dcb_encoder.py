@@ -72,14 +72,6 @@ def test_encoder_matches_dcb_recording(path):
 # --- through the real socket, under the shim ---------------------------------
 
 
-@pytest.fixture(scope="module")
-def shim(tmp_path_factory):
-    why = rec.missing_tools()
-    if why:
-        pytest.skip(why)
-    return rec.build_shim(tmp_path_factory.mktemp("shim"))
-
-
 def _run_under_shim(shim: Path, jobs: list) -> list:
     env = rec.shim_env(shim, Path("/dev/null"), Path("/nonexistent"))
     env["PYTHONPATH"] = str(rec.HERE)

@@ -94,22 +94,12 @@ def test_decoder_agrees_with_recorded_dcb_show(path):
 
 @pytest.mark.recorded
 @pytest.mark.parametrize("path", STATE_FILES, ids=[p.stem for p in STATE_FILES])
-def test_decoder_agrees_with_installed_dcb_show(path, tmp_path):
+def test_decoder_agrees_with_installed_dcb_show(path, shim, tmp_path):
     """The same stored reply bytes, shown live by whatever dcb is installed."""
-    why = rec.missing_tools()
-    if why:
-        pytest.skip(why)
     data = _load(path)
-    shim = rec.build_shim(tmp_path)
-    replies = tmp_path / "replies"
-    rec.write_replies(replies, {f"{nd.RTM_GETDCB}-{nd.DCB_CMD_IEEE_GET}.bin": bytes.fromhex(data["ieee_get_reply"])})
+    replies = {f"{nd.RTM_GETDCB}-{nd.DCB_CMD_IEEE_GET}.bin": bytes.fromhex(data["ieee_get_reply"])}
     shows = {}
-    for args in rec.SHOWS[data["state"]]:
-        obj = [a for a in args if not a.startswith("-")][0]
-        if not rec.dcb_supports(obj):
-            continue
-        r = subprocess.run([rec.dcb_path(), "-j", *args], env=rec.shim_env(shim, tmp_path / "log", replies),
-                           capture_output=True, text=True, check=False, timeout=10)
+    for obj, _, r in rec.run_shows(data["state"], shim, tmp_path, replies):
         assert r.returncode == 0, r.stderr
         shows[obj] = json.loads(r.stdout)
     _check_against_dcb_show(_decoded(data), shows)

@@ -29,7 +29,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 HERE = Path(__file__).resolve().parent
 RECORDINGS = HERE.parent / "dcb"
@@ -284,12 +284,15 @@ def write_replies(directory: Path, replies: Dict[str, bytes]) -> None:
         (directory / name).write_bytes(data)
 
 
-def run_dcb(args: List[str], state: str, shim: Path, workdir: Path) -> Run:
-    replies = workdir / f"replies-{state}"
-    write_replies(replies, replies_for(state))
+def run_dcb(args: List[str], state: str, shim: Path, workdir: Path,
+            replies: Optional[Dict[str, bytes]] = None) -> Run:
+    """`dcb args` under the shim, answered with `replies` (by default what
+    replies_for(state) crafts now)."""
+    directory = workdir / f"replies-{state}"
+    write_replies(directory, replies_for(state) if replies is None else replies)
     log = workdir / "sent.hex"
     log.unlink(missing_ok=True)
-    r = subprocess.run([dcb_path(), *args], env=shim_env(shim, log, replies),
+    r = subprocess.run([dcb_path(), *args], env=shim_env(shim, log, directory),
                        capture_output=True, text=True, check=False, timeout=10)
     sent = [bytes.fromhex(line) for line in log.read_text().split()] if log.exists() else []
     return Run(sent, r.stdout, r.stderr, r.returncode)
@@ -315,16 +318,24 @@ def record_case(case: dict, shim: Path, workdir: Path) -> dict:
     }
 
 
+def run_shows(state: str, shim: Path, workdir: Path,
+              replies: Optional[Dict[str, bytes]] = None) -> List[Tuple[str, List[str], Run]]:
+    """`dcb -j ... show` of each of SHOWS[state] whose object this dcb has:
+    (object, dcb arguments, run), answered as run_dcb() answers."""
+    runs = []
+    for args in SHOWS[state]:
+        obj = [a for a in args if not a.startswith("-")][0]
+        if dcb_supports(obj):
+            runs.append((obj, ["-j", *args], run_dcb(["-j", *args], state, shim, workdir, replies)))
+    return runs
+
+
 def record_state(name: str, shim: Path, workdir: Path) -> dict:
     shows = {}
-    for args in SHOWS[name]:
-        obj = [a for a in args if not a.startswith("-")][0]
-        if not dcb_supports(obj):
-            continue
-        run = run_dcb(["-j", *args], name, shim, workdir)
+    for obj, args, run in run_shows(name, shim, workdir):
         if run.returncode != 0:
-            raise RuntimeError(f"dcb -j {' '.join(args)}: exit {run.returncode}: {run.stderr.strip()}")
-        shows[obj] = {"tool": dcb_version(), "argv": ["dcb", "-j", *args],
+            raise RuntimeError(f"dcb {' '.join(args)}: exit {run.returncode}: {run.stderr.strip()}")
+        shows[obj] = {"tool": dcb_version(), "argv": ["dcb", *args],
                       "json": json.loads(run.stdout), "stderr": run.stderr}
     return {
         "state": name,
