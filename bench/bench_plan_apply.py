@@ -34,13 +34,14 @@ import secrets
 import shutil
 import signal
 import socket
-import statistics
 import struct
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _util import BenchError, Commands, med, table
 
 # The CLI next to the Python running us: `.venv/bin/python bench/...` in a
 # fresh clone, /tmp/venv/bin/python on a dev box.  Not `shutil.which`, which
@@ -94,38 +95,11 @@ with open(out, "w") as f:
 # --- running things ----------------------------------------------------------
 
 
-def spawn(argv: list, stdin: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Run argv in a process group of its own and wait.
-
-    Its own group so that an interrupted bench (Ctrl-C, SIGTERM) can stop the
-    whole tree (wrapper, controller, `ip netns exec`, agent) before it
-    deletes the namespaces under them.
-    """
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=ENV, start_new_session=True)
-    try:
-        out, err = proc.communicate(stdin, timeout=timeout)
-    except BaseException:
-        stop_group(proc)
-        raise
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
-
-
-def stop_group(proc: subprocess.Popen) -> None:
-    for sig in (signal.SIGINT, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            proc.poll()  # reap the leader, else the group never looks empty
-            try:
-                os.killpg(proc.pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.05)
+# Each command in a process group of its own, so that an interrupted bench
+# (Ctrl-C, SIGTERM) can stop the whole tree (wrapper, controller, `ip netns
+# exec`, agent) before it deletes the namespaces under them.
+_commands = Commands(ENV)
+spawn, must = _commands.spawn, _commands.must
 
 
 class Run:
@@ -148,10 +122,6 @@ class Run:
         return env["hosts"][0]
 
 
-class BenchError(RuntimeError):
-    pass
-
-
 def measured(argv: list, scratch: Path, stdin: str | None = None) -> Run:
     stat = scratch / "wrapper.stat"
     proc = spawn([PY, "-S", "-c", WRAPPER, str(stat), *argv], stdin)
@@ -160,17 +130,6 @@ def measured(argv: list, scratch: Path, stdin: str | None = None) -> Run:
     run = Run(proc, stat.read_text())
     stat.unlink()
     return run
-
-
-def must(argv: list, stdin: str | None = None) -> str:
-    proc = spawn(argv, stdin)
-    if proc.returncode != 0:
-        raise BenchError(f"{' '.join(argv)}: {proc.stderr.strip()}")
-    return proc.stdout
-
-
-def med(values: list) -> float:
-    return statistics.median(values) if values else float("nan")
 
 
 # --- the lab -----------------------------------------------------------------
@@ -616,15 +575,6 @@ def ms(s: float) -> str:
 
 def mb(kb: float) -> str:
     return f"{kb / 1024:6.1f} MB"
-
-
-def table(rows: list, header: tuple) -> str:
-    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
-    lines = []
-    for r in [header] + rows:
-        cells = [str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths))]
-        lines.append("  " + "  ".join(cells).rstrip())
-    return "\n".join(lines)
 
 
 def main() -> int:
