@@ -79,3 +79,16 @@ def test_a_python_that_is_not_a_plain_path_is_refused(python):
 def test_a_state_dir_that_is_not_absolute_and_normalised_is_refused():
     with pytest.raises(ValueError):
         ssh.SshTarget(ssh.SshHost("h", "198.18.1.1", state_dir="/var/../etc"), ssh.SshOptions())
+
+
+def test_play_vars_win_over_the_inventory_for_connection_settings():
+    from nictune.control.fleet import jobs_for
+    from nictune.control.playbook import Play
+
+    play = Play(name="p", hosts="all", profiles=[], vars={"nictune_state_dir": "/srv/play"},
+                serial=["100%"], max_fail_percentage=0.0, source="pb.yaml:1")
+    host = InvHost(nictune_state_dir="/srv/inventory", ansible_user="root")
+    [job] = jobs_for("rollback", [host], None, ssh.SshOptions(), play)
+    assert job.target.host.state_dir == "/srv/play"
+    [job] = jobs_for("rollback", [host], None, ssh.SshOptions())
+    assert job.target.host.state_dir == "/srv/inventory"

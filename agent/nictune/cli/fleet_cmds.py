@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 from nictune.cli.output import Printer, envelope
+from nictune.control.request import combined_exit
 from nictune.errors import NictuneError
 
 # paramiko, inventories and playbooks are imported only by fleet commands:
@@ -76,11 +77,12 @@ def _run(command: str, target: Optional[str], args: FleetArgs, out: Printer) -> 
 
 
 def _pool(command: str, hosts: list, profiles, args: FleetArgs, out: Printer,
-          label: str = "") -> List[dict]:
+          play=None) -> List[dict]:
     from nictune.control import fleet
     from nictune.control.ssh import SshOptions
 
-    jobs = fleet.jobs_for(command, hosts, profiles, SshOptions(**args.ssh))
+    jobs = fleet.jobs_for(command, hosts, profiles, SshOptions(**args.ssh), play)
+    label = f" ({play.name})" if play else ""
     with out.progress(f"{command}{label}", len(jobs)) as tick:
         return fleet.run_jobs(command, jobs, args.forks, tick)
 
@@ -98,13 +100,12 @@ def _run_playbook(command: str, agent_command: str, path: str, inventory, args: 
         hosts = [h for h in inventory.select(play.hosts) if limit is None or h.name in limit]
         profiles = PlayProfiles(play, _gate(command, args))
         if command != "apply":
-            reports += _pool(agent_command, hosts, profiles, args, out, f" ({play.name})")
+            reports += _pool(agent_command, hosts, profiles, args, out, play)
             continue
 
         def run_some(cmd: str, some: list, profiles=profiles, play=play) -> List[dict]:
             # rollout hands back some of the inventory hosts given to it
-            return _pool(cmd, some, profiles if cmd != "rollback" else None, args, out,
-                         f" ({play.name})")
+            return _pool(cmd, some, profiles if cmd != "rollback" else None, args, out, play)
 
         result = playbook.rollout(play, hosts, run_some, out.batch_done)
         rollouts.append(result)
@@ -113,7 +114,8 @@ def _run_playbook(command: str, agent_command: str, path: str, inventory, args: 
             break  # a stopped play stops the playbook, as in Ansible
     report = envelope(command, reports, **({"rollouts": rollouts} if rollouts else {}))
     if rollouts:
-        report["exit_code"] = max(report["exit_code"], max(r["exit_code"] for r in rollouts))
+        # The same order as for hosts (4, 3, 1, 2): a plain max would rank drift over error.
+        report["exit_code"] = combined_exit([report["exit_code"]] + [r["exit_code"] for r in rollouts])
     return report
 
 
@@ -138,5 +140,5 @@ def _write_audit_files(report: dict, args: FleetArgs, out: Printer) -> None:
             fmt.write_report_file(path, render())
         except NictuneError as e:
             out.error(str(e))
-            report["exit_code"] = max(report["exit_code"], 1)
+            report["exit_code"] = combined_exit([report["exit_code"], 1])
 

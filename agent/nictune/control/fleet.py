@@ -35,9 +35,10 @@ class Job:
     error: Optional[dict] = None  # set when the host could not even be prepared
 
 
-def ssh_host(host) -> SshHost:
-    """The connection settings of an inventory host (Ansible variable names)."""
-    v = host.vars
+def ssh_host(host, variables: Optional[dict] = None) -> SshHost:
+    """The connection settings of an inventory host (Ansible variable names);
+    `variables` as a play sees them, if not the host's own."""
+    v = host.vars if variables is None else variables
     python = v.get("nictune_python") or v.get("ansible_python_interpreter") or "python3"
     if python in _DISCOVER:
         python = "python3"
@@ -127,11 +128,13 @@ class PlayProfiles(Profiles):
         return play_profile(self.play, layers)
 
 
-def jobs_for(command: str, hosts: list, profiles: Optional[Profiles], options: SshOptions) -> List[Job]:
+def jobs_for(command: str, hosts: list, profiles: Optional[Profiles], options: SshOptions,
+             play=None) -> List[Job]:
+    """play: its vars win over the inventory's (nictune_state_dir, ...), as in Ansible."""
     jobs = []
     for host in hosts:
         try:
-            target = SshTarget(ssh_host(host), options)
+            target = SshTarget(ssh_host(host, play.vars_for(host.vars) if play else None), options)
             profile = profiles.for_host(host) if profiles else None
             jobs.append(Job(host.name, target, build_request(command, profile)))
         except NictuneError as e:  # ProfileError included
