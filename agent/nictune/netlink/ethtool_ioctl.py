@@ -38,15 +38,13 @@ from typing import Dict, List, Optional, Tuple
 
 from nictune.netlink.errors import NetlinkError
 from nictune.netlink.ethtool import ETH_SS_FEATURES, Features
-from nictune.netlink.ioctl import inet_socket, siocethtool
-from nictune.netlink.names import param_value, validate_features, validate_ifname
+from nictune.netlink.ioctl import inet_socket, siocethtool, string_set
+from nictune.netlink.names import param_value, validate_features
 from nictune.netlink.netns import in_netns
 
 ETHTOOL_GCOALESCE, ETHTOOL_SCOALESCE = 0x0E, 0x0F
 ETHTOOL_GRINGPARAM, ETHTOOL_SRINGPARAM = 0x10, 0x11
 ETHTOOL_GPAUSEPARAM, ETHTOOL_SPAUSEPARAM = 0x12, 0x13
-ETHTOOL_GSTRINGS = 0x1B
-ETHTOOL_GSSET_INFO = 0x37
 ETHTOOL_GFEATURES, ETHTOOL_SFEATURES = 0x3A, 0x3B
 ETHTOOL_GCHANNELS, ETHTOOL_SCHANNELS = 0x3C, 0x3D
 
@@ -56,17 +54,6 @@ ETHTOOL_F_UNSUPPORTED = 1 << 0  # some .valid bits are not in hw_features: ignor
 ETHTOOL_F_WISH = 1 << 1  # recorded, but the active state differs from .requested
 ETHTOOL_F_COMPAT = 1 << 2  # done through legacy driver hooks (2.6.39-era kernels)
 
-ETH_GSTRING_LEN = 32
-
-# struct ifreq: char ifr_name[IFNAMSIZ]; then a union whose ifr_data is the
-# pointer to the ethtool command struct.  40 bytes on 64-bit (the union is
-# 24: struct ifmap); the kernel reads no more than that.
-
-# struct ethtool_sset_info { u32 cmd; u32 reserved; u64 sset_mask; u32 data[]; }
-# with room for the one count we ask for.
-_SSET_INFO = struct.Struct("=IIQI")
-# struct ethtool_gstrings { u32 cmd; u32 string_set; u32 len; u8 data[]; }
-_GSTRINGS = struct.Struct("=III")
 # struct ethtool_gfeatures { u32 cmd; u32 size; struct ethtool_get_features_block features[]; }
 # struct ethtool_sfeatures { u32 cmd; u32 size; struct ethtool_set_features_block features[]; }
 _FEATURES_HDR = struct.Struct("=II")
@@ -228,26 +215,12 @@ class EthtoolIoctl:
         return self._feature_names
 
     def _read_feature_names(self, ifname: str) -> List[str]:
-        buf = array.array("B", _SSET_INFO.pack(ETHTOOL_GSSET_INFO, 0, 1 << ETH_SS_FEATURES, 0))
-        self._ioctl(ifname, buf)
-        _cmd, _reserved, mask, count = _SSET_INFO.unpack(buf.tobytes())
-        if not mask & (1 << ETH_SS_FEATURES):
-            raise NetlinkError(errno.EOPNOTSUPP, "no feature string set")
-        # GSTRINGS ignores our len and writes as many strings as the set has
-        # (ARRAY_SIZE(netdev_features_strings), a constant of the running
-        # kernel), so the buffer is sized from GSSET_INFO's count.
-        buf = array.array("B", _GSTRINGS.pack(ETHTOOL_GSTRINGS, ETH_SS_FEATURES, count))
-        buf.extend(bytes(count * ETH_GSTRING_LEN))
-        self._ioctl(ifname, buf)
-        raw = buf.tobytes()
-        n = min(_GSTRINGS.unpack_from(raw)[2], count)
-        base = _GSTRINGS.size
-        return [
-            raw[base + i * ETH_GSTRING_LEN : base + (i + 1) * ETH_GSTRING_LEN]
-            .split(b"\0", 1)[0]
-            .decode("utf-8", "replace")
-            for i in range(n)
-        ]
+        # The set is ARRAY_SIZE(netdev_features_strings), a constant of the
+        # running kernel: GSSET_INFO's count is room enough.
+        try:
+            return string_set(self._sock, ifname, ETH_SS_FEATURES)
+        except OSError as e:
+            raise NetlinkError(e.errno) from None
 
     def _feature_words(self) -> int:
         # ETHTOOL_DEV_FEATURE_WORDS = DIV_ROUND_UP(NETDEV_FEATURE_COUNT, 32),
@@ -294,7 +267,6 @@ class EthtoolIoctl:
         validate_features(wanted)
         if not wanted:
             return {}
-        validate_ifname(ifname)
         names = self.feature_names()
         index = {n: i for i, n in enumerate(names) if n}
         unknown = sorted(n for n in wanted if n not in index)
@@ -349,7 +321,6 @@ class EthtoolIoctl:
         if missing:
             raise NetlinkError(errno.EOPNOTSUPP, f"{p.name} {', '.join(missing)} cannot be set "
                                "through the legacy ethtool ioctl (needs ethtool netlink)")
-        validate_ifname(ifname)
         # The SET ioctl takes the whole struct: start from the current one.
         words = self._get_words(p, ifname)
         words[0] = p.set_cmd
