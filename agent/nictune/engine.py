@@ -46,7 +46,7 @@ class Families:
     def write(self, family: str, items: list, revert: bool = False) -> None:
         """The only way anything is written to the host."""
         fam = self.by_name[family]
-        if _read_only(fam):
+        if fam.read_only:
             raise RuntimeError(f"{family} keys are read-only: nothing writes them")
         (fam.revert if revert else fam.apply)(items)
 
@@ -123,9 +123,9 @@ def diff(fams: Families, desire: Desire, current: dict) -> list:
         cur = current[key]
         before = None if isinstance(cur, Unsupported) else cur
         reason: Optional[str] = cur.reason if isinstance(cur, Unsupported) else None
-        if reason is None and _met(fam, key, d.want, cur):
+        if reason is None and fam.met(key, d.want, cur):
             status = m.OK
-        elif reason is None and _read_only(fam):
+        elif reason is None and fam.read_only:
             status = m.DRIFT  # an expectation: reported, never written
         else:
             reason = reason or fam.check(key, d.want)
@@ -135,16 +135,6 @@ def diff(fams: Families, desire: Desire, current: dict) -> list:
                         reason or fam.note(key), d.want.bound)
         changes.append(change)
     return changes
-
-
-def _read_only(fam) -> bool:
-    return fam.read_only
-
-
-def _met(fam, key: Key, want, current) -> bool:
-    """Whether `current` is as wanted; a read-only family judges its own
-    values (a firmware expectation such as ">=28.39" is not an equality)."""
-    return fam.met(key, want, current) if _read_only(fam) else want.satisfied_by(current)
 
 
 def _readback(fams: Families, desire: Desire, changes: list) -> Optional[tuple]:
@@ -220,8 +210,18 @@ class Engine:
         self.fams = Families(host)
         self.journal = Journal(state_dir)
 
+    @property
+    def _health(self) -> Health:
+        """The expect family's Health: one per command, shared with the report."""
+        return self.fams["expect"].health
+
+    def _fresh(self) -> None:
+        """A Host, and so an Engine, may outlive one command: read afresh."""
+        self.host.forget(facts=True)
+        self._health.forget()
+
     def _plan(self, doc: dict, sources: dict) -> tuple:
-        self.host.forget(facts=True)  # a Host may outlive one command
+        self._fresh()
         desire = expand(self.host, self.fams, doc, sources)
         current = self.fams.read(list(desire.items))
         return desire, diff(self.fams, desire, current)
@@ -236,7 +236,7 @@ class Engine:
                     c.status = m.DRIFT
             # Health of the interfaces the profile touches, for the report.
             targets = {c.key.target for c in changes}
-            health = Health(self.host)
+            health = self._health
             out.facts = {i.name: health.of(i) for i in self.host.interfaces() if i.name in targets}
         return out
 
@@ -278,10 +278,11 @@ class Engine:
                 e.change.status, e.change.note = m.FAILED, e.note
                 self._roll_back(out, pending, touched, e.change)
             except Exception as e:  # noqa: BLE001 - whatever broke, the host goes back
-                group = [c for c in touched if c.status == m.PENDING] or touched or pending[:1]
+                # touched is never empty here: a group joins it before its write.
+                group = [c for c in touched if c.status == m.PENDING] or touched
                 failed = _sort_out_group(self.fams, desire, group)
                 failed.status, failed.note = m.FAILED, f"write refused: {e}"
-                self._roll_back(out, pending, touched or [failed], failed)
+                self._roll_back(out, pending, touched, failed)
             else:
                 self.journal.finish(COMMITTED)
             return out
@@ -335,7 +336,7 @@ class Engine:
             return out
 
     def show(self) -> Outcome:
-        self.host.forget(facts=True)
+        self._fresh()
         doc: dict = {"nictune": 1}
         host_part: dict = {}
         for fam in self.fams.ordered:
@@ -345,7 +346,7 @@ class Engine:
             doc["host"] = host_part
         entries: dict = {}
         facts: dict = {}
-        health = Health(self.host)
+        health = self._health
         for iface in self.host.interfaces():
             entry: dict = {"match": {"name": iface.name}}
             # Link basics first: it is what a reader looks for.

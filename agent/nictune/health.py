@@ -24,7 +24,9 @@ import re
 import struct
 from typing import Callable, Dict, Optional, Tuple
 
+from nictune import rdma
 from nictune.host import Host, Interface
+from nictune.rdma import _read  # None when absent, or EINVAL while the link is down
 
 # The ethtool statistics that matter for RoCE on mlx5 (en_stats.c names):
 # per-priority PFC pause frames, and drops for lack of receive buffers.
@@ -40,14 +42,6 @@ RDMA_COUNTERS = ("np_ecn_marked_roce_packets", "np_cnp_sent", "rp_cnp_handled",
 _UNKNOWN_SPEEDS = (-1, 0xFFFFFFFF)
 
 StatsReader = Callable[[str], Dict[str, int]]
-
-
-def _read(path: str) -> Optional[str]:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except (OSError, UnicodeDecodeError):  # absent, or EINVAL while the link is down
-        return None
 
 
 def _int(text: Optional[str]) -> Optional[int]:
@@ -72,13 +66,21 @@ class Health:
     stats: ifname -> {ethtool statistic: value}.  By default the
     ETHTOOL_GSTATS ioctl, which asks the running kernel, so only when the
     Host's root is the running system's ("/"); tests give their own.
+
+    What it reads is kept for the instance's life (one command): forget()
+    before reading again.
     """
 
     def __init__(self, host: Host, stats: Optional[StatsReader] = None):
         self.host = host
-        self._stats = stats if stats is not None else (
+        self._read_stats = stats if stats is not None else (
             ethtool_stats if host.root == "/" else lambda ifname: {})
+        self._stats: Dict[str, Dict[str, int]] = {}
         self._ports: Optional[Dict[str, Tuple[str, int]]] = None
+
+    def forget(self) -> None:
+        self._stats = {}
+        self._ports = None
 
     def all(self) -> Dict[str, dict]:
         """{ifname: facts} for every interface of the host."""
@@ -113,14 +115,11 @@ class Health:
     def counters(self, ifname: str, roce_only: bool = False) -> Dict[str, int]:
         """ethtool statistics and the RDMA port's hw_counters of `ifname`;
         with roce_only, just the ones that tell RoCE health."""
-        try:
-            stats = self._stats(ifname)
-        except OSError:
-            stats = {}
+        stats = self._ethtool_stats(ifname)
         out = {k: v for k, v in stats.items() if not roce_only or _ETHTOOL_COUNTERS.match(k)}
         port = self.rdma_port(ifname)
         if port:
-            base = self.host.path("sys/class/infiniband", port[0], "ports", str(port[1]), "hw_counters")
+            base = self.host.path(rdma.IB_CLASS, port[0], "ports", str(port[1]), "hw_counters")
             names = RDMA_COUNTERS if roce_only else _listdir(base)
             for counter in names:
                 value = _int(_read(os.path.join(base, counter)))
@@ -128,28 +127,19 @@ class Health:
                     out.setdefault(counter, value)
         return dict(sorted(out.items()))
 
+    def _ethtool_stats(self, ifname: str) -> Dict[str, int]:
+        if ifname not in self._stats:
+            try:
+                self._stats[ifname] = self._read_stats(ifname)
+            except OSError:
+                self._stats[ifname] = {}
+        return self._stats[ifname]
+
     def rdma_port(self, ifname: str) -> Optional[Tuple[str, int]]:
         """(RDMA device, port) whose GID table is built from `ifname`."""
         if self._ports is None:
-            self._ports = self._scan_ports()
+            self._ports = rdma.netdev_ports(self.host)
         return self._ports.get(ifname)
-
-    def _scan_ports(self) -> Dict[str, Tuple[str, int]]:
-        # gid_attrs/ndevs/<i> names the netdev of GID entry i; unpopulated
-        # entries fail with EINVAL (that is what _read's None is for).
-        found: Dict[str, Tuple[str, int]] = {}
-        base = self.host.path("sys/class/infiniband")
-        for dev in _listdir(base):
-            ports = os.path.join(base, dev, "ports")
-            for port in sorted(_listdir(ports), key=lambda p: _int(p) or 0):
-                if _int(port) is None:
-                    continue
-                ndevs = os.path.join(ports, port, "gid_attrs", "ndevs")
-                for entry in _listdir(ndevs):
-                    netdev = _read(os.path.join(ndevs, entry))
-                    if netdev:
-                        found.setdefault(netdev, (dev, int(port)))
-        return found
 
 
 def _listdir(path: str) -> list:
@@ -161,56 +151,45 @@ def _listdir(path: str) -> list:
 
 # -- ETHTOOL_GSTATS (ethtool -S) ------------------------------------------------
 
-ETHTOOL_GSTRINGS = 0x1B
 ETHTOOL_GSTATS = 0x1D
-ETHTOOL_GSSET_INFO = 0x37
 ETH_SS_STATS = 1
-ETH_GSTRING_LEN = 32
-_SSET_INFO = struct.Struct("=IIQI")  # cmd, reserved, sset_mask, data[1]
-_GSTRINGS = struct.Struct("=III")    # cmd, string_set, len; then len * 32 bytes
-_GSTATS = struct.Struct("=II")       # cmd, n_stats; then n_stats * u64
+_GSTATS = struct.Struct("=II")  # cmd, n_stats; then n_stats * u64
+
+
+def _stats_room(count: int) -> int:
+    # The kernel writes as many entries as the set has *now*, whatever
+    # length we pass, and a driver's set grows with its channel count:
+    # leave room for it to have grown since we asked its size.
+    return 2 * count + 64
 
 
 def ethtool_stats(ifname: str, sock=None) -> Dict[str, int]:
     """Every ethtool statistic of `ifname` (ethtool -S); {} when the driver
     has none or the device does not exist."""
-    from nictune.netlink.ioctl import inet_socket, siocethtool
+    from nictune.netlink.ioctl import inet_socket, siocethtool, string_set
 
     own = sock is None
     if own:
         sock = inet_socket()
     try:
-        buf = array.array("B", _SSET_INFO.pack(ETHTOOL_GSSET_INFO, 0, 1 << ETH_SS_STATS, 0))
-        siocethtool(sock, ifname, buf)
-        _cmd, _reserved, mask, count = _SSET_INFO.unpack(buf.tobytes())
-        if not mask & (1 << ETH_SS_STATS) or count == 0:
+        names = string_set(sock, ifname, ETH_SS_STATS, room=_stats_room)
+        if not names:
             return {}
-        # The kernel writes as many entries as the set has *now*, whatever
-        # length we pass, and a driver's set grows with its channel count:
-        # leave room for it to have grown since GSSET_INFO.
-        room = 2 * count + 64
-        names = array.array("B", _GSTRINGS.pack(ETHTOOL_GSTRINGS, ETH_SS_STATS, count))
-        names.extend(bytes(room * ETH_GSTRING_LEN))
-        siocethtool(sock, ifname, names)
-        values = array.array("B", _GSTATS.pack(ETHTOOL_GSTATS, count))
+        room = _stats_room(len(names))
+        values = array.array("B", _GSTATS.pack(ETHTOOL_GSTATS, len(names)))
         values.extend(bytes(room * 8))
         siocethtool(sock, ifname, values)
     except OSError as e:
-        if e.errno in (errno.ENODEV, errno.EOPNOTSUPP, errno.EINVAL):
+        if e.errno in (errno.ENODEV, errno.EOPNOTSUPP, errno.EINVAL, errno.EOVERFLOW):
             return {}
         raise
     finally:
         if own:
             sock.close()
-    raw_names, raw_values = names.tobytes(), values.tobytes()
+    raw_values = values.tobytes()
     # Each reply says how many it wrote; names and values pair up only if
     # the set did not change between the two calls.
-    n_names, n_values = _GSTRINGS.unpack_from(raw_names)[2], _GSTATS.unpack_from(raw_values)[1]
-    if n_names != n_values or n_names > room:
+    if _GSTATS.unpack_from(raw_values)[1] != len(names):
         return {}
-    out = {}
-    for i in range(n_names):
-        start = _GSTRINGS.size + i * ETH_GSTRING_LEN
-        name = raw_names[start:start + ETH_GSTRING_LEN].split(b"\0", 1)[0].decode("utf-8", "replace")
-        out[name] = struct.unpack_from("=Q", raw_values, _GSTATS.size + i * 8)[0]
-    return out
+    return {name: struct.unpack_from("=Q", raw_values, _GSTATS.size + i * 8)[0]
+            for i, name in enumerate(names)}

@@ -38,13 +38,13 @@ CONFIRM_EXPIRED = "expired"
 CONFIRM_GRACE = 30.0
 
 
-def unconfirmed(record: Optional[dict], now: Optional[float] = None) -> str:
+def unconfirmed(record: Optional[dict]) -> str:
     """Why a new apply must wait for `record`'s confirmation, or ''."""
     confirm = (record or {}).get("confirm")
     if not confirm or confirm.get("state") != CONFIRM_PENDING or record["status"] != COMMITTED:
         return ""
     deadline = record.get("finished", record["started"]) + confirm["timeout"]
-    if (now or time.time()) > deadline + CONFIRM_GRACE:
+    if time.time() > deadline + CONFIRM_GRACE:
         return ""
     return (f"apply {record['id']} awaits its controller's confirmation; unless it comes, "
             f"it is rolled back at {time.strftime('%H:%M:%S', time.localtime(deadline))}: "

@@ -34,9 +34,7 @@ from typing import Optional
 @dataclass(frozen=True)
 class NicClass:
     driver: str
-    label: str
     dcb: frozenset            # DCB objects the driver's dcbnl ops cover; empty: no dcbnl_ops
-    ecn: str                  # "ofed-sysfs": /sys/class/net/X/ecn when the OFED driver is loaded
     roce_ports: Optional[tuple]  # ports that carry RoCE v2; None: every port the device has
     channels: tuple           # ethtool -L kinds the driver takes
     rings: dict = field(default_factory=dict)  # name -> (min, max)
@@ -45,11 +43,10 @@ class NicClass:
     why_not: dict = field(default_factory=dict)  # capability -> reason, for messages
 
 
+# NVIDIA ConnectX (mlx5)
 MLX5 = NicClass(
     driver="mlx5_core",
-    label="NVIDIA ConnectX (mlx5)",
     dcb=frozenset({"trust", "dscp_map", "pfc", "ets", "maxrate", "buffer", "dcbx"}),
-    ecn="ofed-sysfs",
     roce_ports=None,
     channels=("combined",),
     rings={"rx": (1, 8192), "tx": (1, 8192)},
@@ -61,11 +58,10 @@ MLX5 = NicClass(
     },
 )
 
+# Microsoft Azure Network Adapter (MANA)
 MANA = NicClass(
     driver="mana",
-    label="Microsoft Azure Network Adapter (MANA)",
     dcb=frozenset(),
-    ecn="none",
     roce_ports=(1,),
     channels=("combined",),
     rings={"rx": (128, 8192), "tx": (128, 16384)},

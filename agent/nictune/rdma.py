@@ -17,11 +17,10 @@ values stay on the cma_device, as mlnx-tools' cma_roce_mode relies on).
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import os
 import re
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Dict, Iterator, Optional, Tuple
 
 from nictune.validate import InvalidInput
 
@@ -54,6 +53,8 @@ class Gid:
     @property
     def ipv4(self) -> Optional[str]:
         """The IPv4 address of an IPv4-mapped GID, else None."""
+        import ipaddress  # only here: kept off the agent's start-up
+
         try:
             addr = ipaddress.IPv6Address(self.gid)
         except ValueError:
@@ -67,7 +68,7 @@ def _read(path: str) -> Optional[str]:
     try:
         with open(path) as f:
             return f.read().strip()
-    except OSError:
+    except (OSError, UnicodeDecodeError):
         return None
 
 
@@ -107,17 +108,29 @@ def gids(host, device: str, port: int) -> list:
     return out
 
 
-def all_gids(host) -> list:
-    return [g for dev in devices(host) for port in ports(host, dev) for g in gids(host, dev, port)]
+def netdev_ports(host) -> Dict[str, Tuple[str, int]]:
+    """{netdev: (device, port)} for every netdev a GID entry is built from;
+    the first port in device and port order wins.  Reads only
+    gid_attrs/ndevs: an unpopulated entry's read fails (EINVAL), so an
+    entry that names a netdev is a populated one."""
+    found: Dict[str, Tuple[str, int]] = {}
+    for dev in devices(host):
+        for port in ports(host, dev):
+            ndevs = host.path(IB_CLASS, dev, "ports", str(port), "gid_attrs", "ndevs")
+            for n in _numbers(ndevs):
+                netdev = _read(os.path.join(ndevs, str(n)))
+                if netdev:
+                    found.setdefault(netdev, (dev, port))
+    return found
 
 
 def port_of(host, ifname: str) -> Optional[tuple]:
     """(device, port) whose GIDs belong to ifname; else the RDMA device
     that sits on ifname's own device (a port with no address has no GIDs
     yet), on its first port."""
-    for g in all_gids(host):
-        if g.ndev == ifname:
-            return g.device, g.port
+    found = netdev_ports(host).get(ifname)
+    if found:
+        return found
     netdev = os.path.realpath(host.path("sys/class/net", ifname, "device"))
     if not os.path.isdir(netdev):
         return None

@@ -26,6 +26,10 @@ class Family:
     def __init__(self, host: Host):
         self.host = host
 
+    def driver_of(self, ifname: str) -> Optional[str]:
+        """The driver of interface `ifname` (ethtool -i), or None."""
+        return next((i.driver for i in self.host.interfaces() if i.name == ifname), None)
+
     # -- profile -> keys ---------------------------------------------------
     def expand(self, target: str, sections: dict, source: SourceOf) -> list:
         """Default: each owned section is a mapping of setting name -> value."""
@@ -43,6 +47,12 @@ class Family:
     def read(self, keys: list) -> dict:
         """Current value (or Unsupported) of every key, in one batch."""
         raise NotImplementedError
+
+    def met(self, key: Key, want: Want, current) -> bool:
+        """Whether `current` is as wanted.  Families whose values are not
+        compared plainly override this (a firmware expectation such as
+        ">=28.39" is not an equality)."""
+        return want.satisfied_by(current)
 
     def check(self, key: Key, want: Want) -> Optional[str]:
         """Why the device cannot take `want`, from limits seen by read()."""

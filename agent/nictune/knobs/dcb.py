@@ -27,7 +27,6 @@ SEL_DSCP = 5
 TSA_NAMES = {0: "strict", 1: "cbs", 2: "ets", 255: "vendor"}
 TSA_CODES = {v: k for k, v in TSA_NAMES.items()}
 ETS_FIELDS = {"ets.prio_tc": "prio_tc", "ets.tc_bw": "tc_tx_bw", "ets.tc_tsa": "tc_tsa"}
-ORDER = ("trust", "dscp_map", "pfc", "ets.prio_tc", "ets.tc_bw", "ets.tc_tsa")
 
 
 def default_dscp_map() -> dict:
@@ -78,12 +77,9 @@ class DcbFamily(Family):
                 for name, value in wanted.items()]
 
     # -- host -> values ----------------------------------------------------
-    def _driver(self, ifname: str) -> Optional[str]:
-        return next((i.driver for i in self.host.interfaces() if i.name == ifname), None)
-
     def _state(self, ifname: str):
         """The device's DCB state, or the reason it has none."""
-        driver = self._driver(ifname)
+        driver = self.driver_of(ifname)
         reason = nicclass.dcb_unsupported(driver, "pfc")
         if reason:
             return Unsupported(reason)
@@ -109,7 +105,7 @@ class DcbFamily(Family):
         return out
 
     def _value(self, key: Key, state):
-        reason = nicclass.dcb_unsupported(self._driver(key.target), key.name)
+        reason = nicclass.dcb_unsupported(self.driver_of(key.target), key.name)
         if reason:
             return Unsupported(reason)
         if key.name == "trust":
@@ -169,22 +165,25 @@ class DcbFamily(Family):
 
     def _write(self, ifname: str, values: dict, revert: bool) -> None:
         dcb = self.host.dcb()
+        # Read now, not at plan time; the writes below each replace one
+        # object (APP table, PFC, ETS) and leave the others as read here.
+        state = dcb.get(ifname)
+        have = _dscp_apps(state)
         if "dscp_map" in values:
-            self._set_dscp_map(ifname, values["dscp_map"])
+            self._set_dscp_map(ifname, values["dscp_map"], have)
         trust = values.get("trust")
         if trust == "pcp":
-            self._set_dscp_map(ifname, {})
-        elif trust == "dscp" and "dscp_map" not in values and not _dscp_apps(dcb.get(ifname)):
+            self._set_dscp_map(ifname, {}, have)
+        elif trust == "dscp" and "dscp_map" not in values and not have:
             # Reverting restores the map this run first saw, when it had one.
             first = self._first_apps.get(ifname) if revert else None
-            self._set_dscp_map(ifname, first or default_dscp_map())
+            self._set_dscp_map(ifname, first or default_dscp_map(), have)
         if "pfc" in values:
-            pfc = dcb.get(ifname).pfc
             mask = sum(1 << p for p in values["pfc"])
-            dcb.set_pfc(ifname, dataclasses.replace(pfc, pfc_en=mask))
+            dcb.set_pfc(ifname, dataclasses.replace(state.pfc, pfc_en=mask))
         ets_values = {k: v for k, v in values.items() if k in ETS_FIELDS}
         if ets_values:
-            ets = dcb.get(ifname).ets
+            ets = state.ets
             changes = {}
             for name, value in ets_values.items():
                 if name == "ets.tc_tsa":
@@ -198,13 +197,13 @@ class DcbFamily(Family):
                             for bw, tsa in zip(ets.tc_tx_bw, ets.tc_tsa)]
             dcb.set_ets(ifname, ets)
 
-    def _set_dscp_map(self, ifname: str, wanted: dict) -> None:
-        """Add what is missing first, then delete what is left over, so the
-        device keeps trusting DSCP throughout when the map stays non-empty."""
+    def _set_dscp_map(self, ifname: str, wanted: dict, have: dict) -> None:
+        """Make the DSCP entries `wanted`, from the `have` just read: add what
+        is missing first, then delete what is left over, so the device keeps
+        trusting DSCP throughout when the map stays non-empty."""
         from nictune.netlink.dcb import App
 
         dcb = self.host.dcb()
-        have = _dscp_apps(dcb.get(ifname))
         missing = [App(SEL_DSCP, p, int(d)) for d, p in wanted.items() if have.get(d) != p]
         if missing:
             dcb.add_apps(ifname, missing)

@@ -8,7 +8,6 @@ class.
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 from typing import Optional
 
@@ -73,6 +72,8 @@ class FeaturesFamily(Family):
                 continue
             bits = self._bits(key.target, key.name, True) or self._bits(key.target, key.name, False)
             if not bits:
+                import difflib  # only for this hint: kept off the agent's start-up
+
                 hint = difflib.get_close_matches(key.name, list(dev.active) + list(FEATURE_GROUPS), 1)
                 out[key] = Unsupported(f"the device has no feature {key.name!r}"
                                        + (f"; did you mean {hint[0]!r}?" if hint else ""))
@@ -173,7 +174,7 @@ class RingsFamily(EthtoolParamsFamily):
         reason = super().check(key, want)
         if reason or want.bound == "min":
             return reason
-        driver = next((i.driver for i in self.host.interfaces() if i.name == key.target), None)
+        driver = self.driver_of(key.target)
         effective = nicclass.rings_effective(driver, key.name, want.value)
         if effective != want.value:
             # It would read back as `effective`, fail verification and roll back.

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Optional
 
 from nictune import nicclass, rdma
 from nictune.knobs.base import Family
@@ -70,9 +69,6 @@ class RoceFamily(Family):
         return out
 
     # -- where each key lives -------------------------------------------------
-    def _driver(self, ifname: str) -> Optional[str]:
-        return next((i.driver for i in self.host.interfaces() if i.name == ifname), None)
-
     def _port(self, ifname: str):
         """(device, port) of the interface's RoCE port, or Unsupported."""
         choice = self._rdma_device.get(ifname, "auto")
@@ -88,7 +84,7 @@ class RoceFamily(Family):
             if not ports:
                 return Unsupported(f"no RDMA device {device} on this host")
             found = (device, ports[0])
-        reason = nicclass.roce_port_unsupported(self._driver(ifname), found[1])
+        reason = nicclass.roce_port_unsupported(self.driver_of(ifname), found[1])
         return Unsupported(reason) if reason else found
 
     def _ecn_path(self, key: Key) -> str:
@@ -109,9 +105,12 @@ class RoceFamily(Family):
     def read(self, keys):
         out = {}
         cm_keys: dict = {}  # (device, port) -> [key]
+        # Finding a port walks every RDMA device: once per interface.
+        for target in {k.target for k in keys if k.name in CM_FILES}:
+            self._ports[target] = self._port(target)
         for key in keys:
             if key.name in CM_FILES:
-                port = self._ports[key.target] = self._port(key.target)
+                port = self._ports[key.target]
                 if isinstance(port, Unsupported):
                     out[key] = port
                 else:
@@ -138,7 +137,7 @@ class RoceFamily(Family):
 
     def _read_ecn(self, key: Key):
         if not os.path.isdir(self.host.path("sys/class/net", key.target, "ecn")):
-            return Unsupported(nicclass.ecn_unsupported(self._driver(key.target)))
+            return Unsupported(nicclass.ecn_unsupported(self.driver_of(key.target)))
         path = self._ecn_path(key)
         try:
             if key.name in ("ecn.np", "ecn.rp"):
