@@ -109,7 +109,8 @@ class Journal:
     def confirm_apply(self, token: str) -> str:
         """Confirm the apply that carries `token`.  Returns the confirmation's
         state afterwards: 'confirmed', or 'expired' when the watchdog was first,
-        or '' when that apply is no longer the last one."""
+        or '' when that apply is no longer the last one or no longer applied
+        (a manual rollback came first)."""
         with self.lock(wait=True):
             record = self.load()
             confirm = (record or {}).get("confirm") or {}
@@ -118,7 +119,7 @@ class Journal:
             if confirm["state"] == CONFIRM_PENDING and record["status"] == COMMITTED:
                 confirm["state"] = CONFIRMED
                 self._save()
-            return confirm["state"]
+            return "" if confirm["state"] == CONFIRM_PENDING else confirm["state"]
 
     def _save(self) -> None:
         write_atomic(self.path, json.dumps(self.record, indent=1, sort_keys=True))
