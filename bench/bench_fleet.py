@@ -2,7 +2,7 @@
 """Benchmark: a read-only audit of 10/50/100/200 SSH hosts, nictune vs ansible-core vs pyinfra.
 
 One fleet of namespace hosts, each with its own real sshd
-(nictune.control.fleetlab), is built once; nictune applies
+(nictune.lab.fleet), is built once; nictune applies
 bench/fleet/profile.yaml to every host, then each size is audited as a
 subset of the fleet, by each tool in turn, round by round:
 
@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 
 from _util import BenchError, Commands, med, table
-from nictune.control import fleetlab
+from nictune.lab import fleet as fleetlab
 
 HERE = Path(__file__).resolve().parent
 FLEET_FILES = HERE / "fleet"

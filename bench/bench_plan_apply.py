@@ -62,8 +62,8 @@ DONTWRITE = ENV.pop("PYTHONDONTWRITEBYTECODE", None)
 for var in ("PYTHONPROFILEIMPORTTIME", "PYTHONPYCACHEPREFIX", "NICTUNE_STATE_DIR", "NICTUNE_DEBUG"):
     ENV.pop(var, None)
 
-AGENT_MODULES = ("nictune.agent", "nictune.engine", "nictune.netlink.rtnl",
-                 "nictune.netlink.ethtool", "nictune.netlink.drvinfo")
+AGENT_MODULES = ("nictune.host.agent", "nictune.host.engine", "nictune.host.netlink.rtnl",
+                 "nictune.host.netlink.ethtool", "nictune.host.netlink.drvinfo")
 
 TARGET_PLAN_S = 1.0
 TARGET_APPLY_S = 2.0
@@ -286,21 +286,21 @@ def startup(lab: Lab, scratch: Path, request: str, profile: Path, state: Path) -
         ("pass", "python -c pass  (interpreter start)", [PY, "-c", "pass"], None),
         ("controller", "python -c 'import nictune.cli.app'  (controller)",
          [PY, "-c", "import nictune.cli.app"], None),
-        # `python -m nictune.agent` loads nictune.agent and what it needs;
+        # `python -m nictune.host.agent` loads nictune.host.agent and what it needs;
         # the engine, the knobs and the netlink modules load inside agent.run
         # (so within the report's `seconds`).
-        ("agent-eager", "python -c 'import nictune.agent'  (agent, before agent.run)",
-         [PY, "-c", "import nictune.agent"], None),
-        ("agent-core", "python -c 'import nictune.agent, nictune.engine'",
-         [PY, "-c", "import nictune.agent, nictune.engine"], None),
-        ("agent", "  + nictune.netlink.rtnl, .ethtool, .drvinfo  (all the agent uses)",
+        ("agent-eager", "python -c 'import nictune.host.agent'  (agent, before agent.run)",
+         [PY, "-c", "import nictune.host.agent"], None),
+        ("agent-core", "python -c 'import nictune.host.agent, nictune.host.engine'",
+         [PY, "-c", "import nictune.host.agent, nictune.host.engine"], None),
+        ("agent", "  + nictune.host.netlink.rtnl, .ethtool, .drvinfo  (all the agent uses)",
          [PY, "-c", "import " + ", ".join(AGENT_MODULES)], None),
         ("pyroute2", "python -c 'import pyroute2'  (for comparison)", [PY, "-c", "import pyroute2"], None),
         ("validate", "nictune validate PROFILE  (controller imports + CLI run + profile load; no agent)",
          [NICTUNE, "validate", str(profile)], None),
         ("nsexec", "ip netns exec NS python -c pass", ["ip", "netns", "exec", lab.ns, PY, "-c", "pass"], None),
-        ("agent-alone", f"agent alone: ip netns exec NS python -m nictune.agent < plan request (N={lab.count})",
-         ["ip", "netns", "exec", lab.ns, PY, "-m", "nictune.agent"], request),
+        ("agent-alone", f"agent alone: ip netns exec NS python -m nictune.host.agent < plan request (N={lab.count})",
+         ["ip", "netns", "exec", lab.ns, PY, "-m", "nictune.host.agent"], request),
         # The whole plan again, under the same load as the parts above.
         ("plan", f"nictune plan PROFILE --netns NS ...  (N={lab.count}, the whole thing)",
          cli("plan", lab, profile, state), None),
@@ -351,7 +351,7 @@ def importtime(stderr: str) -> list:
 
 
 NOTABLE = ("typer", "typer._adapters", "pydantic", "jsonschema", "yaml", "rich", "nictune.profile.loader",
-           "nictune.agent", "nictune.model", "nictune.engine", "pyroute2.netlink", "json", "dataclasses")
+           "nictune.host.agent", "nictune.host.model", "nictune.host.engine", "pyroute2.netlink", "json", "dataclasses")
 
 
 def import_profile(rows: list, top: int = 6) -> dict:
@@ -480,10 +480,10 @@ def strace_counts(prefix: Path, ethtool_id: int | None) -> dict:
                 send = None
             if m := _EXECVE.match(line):
                 argv = m.group(1)
-                # `ip netns exec NS python -m nictune.agent` names the agent
+                # `ip netns exec NS python -m nictune.host.agent` names the agent
                 # too: look at what is being run first.
                 program = ("ip" if argv.startswith('"ip"') else
-                           "agent" if "nictune.agent" in argv else
+                           "agent" if "nictune.host.agent" in argv else
                            "controller" if "nictune" in argv else "other")
                 protocols = {}
             elif m := _SOCKET.match(line):
@@ -547,7 +547,7 @@ def timeline(argv: list, scratch: Path, runs: int = IMPORT_RUNS) -> dict | None:
                 stamp = float(m.group(1))
                 if m.group(3) is not None:  # a successful execve
                     args = m.group(3)
-                    program = ("ip" if args.startswith('"ip"') else "agent" if "nictune.agent" in args else
+                    program = ("ip" if args.startswith('"ip"') else "agent" if "nictune.host.agent" in args else
                                "controller" if "nictune" in args else None)
                     if program and program + "_exec" not in t:
                         t[program + "_exec"] = stamp
@@ -622,7 +622,7 @@ def main() -> int:
                 trace[n] = run_traced(n, lab, profile, state, scratch, ethtool_id, problems)
         request, loads = agent_request(profile, lab, state)
         boot = startup(lab, scratch, request, profile, state)
-        agent_it = importtime(spawn(["ip", "netns", "exec", lab.ns, PY, "-X", "importtime", "-m", "nictune.agent"],
+        agent_it = importtime(spawn(["ip", "netns", "exec", lab.ns, PY, "-X", "importtime", "-m", "nictune.host.agent"],
                                     request).stderr)
         ctl_it = importtime(spawn([PY, "-X", "importtime", NICTUNE, *cli("plan", lab, profile, state)[1:]]).stderr)
         split = timeline(cli("plan", lab, profile, state), scratch) if has_strace else None
@@ -806,7 +806,7 @@ def breakdown(split: dict, by: dict, load: float, n: int) -> None:
     seg = {k: med(v) for k, v in split.items()}
     total = sum(seg[k] for k in ("controller_before", "nsexec", "agent", "controller_after"))
     ctl_boot = by["controller"]               # interpreter + `import nictune.cli.app`
-    agent_boot = by["agent-eager"]            # interpreter + `import nictune.agent`
+    agent_boot = by["agent-eager"]            # interpreter + `import nictune.host.agent`
     lazy = by["agent"] - by["agent-eager"]    # engine, knobs, netlink: imported inside agent.run
     seconds = seg["agent_seconds"]
     rows = [
@@ -816,7 +816,7 @@ def breakdown(split: dict, by: dict, load: float, n: int) -> None:
         ("    of which load + schema-check the profile", load),
         ("ip netns exec: enter the namespace, private /sys", seg["nsexec"]),
         ("agent: exec until exit", seg["agent"]),
-        ("  interpreter start + import nictune.agent", agent_boot),
+        ("  interpreter start + import nictune.host.agent", agent_boot),
         ("  agent.run (the report's `seconds`)", seconds),
         ("    imports of engine, knobs, netlink in it", lazy),
         ("    work: read, diff (and write)", seconds - lazy),

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 
-from nictune.control import fleetlab
+from nictune.lab import fleet as fleetlab
 
 
 def cpu() -> float:

@@ -3,7 +3,7 @@
 A recorded state (tests/golden/states/*.json, or a golden case's
 observed.json) says what the host's kernel shows:
 
-    links      list of nictune.netlink.rtnl.Link fields (RTM_GETLINK)
+    links      list of nictune.host.netlink.rtnl.Link fields (RTM_GETLINK)
     drvinfo    {ifname: DrvInfo fields}                  (ethtool -i)
     features   {ifname: {"active": {bit: bool}, "changeable": [bit, ...]}}
     rings, channels, coalesce, pause
@@ -50,12 +50,12 @@ import shutil
 from dataclasses import asdict, fields, replace
 from typing import Callable, Optional
 
-from nictune.host import Host
-from nictune.netlink.dcb import App, DcbState, Ets, Pfc
-from nictune.netlink.drvinfo import DrvInfo
-from nictune.netlink.errors import NetlinkError
-from nictune.netlink.ethtool import Features
-from nictune.netlink.rtnl import Link
+from nictune.host.machine import Host
+from nictune.host.netlink.dcb import App, DcbState, Ets, Pfc
+from nictune.host.netlink.drvinfo import DrvInfo
+from nictune.host.netlink.errors import NetlinkError
+from nictune.host.netlink.ethtool import Features
+from nictune.host.netlink.rtnl import Link
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STATES = os.path.join(HERE, "golden", "states")

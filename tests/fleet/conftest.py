@@ -1,4 +1,4 @@
-"""Fleets of namespace hosts, each with its own real sshd (control/fleetlab.py).
+"""Fleets of namespace hosts, each with its own real sshd (lab/fleet.py).
 
 `fleet`: one per test module: 4 sshd hosts, 1 silent, 1 unreachable.
 `make_fleet(n, **kw)`: more fleets inside one test, removed when it ends.
@@ -17,7 +17,7 @@ from typing import List
 
 import pytest
 
-from nictune.control import fleetlab
+from nictune.lab import fleet as fleetlab
 
 _RECORDS: List[str] = []  # every fleet record this run may have written
 

@@ -8,7 +8,7 @@ import json
 from typer.testing import CliRunner
 
 from nictune.cli.app import app
-from nictune.control.fleetlab import run_in
+from nictune.lab.fleet import run_in
 
 
 def nictune(*args: str) -> tuple:

@@ -14,7 +14,7 @@ from xml.etree import ElementTree
 import pytest
 from fleet_helpers import mtu, nictune
 
-from nictune.control.fleetlab import run_in
+from nictune.lab.fleet import run_in
 
 pytestmark = pytest.mark.netns
 

@@ -19,8 +19,8 @@ import pytest
 from typer.testing import CliRunner
 
 from nictune.cli.app import app
-from nictune.control import fleetlab
-from nictune.control import lab as labmod
+from nictune.lab import fleet as fleetlab
+from nictune.lab import namespaces as labmod
 
 pytestmark = pytest.mark.netns
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -244,7 +244,7 @@ def test_down_after_a_crash_works_from_the_record_alone(tmp_path_factory):
     record = os.path.join(directory, "record.json")
     prefix = "nt" + os.urandom(2).hex()
     # Another process builds the fleet and dies without tearing it down.
-    script = ("import sys; from nictune.control import fleetlab; "
+    script = ("import sys; from nictune.lab import fleet as fleetlab; "
               "fleetlab.up(2, sys.argv[1], prefix=sys.argv[2]); print('up', flush=True); "
               "import time; time.sleep(120)")
     builder = subprocess.Popen([sys.executable, "-c", script, directory, prefix], stdout=subprocess.PIPE, text=True)

@@ -18,8 +18,8 @@ import time
 import pytest
 from fleet_helpers import mtu, nictune
 
-from nictune.control import fleetlab
-from nictune.control.fleetlab import run_in
+from nictune.lab import fleet as fleetlab
+from nictune.lab.fleet import run_in
 
 pytestmark = pytest.mark.netns
 

@@ -25,7 +25,7 @@ import os
 import pytest
 
 from fakes import FakeHost, load_state
-from nictune import agent
+from nictune.host import agent
 from nictune.profile.loader import load_profile
 
 pytestmark = pytest.mark.recorded

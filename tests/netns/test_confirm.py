@@ -31,7 +31,7 @@ interfaces:
 
 
 def _argv(pair) -> list:
-    return ["ip", "netns", "exec", pair.ns_a, sys.executable, "-m", "nictune.agent"]
+    return ["ip", "netns", "exec", pair.ns_a, sys.executable, "-m", "nictune.host.agent"]
 
 
 def _env() -> dict:

@@ -1,4 +1,4 @@
-"""The SIOCETHTOOL fallback (nictune.netlink.ethtool_ioctl) against the real kernel.
+"""The SIOCETHTOOL fallback (nictune.host.netlink.ethtool_ioctl) against the real kernel.
 
 It must answer exactly as the netlink backend does, and what it writes is
 read back with ethtool(8).
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from nictune.host import Host
-from nictune.netlink import NetlinkError
-from nictune.netlink.ethtool import Ethtool
-from nictune.netlink.ethtool_ioctl import EthtoolIoctl
+from nictune.host.machine import Host
+from nictune.host.netlink import NetlinkError
+from nictune.host.netlink.ethtool import Ethtool
+from nictune.host.netlink.ethtool_ioctl import EthtoolIoctl
 
 AGENT_ROOT = str(Path(__file__).resolve().parents[2] / "agent")
 
@@ -222,13 +222,13 @@ def test_agent_applies_through_the_ioctl_backend(veth_pair, tmp_path):
     # Proof that the ioctl backend did the work: the netlink one is made to
     # blow up in the agent process (sitecustomize runs before the agent).
     (tmp_path / "sitecustomize.py").write_text(
-        "import nictune.netlink.ethtool as m\n"
+        "import nictune.host.netlink.ethtool as m\n"
         "def _no(self, *a, **k):\n"
         "    raise AssertionError('the netlink ethtool backend was used')\n"
         "m.Ethtool.__init__ = _no\n")
     env = {**os.environ, "NICTUNE_ETHTOOL": "ioctl", "LANG": "C",
            "PYTHONPATH": os.pathsep.join([str(tmp_path), AGENT_ROOT])}
-    proc = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-m", "nictune.agent"],
+    proc = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-m", "nictune.host.agent"],
                           input=json.dumps(request), capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
@@ -243,6 +243,6 @@ def test_agent_applies_through_the_ioctl_backend(veth_pair, tmp_path):
     # the poison works, so the run above really used the ioctl.
     env.pop("NICTUNE_ETHTOOL")
     request["command"] = "plan"
-    proc = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-m", "nictune.agent"],
+    proc = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-m", "nictune.host.agent"],
                           input=json.dumps(request), capture_output=True, text=True, env=env, timeout=60)
     assert "the netlink ethtool backend was used" in proc.stdout + proc.stderr

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from nictune.cli.app import app
-from nictune.control import lab as labmod
+from nictune.lab import namespaces as labmod
 
 pytestmark = pytest.mark.netns
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))

@@ -1,4 +1,4 @@
-"""nictune.netlink against the real kernel, cross-checked with ip(8) and ethtool(8)."""
+"""nictune.host.netlink against the real kernel, cross-checked with ip(8) and ethtool(8)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from nictune.netlink import NetlinkError
-from nictune.netlink.drvinfo import drvinfo
-from nictune.netlink.ethtool import Ethtool
-from nictune.netlink.netns import in_netns
-from nictune.netlink.rtnl import Rtnl
+from nictune.host.netlink import NetlinkError
+from nictune.host.netlink.drvinfo import drvinfo
+from nictune.host.netlink.ethtool import Ethtool
+from nictune.host.netlink.netns import in_netns
+from nictune.host.netlink.rtnl import Rtnl
 
 pytestmark = pytest.mark.netns
 
@@ -325,7 +325,7 @@ def test_netlink_error_format():
 def test_import_stays_light():
     # The agent's CPU budget: no pyroute2/__init__, no asyncio, no pyroute2 socket.
     code = (
-        "import sys, nictune.netlink.rtnl, nictune.netlink.ethtool, nictune.netlink.drvinfo;"
+        "import sys, nictune.host.netlink.rtnl, nictune.host.netlink.ethtool, nictune.host.netlink.drvinfo;"
         "print(sorted(m for m in ('asyncio', 'pyroute2.iproute', 'pyroute2.netlink.nlsocket',"
         " 'pyroute2.netlink.generic', 'pyroute2.ndb') if m in sys.modules))"
     )

@@ -18,7 +18,7 @@ AGENT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 def run_agent(pair, command: str, doc: dict, state_dir: str) -> dict:
     request = {"nictune_request": 1, "command": command, "state_dir": state_dir,
                "profile": {"path": "roce.yaml", "doc": doc, "sources": {}}}
-    proc = subprocess.run(["ip", "netns", "exec", pair.ns_a, sys.executable, "-m", "nictune.agent"],
+    proc = subprocess.run(["ip", "netns", "exec", pair.ns_a, sys.executable, "-m", "nictune.host.agent"],
                           input=json.dumps(request), capture_output=True, text=True,
                           env=dict(os.environ, PYTHONPATH=AGENT), timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -20,9 +20,9 @@ import subprocess
 
 import pytest
 
-from nictune.netlink import dcb as nd
-from nictune.netlink.errors import NetlinkError
-from nictune.netlink.socket import NETLINK_ROUTE, NetlinkSocket
+from nictune.host.netlink import dcb as nd
+from nictune.host.netlink.errors import NetlinkError
+from nictune.host.netlink.socket import NETLINK_ROUTE, NetlinkSocket
 from recorded.tools import dcb_recorder as rec
 
 STATE_FILES = sorted(rec.RECORDINGS.glob("state-*.json"))

@@ -23,9 +23,12 @@ def test_the_archive_is_reproducible():
 
 def test_it_holds_the_host_side_and_nothing_of_the_controller():
     names = zipfile.ZipFile(io.BytesIO(agentzip.build().data)).namelist()
-    assert "nictune/agent.py" in names and "nictune/engine.py" in names
-    assert "nictune/netlink/rtnl.py" in names and "__main__.py" in names
-    for package in agentzip.CONTROLLER_PACKAGES:
+    assert "nictune/host/agent.py" in names and "nictune/host/engine.py" in names
+    assert "nictune/host/netlink/rtnl.py" in names and "__main__.py" in names
+    nictune_files = [n for n in names if n.startswith("nictune/")]
+    assert nictune_files and all(n == "nictune/__init__.py" or n.startswith("nictune/host/")
+                                 for n in nictune_files)
+    for package in ("cli", "control", "inventory", "profile", "lab"):
         assert not [n for n in names if n.startswith(f"nictune/{package}/")], package
     assert [n for n in names if n.startswith("pyroute2/")] == sorted(agentzip.PYROUTE2_FILES)
 
@@ -33,11 +36,9 @@ def test_it_holds_the_host_side_and_nothing_of_the_controller():
 def test_pyroute2_files_are_exactly_what_the_host_side_loads():
     # Import every host-side module, as the agent may, and list pyroute2's.
     code = ("import importlib, json, pkgutil, sys\n"
-            "import nictune\n"
-            "skip = ('nictune.cli', 'nictune.control', 'nictune.inventory', 'nictune.profile')\n"
-            "for m in pkgutil.walk_packages(nictune.__path__, 'nictune.'):\n"
-            "    if not m.name.startswith(skip):\n"
-            "        importlib.import_module(m.name)\n"
+            "import nictune.host\n"
+            "for m in pkgutil.walk_packages(nictune.host.__path__, 'nictune.host.'):\n"
+            "    importlib.import_module(m.name)\n"
             "print(json.dumps(sorted(getattr(sys.modules[m], '__file__', '') or ''\n"
             "                 for m in sys.modules if m.startswith('pyroute2'))))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -17,7 +17,8 @@ import pytest
 from typer.testing import CliRunner
 
 from fakes import FakeHost
-from nictune import REPORT_FORMAT, __version__, agent
+from nictune import REPORT_FORMAT, __version__
+from nictune.host import agent
 from nictune.cli import app as app_module
 from nictune.cli import host_cmds
 from nictune.cli.app import app

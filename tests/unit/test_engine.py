@@ -15,12 +15,12 @@ import os
 import pytest
 
 from fakes import FakeHost
-from nictune import agent
-from nictune import model as m
-from nictune.engine import Engine
-from nictune.errors import Interrupted, NoJournal
-from nictune.knobs import FAMILIES
-from nictune.knobs.base import Family
+from nictune.host import agent
+from nictune.host import model as m
+from nictune.host.engine import Engine
+from nictune.host.errors import Interrupted, NoJournal
+from nictune.host.knobs import FAMILIES
+from nictune.host.knobs.base import Family
 
 from nictune.profile.loader import load_profile_text
 from shipped import CX7, MAIA, MAIA_TSO, P0, P1, VF
@@ -201,7 +201,7 @@ def test_mana_ring_sizes_it_would_round_are_refused_before_writing(maia):
 def test_a_driver_rounding_rings_up_fails_read_back_and_rolls_back(maia, monkeypatch):
     # As with a driver nictune has no capability table for: only the read-back
     # can tell that the kernel's ACK did not mean "as written".
-    monkeypatch.setattr("nictune.knobs.ethtool.nicclass.rings_effective", lambda d, n, v: v)
+    monkeypatch.setattr("nictune.host.knobs.ethtool.nicclass.rings_effective", lambda d, n, v: v)
     doc = copy.deepcopy(MAIA.doc)
     doc["interfaces"]["mana-vf"]["rings"] = {"rx": 6000, "tx": 4096}
     out = maia.apply(MAIA, doc)

@@ -14,11 +14,11 @@ import shutil
 import pytest
 
 from fakes import FakeHost
-from nictune import agent
-from nictune import model as m
-from nictune.engine import Engine, Families
-from nictune.knobs.expect import ExpectFamily, version_met
-from nictune.model import Key
+from nictune.host import agent
+from nictune.host import model as m
+from nictune.host.engine import Engine, Families
+from nictune.host.knobs.expect import ExpectFamily, version_met
+from nictune.host.model import Key
 from nictune.profile import check as profile_check
 from nictune.profile import schema as s
 from nictune.profile.errors import ProfileError

@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from nictune.health import Health, _gts
-from nictune.host import Host, Interface
+from nictune.host.health import Health, _gts
+from nictune.host.machine import Host, Interface
 
 FIXTURE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                        "fixtures", "health", "mlx5-host")

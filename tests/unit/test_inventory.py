@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from nictune.errors import NictuneError
+from nictune.host.errors import NictuneError
 from nictune.inventory import InventoryError, Unsafe, Vaulted, load_inventory
 from nictune.inventory.ini import parse_value
 from nictune.inventory.patterns import split_pattern

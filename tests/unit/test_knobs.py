@@ -12,8 +12,8 @@ import stat
 
 import pytest
 
-from nictune.host import Host
-from nictune.knobs.ethtool import (
+from nictune.host.machine import Host
+from nictune.host.knobs.ethtool import (
     FEATURE_ALIASES,
     ApplyRefused,
     ChannelsFamily,
@@ -21,11 +21,11 @@ from nictune.knobs.ethtool import (
     FeaturesFamily,
     RingsFamily,
 )
-from nictune.knobs.link import LinkFamily
-from nictune.knobs.nccl import HEADER, NcclFamily, parse, render
-from nictune.knobs.sysctl import GLOBAL_NOTE, SysctlFamily, normalise
-from nictune.model import HOST, Key, Unsupported, Want
-from nictune.validate import InvalidInput
+from nictune.host.knobs.link import LinkFamily
+from nictune.host.knobs.nccl import HEADER, NcclFamily, parse, render
+from nictune.host.knobs.sysctl import GLOBAL_NOTE, SysctlFamily, normalise
+from nictune.host.model import HOST, Key, Unsupported, Want
+from nictune.host.validate import InvalidInput
 
 from shipped import P0, VF
 

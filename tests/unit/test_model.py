@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from nictune import errors
-from nictune import model as m
-from nictune.model import HOST, Change, Key, Outcome, Want
+from nictune.host import errors
+from nictune.host import model as m
+from nictune.host.model import HOST, Change, Key, Outcome, Want
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STATUSES = [m.PENDING, m.OK, m.APPLIED, m.UNSUPPORTED, m.SKIPPED, m.DRIFT, m.FAILED, m.REVERTED,

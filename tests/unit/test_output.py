@@ -14,9 +14,9 @@ import pytest
 
 from fakes import FakeHost
 from shipped import CX7, MAIA, MAIA_TSO, P0, P1
-from nictune import agent
+from nictune.host import agent
 from nictune.cli.output import Printer, _summary, _value, envelope
-from nictune.engine import Engine
+from nictune.host.engine import Engine
 
 
 

@@ -9,7 +9,7 @@ import re
 import pytest
 from jsonschema import Draft202012Validator
 
-from nictune import validate
+from nictune.host import validate
 from nictune.profile import SCHEMA, schema_json
 from nictune.profile.check import Validator
 from nictune.profile.schema import NOT_NORMALISED, PATTERN_WORDS, describe

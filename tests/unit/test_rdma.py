@@ -9,9 +9,9 @@ import shutil
 
 import pytest
 
-from nictune import rdma
-from nictune.host import Host
-from nictune.validate import InvalidInput
+from nictune.host import rdma
+from nictune.host.machine import Host
+from nictune.host.validate import InvalidInput
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures")
 

@@ -8,13 +8,13 @@ import os
 import pytest
 
 from fakes import FakeHost, load_state
-from nictune import model as m
-from nictune.engine import Engine
-from nictune.knobs.dcb import DcbFamily, default_dscp_map
-from nictune.knobs.nccl import AutoUnresolved, NcclFamily, resolve_auto
-from nictune.knobs.roce import RoceFamily
-from nictune.model import HOST, Key, Unsupported, Want
-from nictune.validate import InvalidInput
+from nictune.host import model as m
+from nictune.host.engine import Engine
+from nictune.host.knobs.dcb import DcbFamily, default_dscp_map
+from nictune.host.knobs.nccl import AutoUnresolved, NcclFamily, resolve_auto
+from nictune.host.knobs.roce import RoceFamily
+from nictune.host.model import HOST, Key, Unsupported, Want
+from nictune.host.validate import InvalidInput
 
 P0, P1 = "enp23s0f0np0", "enp23s0f1np1"
 ROCE = {"trust": "dscp", "dscp_map": {"26": 3, "48": 6}, "pfc": [3],

@@ -7,7 +7,7 @@ import pytest
 
 from nictune.control import ssh
 from nictune.control.fleet import ssh_args_options, ssh_host
-from nictune.errors import TransportError
+from nictune.host.errors import TransportError
 
 CONFIG = """\
 Host 198.18.1.*

@@ -13,7 +13,7 @@ from typing import List, Optional
 
 from nictune.cli.output import Printer, envelope
 from nictune.control.request import combined_exit
-from nictune.errors import NictuneError
+from nictune.host.errors import NictuneError
 
 # paramiko, inventories and playbooks are imported only by fleet commands:
 # a local plan does not pay for them.

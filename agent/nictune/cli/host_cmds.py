@@ -35,7 +35,7 @@ from nictune.cli.fleet_cmds import LINTED, is_playbook
 from nictune.cli.lint_cmds import lint_gate
 from nictune.control.request import build_request
 from nictune.control.targets import target_for
-from nictune.errors import InvalidRequest, NictuneError
+from nictune.host.errors import InvalidRequest, NictuneError
 
 
 def _run(command: str, profile_path: Optional[str], netns: Optional[str], state_dir: str,

@@ -1,8 +1,8 @@
 """`nictune lab up|down|status`: a local lab of namespaces for demos and tests.
 
-Without --hosts, two namespaces joined by veth (control/lab.py); with
+Without --hosts, two namespaces joined by veth (lab/namespaces.py); with
 --hosts N, a fleet of N namespace hosts each running its own sshd, with an
-Ansible inventory to drive them over SSH (control/fleetlab.py).
+Ansible inventory to drive them over SSH (lab/fleet.py).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import typer
 
 from nictune.cli.options import JsonOpt
 from nictune.cli.output import Printer, envelope
-from nictune.control import lab as labmod
-from nictune.errors import NictuneError
+from nictune.lab import namespaces as labmod
+from nictune.host.errors import NictuneError
 
 lab = typer.Typer(help="A local lab of network namespaces (no NIC needed): two joined by veth, "
                        "or a fleet of SSH hosts.", no_args_is_help=True)
@@ -98,7 +98,7 @@ def up(hosts: HostsOpt = None, dir: DirOpt = labmod.FLEET_DIR, silent: SilentOpt
         if silent or unreachable or dir != labmod.FLEET_DIR:
             _finish("lab up", as_json, _needs_hosts)
         _finish("lab up", as_json, labmod.up)
-    from nictune.control import fleetlab  # sshd fleets: imported only when used
+    from nictune.lab import fleet as fleetlab  # sshd fleets: imported only when used
 
     _finish("lab up", as_json,
             lambda: {"fleet": fleetlab.lab_up(hosts, dir, silent=silent, unreachable=unreachable).as_dict()})
@@ -111,7 +111,7 @@ def _needs_hosts() -> dict:
 @lab.command()
 def down(as_json: JsonOpt = False) -> None:
     """Remove whichever lab is up (both if both are) and everything it created."""
-    from nictune.control import fleetlab
+    from nictune.lab import fleet as fleetlab
 
     def work() -> dict:
         result = labmod.down()
@@ -124,6 +124,6 @@ def down(as_json: JsonOpt = False) -> None:
 @lab.command()
 def status(as_json: JsonOpt = False) -> None:
     """Show which lab is up: the two namespaces, the fleet and its servers."""
-    from nictune.control import fleetlab
+    from nictune.lab import fleet as fleetlab
 
     _finish("lab status", as_json, lambda: {"lab": labmod.status(), "fleet": fleetlab.lab_status()})

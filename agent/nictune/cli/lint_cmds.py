@@ -6,7 +6,7 @@ import typer
 
 from nictune.cli.options import JsonOpt, ProfileArg
 from nictune.cli.output import Printer, envelope
-from nictune.errors import NictuneError
+from nictune.host.errors import NictuneError
 
 
 class LintFailed(NictuneError):

@@ -7,7 +7,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from nictune.journal import DEFAULT_STATE_DIR
+from nictune.host.journal import DEFAULT_STATE_DIR
 
 ProfileArg = Annotated[Path, typer.Argument(metavar="PROFILE", help="Profile YAML file.", show_default=False)]
 ProfilesArg = Annotated[List[Path], typer.Argument(metavar="PROFILE...", help="Profile YAML files.", show_default=False)]

@@ -1,8 +1,9 @@
 """The agent as shipped to SSH targets: a zipapp of nictune's host side.
 
-It holds the host side of nictune (every module outside the controller
-packages) and the four pyroute2 modules the netlink message classes need,
-nothing else: a target needs only python3 >= 3.9.  The archive is built
+It holds exactly nictune/__init__.py (the version) and the nictune/host/
+package, plus the four pyroute2 modules the netlink message classes need:
+an allow-list, so nothing of the controller can slip in.  A target needs
+only python3 >= 3.9.  The archive is built
 byte-for-byte reproducibly, so its SHA-256 names it in the target's cache and
 it is re-sent only when the code changed.
 
@@ -24,8 +25,9 @@ from dataclasses import dataclass
 
 import nictune
 
-CONTROLLER_PACKAGES = ("cli", "control", "inventory", "profile")
-# What nictune/netlink/_pyroute2.py imports; tests/unit/test_agentzip.py
+# What ships: the version module and the host side, nothing else.
+SHIPPED = ("__init__.py", "host")
+# What nictune/host/netlink/_pyroute2.py imports; tests/unit/test_agentzip.py
 # checks this list against what the host side really loads.
 PYROUTE2_FILES = (
     "pyroute2/__init__.py",
@@ -33,7 +35,7 @@ PYROUTE2_FILES = (
     "pyroute2/netlink/__init__.py",
     "pyroute2/netlink/exceptions.py",
 )
-MAIN = "import sys\nfrom nictune.agent import main\nsys.exit(main())\n"
+MAIN = "import sys\nfrom nictune.host.agent import main\nsys.exit(main())\n"
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
@@ -45,13 +47,10 @@ class Bundle:
 
 
 def _host_side_files() -> list:
-    """(archive name, path) of every host-side module."""
+    """(archive name, path) of every module in SHIPPED."""
     root = os.path.dirname(nictune.__file__)
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        rel = os.path.relpath(dirpath, root)
-        if rel == ".":
-            dirnames[:] = [d for d in dirnames if d not in CONTROLLER_PACKAGES]
+    out = [("nictune/__init__.py", os.path.join(root, "__init__.py"))]
+    for dirpath, dirnames, filenames in os.walk(os.path.join(root, "host")):
         dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
         for name in filenames:
             if name.endswith(".py"):
@@ -122,7 +121,7 @@ else:
         if old != sha and not old.startswith("."):
             shutil.rmtree(os.path.join(cache, old), ignore_errors=True)
 sys.path.insert(0, home)
-from nictune.agent import main
+from nictune.host.agent import main
 code = main()
 sys.stdout.flush()
 os._exit(code)  # interpreter teardown costs ~10 ms per host and does nothing here

@@ -31,8 +31,8 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Iterable, List
 
-from nictune.errors import NictuneError
-from nictune.files import write_atomic
+from nictune.host.errors import NictuneError
+from nictune.host.files import write_atomic
 
 DRIFTED = ("drift", "pending")
 

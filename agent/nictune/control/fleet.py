@@ -17,8 +17,8 @@ from typing import Callable, Dict, List, Optional
 
 from nictune.control.request import build_request
 from nictune.control.ssh import SshHost, SshOptions, SshTarget
-from nictune.errors import NictuneError
-from nictune.journal import DEFAULT_STATE_DIR
+from nictune.host.errors import NictuneError
+from nictune.host.journal import DEFAULT_STATE_DIR
 
 DEFAULT_FORKS = 50
 
@@ -148,8 +148,8 @@ def jobs_for(command: str, hosts: list, profiles: Optional[Profiles], options: S
 def failed_report(label: str, command: str, error: dict, seconds: float = 0.0) -> dict:
     """A host report for a host whose agent never answered: the agent's own
     report shape (agent.report), plus whether the host was unreachable."""
-    from nictune import agent
-    from nictune.model import Outcome
+    from nictune.host import agent
+    from nictune.host.model import Outcome
 
     report = agent.report(Outcome(command, error=error), label, time.monotonic() - seconds)
     report["unreachable"] = error["kind"] == "transport"

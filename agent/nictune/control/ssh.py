@@ -3,7 +3,7 @@
 Per host and command: one TCP connection, one exec channel running the
 bootstrap (control/agentzip.py), the archive sent only if the host lacks it,
 the request as one JSON line, the report as one JSON line back, and for an
-apply the "confirm" exchange of nictune/watchdog.py.
+apply the "confirm" exchange of nictune/host/watchdog.py.
 
 Connection settings follow OpenSSH and Ansible: inventory variables first
 (ansible_host, ansible_port, ansible_user, ansible_ssh_private_key_file),
@@ -29,9 +29,9 @@ from typing import Dict, List, Optional
 import paramiko
 
 from nictune.control import agentzip
-from nictune.errors import TransportError
-from nictune.journal import DEFAULT_STATE_DIR
-from nictune.validate import check_path
+from nictune.host.errors import TransportError
+from nictune.host.journal import DEFAULT_STATE_DIR
+from nictune.host.validate import check_path
 
 # paramiko logs a traceback from its transport thread for every failed
 # handshake; the host's report already says what went wrong.

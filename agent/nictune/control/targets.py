@@ -14,9 +14,9 @@ import sys
 from typing import Optional
 
 import nictune
-from nictune.errors import TransportError
-from nictune.journal import DEFAULT_STATE_DIR
-from nictune.validate import NETNS, matches
+from nictune.host.errors import TransportError
+from nictune.host.journal import DEFAULT_STATE_DIR
+from nictune.host.validate import NETNS, matches
 
 AGENT_TIMEOUT = 300
 
@@ -27,7 +27,7 @@ class LocalTarget:
         self.state_dir = state_dir
 
     def run(self, request: dict) -> dict:
-        from nictune import agent  # the engine and knobs, only when something runs here
+        from nictune.host import agent  # the engine and knobs, only when something runs here
 
         return agent.run(dict(request, host=self.label, state_dir=self.state_dir))
 
@@ -45,7 +45,7 @@ class NetnsTarget:
         self.state_dir = os.path.join(state_dir, "netns", name)
 
     def argv(self) -> list:
-        return ["ip", "netns", "exec", self.name, sys.executable, "-m", "nictune.agent"]
+        return ["ip", "netns", "exec", self.name, sys.executable, "-m", "nictune.host.agent"]
 
     def run(self, request: dict) -> dict:
         payload = json.dumps(dict(request, host=self.label, state_dir=self.state_dir))

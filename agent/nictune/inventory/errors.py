@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from nictune.errors import NictuneError
+from nictune.host.errors import NictuneError
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Optional
 
-from nictune.errors import NictuneError
+from nictune.host.errors import NictuneError
 
 SHOW_LIMIT = 40
 

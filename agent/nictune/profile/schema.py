@@ -5,7 +5,7 @@ schema_json() for completion and hover help, and describe() turns any part
 of it into the words error messages use ("an integer from 68 to 65535, or
 {min: N} / {max: N}"), so messages, docs and checks cannot drift apart.
 
-Every string has a pattern from nictune.validate (the host side re-checks
+Every string has a pattern from nictune.host.validate (the host side re-checks
 with the same constants) and a maxLength.  The schema describes the merged
 document: the merge directives replace/drop never reach it, and extends is
 listed only so editors accept it at the top of a file.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List
 
-from .. import validate as v
+from ..host import validate as v
 from .schema_expect import EXPECT_PATTERN_WORDS, expect_schema
 
 SCHEMA_ID = "https://nictune.dev/schema/profile-1.json"

@@ -1,5 +1,5 @@
 """The schema of an interface entry's `expect:` section (health
-expectations, read-only: see nictune.knobs.expect).
+expectations, read-only: see nictune.host.knobs.expect).
 
 A function of schema.py's own building blocks, so that this module does not
 import schema.py (which imports it) and the words stay schema.py's.
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from nictune import validate as v
-from nictune.validate import COUNTER_NAME, VERSION_WANT
+from nictune.host import validate as v
+from nictune.host.validate import COUNTER_NAME, VERSION_WANT
 
 U32, U64_MAX = 4294967295, 2**64 - 1
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Tuple
 
-from nictune.netlink import dcb as nd
+from nictune.host.netlink import dcb as nd
 
 
 def call_for(spec: dict, state: nd.DcbState) -> Tuple[str, Any]:

@@ -17,9 +17,9 @@ import sys
 
 from dcb_calls import call_for
 
-from nictune.netlink import dcb as nd
-from nictune.netlink.errors import NetlinkError
-from nictune.netlink.socket import NETLINK_ROUTE, NetlinkSocket
+from nictune.host.netlink import dcb as nd
+from nictune.host.netlink.errors import NetlinkError
+from nictune.host.netlink.socket import NETLINK_ROUTE, NetlinkSocket
 
 
 def run(job: dict, dcb: nd.Dcb) -> dict:

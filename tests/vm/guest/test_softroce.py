@@ -19,9 +19,9 @@ import pytest
 from typer.testing import CliRunner
 
 from rxe import ipv4_mapped_gid, leftovers, sh, soft_roce, sysfs_gid_table
-from nictune import rdma
+from nictune.host import rdma
 from nictune.cli.app import app
-from nictune.host import Host
+from nictune.host.machine import Host
 
 
 def expected_gid_index(sr) -> int:

@@ -1,0 +1,415 @@
+"""Desired state, current state, the plan between them, and applying it.
+
+    profile doc + host facts --expand--> desired {Key: Want}
+    knob families read the host -------> current {Key: value}
+    desired x current --diff--> [Change]
+    apply: journal(before) -> write -> read back -> commit,
+           any failure -> restore every touched key, newest first.
+
+`plan` and `verify` never reach a family's apply(): only `apply` and
+`rollback` write.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from nictune.host import model as m
+from nictune.host.errors import Conflict, Interrupted, Locked, NictuneError, NoJournal
+from nictune.host.health import Health
+from nictune.host.machine import Host
+from nictune.host.journal import (
+    APPLYING,
+    COMMITTED,
+    CONFIRM_EXPIRED,
+    CONFIRM_PENDING,
+    ROLLBACK_FAILED,
+    ROLLED_BACK,
+    Journal,
+    unconfirmed,
+)
+from nictune.host.knobs import FAMILIES
+from nictune.host.model import HOST, Change, Desired, Key, Outcome, Unsupported
+
+
+class Families:
+    """One instance of every knob family for one run, by name and in order."""
+
+    def __init__(self, host: Host):
+        self.ordered = [cls(host) for cls in FAMILIES]
+        self.by_name = {f.name: f for f in self.ordered}
+
+    def __getitem__(self, name: str):
+        return self.by_name[name]
+
+    def write(self, family: str, items: list, revert: bool = False) -> None:
+        """The only way anything is written to the host."""
+        fam = self.by_name[family]
+        if fam.read_only:
+            raise RuntimeError(f"{family} keys are read-only: nothing writes them")
+        (fam.revert if revert else fam.apply)(items)
+
+    def read(self, keys: list) -> dict:
+        """Current values of `keys`, one batch per family."""
+        current = {}
+        for fam in self.ordered:
+            mine = [k for k in keys if k.family == fam.name]
+            if not mine:
+                continue
+            try:
+                current.update(fam.read(mine))
+            except (OSError, NictuneError) as e:
+                current.update({k: Unsupported(f"cannot read {fam.name}: {e}") for k in mine})
+        return current
+
+
+class Desire:
+    """The expanded profile: what this host should look like."""
+
+    def __init__(self):
+        self.items: dict = {}   # Key -> Desired, in profile order
+        self.policy: dict = {}  # Key -> "fail" | "warn" | "skip"
+        self.owner: dict = {}   # Key -> profile entry that asked for it
+        self.warnings: list = []
+
+    def add(self, desired: Desired, policy: str, owner: str) -> None:
+        old = self.items.get(desired.key)
+        if old is not None and old.want != desired.want:
+            raise Conflict(
+                f"{desired.key.target}: {self.owner[desired.key]} ({old.source or 'profile'}) and "
+                f"{owner} ({desired.source or 'profile'}) both set {desired.key.family} "
+                f"{desired.key.name}, to {old.want.as_json()!r} and {desired.want.as_json()!r}; "
+                "make the match: selectors disjoint or drop one of them")
+        if old is None:
+            self.items[desired.key] = desired
+            self.policy[desired.key] = policy
+            self.owner[desired.key] = owner
+
+
+def expand(host: Host, fams: Families, doc: dict, sources: dict) -> Desire:
+    desire = Desire()
+    default_policy = doc.get("on_unsupported", "fail")
+
+    def source_in(prefix: str):
+        return lambda *parts: sources.get("/".join((prefix,) + parts), "")
+
+    host_doc = doc.get("host") or {}
+    for fam in fams.ordered:
+        sections = {s: host_doc[s] for s in fam.host_sections if s in host_doc}
+        for d in fam.expand(HOST, sections, source_in("host")) if sections else ():
+            desire.add(d, default_policy, "host")
+
+    interfaces = host.interfaces() if doc.get("interfaces") else []
+    for entry_name, entry in (doc.get("interfaces") or {}).items():
+        policy = entry.get("on_unsupported", default_policy)
+        matched = [i for i in interfaces if i.matches(entry.get("match", {}))]
+        if not matched:
+            desire.warnings.append(f"interfaces.{entry_name} matched no interface on this host")
+        for iface in matched:
+            for fam in fams.ordered:
+                sections = {s: entry[s] for s in fam.sections if s in entry}
+                if not sections:
+                    continue
+                for d in fam.expand(iface.name, sections, source_in(f"interfaces/{entry_name}")):
+                    desire.add(d, policy, f"interfaces.{entry_name}")
+    return desire
+
+
+def diff(fams: Families, desire: Desire, current: dict) -> list:
+    changes = []
+    for key, d in desire.items.items():
+        fam = fams[key.family]
+        cur = current[key]
+        before = None if isinstance(cur, Unsupported) else cur
+        reason: Optional[str] = cur.reason if isinstance(cur, Unsupported) else None
+        if reason is None and fam.met(key, d.want, cur):
+            status = m.OK
+        elif reason is None and fam.read_only:
+            status = m.DRIFT  # an expectation: reported, never written
+        else:
+            reason = reason or fam.check(key, d.want)
+            status = m.PENDING if reason is None else (
+                m.UNSUPPORTED if desire.policy[key] == "fail" else m.SKIPPED)
+        change = Change(key, before, d.want.target(), status, d.source,
+                        reason or fam.note(key), d.want.bound)
+        changes.append(change)
+    return changes
+
+
+def _readback(fams: Families, desire: Desire, changes: list) -> Optional[tuple]:
+    """First change whose key does not read back as wanted, with what it read."""
+    current = fams.read([c.key for c in changes])
+    for c in changes:
+        if not desire.items[c.key].want.satisfied_by(current[c.key]):
+            return c, current[c.key]
+    return None
+
+
+def _show_value(value) -> str:
+    if isinstance(value, Unsupported):
+        return f"unreadable ({value.reason})"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def restore(fams: Families, changes: list) -> bool:
+    """Put every key of `changes` back to its before-value, newest first.
+
+    Consecutive keys of one family go back in one write, as they were
+    applied (a NIC may refuse half of a coupled pair, such as rx without tx
+    channels).  Two passes, because coupled settings can undo each other (a
+    channel count change may reset rings); whatever still differs after
+    that is reported as revert-failed for a human to look at.
+    """
+    errors: dict = {}
+    current = fams.read([c.key for c in changes])
+    # Keys already back (hand-made drift, or an interrupted apply that never
+    # reached them) are not written, and not reported as restored.
+    already = {c.key for c in changes if current[c.key] == c.before}
+    for _ in range(2):
+        todo = [c for c in reversed(changes) if current[c.key] != c.before]
+        if not todo:
+            break
+        for batch in _runs_of_one_family(todo):
+            try:
+                fams.write(batch[0].key.family, [(c.key, c.before) for c in batch], revert=True)
+            except Exception as e:  # noqa: BLE001 - keep restoring the rest
+                errors.update({c.key: str(e) for c in batch})
+        current = fams.read([c.key for c in changes])
+    ok = True
+    for c in changes:
+        if current[c.key] == c.before:
+            if c.status == m.APPLIED and c.key in already:
+                c.status, c.note = m.OK, "already at its before-value"
+            elif c.status == m.APPLIED:
+                c.status = m.REVERTED
+        else:
+            ok = False
+            c.status = m.REVERT_FAILED
+            c.note = f"still {_show_value(current[c.key])}" + (
+                f": {errors[c.key]}" if c.key in errors else "")
+    return ok
+
+
+def _runs_of_one_family(changes: list) -> list:
+    runs: list = []
+    for c in changes:
+        if runs and runs[-1][0].key.family == c.key.family:
+            runs[-1].append(c)
+        else:
+            runs.append([c])
+    return runs
+
+
+class Engine:
+    """Runs one command on one host.  Never exits the process."""
+
+    def __init__(self, host: Host, state_dir: str):
+        self.host = host
+        self.fams = Families(host)
+        self.journal = Journal(state_dir)
+
+    @property
+    def _health(self) -> Health:
+        """The expect family's Health: one per command, shared with the report."""
+        return self.fams["expect"].health
+
+    def _fresh(self) -> None:
+        """A Host, and so an Engine, may outlive one command: read afresh."""
+        self.host.forget(facts=True)
+        self._health.forget()
+
+    def _plan(self, doc: dict, sources: dict) -> tuple:
+        self._fresh()
+        desire = expand(self.host, self.fams, doc, sources)
+        current = self.fams.read(list(desire.items))
+        return desire, diff(self.fams, desire, current)
+
+    def plan(self, doc: dict, sources: dict, command: str = "plan") -> Outcome:
+        desire, changes = self._plan(doc, sources)
+        out = Outcome(command, changes, list(desire.warnings))
+        _report_unsupported(out, desire)
+        if command == "verify":
+            for c in changes:
+                if c.status == m.PENDING:
+                    c.status = m.DRIFT
+            # Health of the interfaces the profile touches, for the report.
+            targets = {c.key.target for c in changes}
+            health = self._health
+            out.facts = {i.name: health.of(i) for i in self.host.interfaces() if i.name in targets}
+        return out
+
+    def apply(self, doc: dict, sources: dict, profile: Optional[str]) -> Outcome:
+        with self.journal.lock():
+            last = self.journal.load()
+            if last is not None and last["status"] == APPLYING:
+                # Its journal holds the only record of the values it overwrote.
+                raise Interrupted(f"apply {last['id']} did not finish (the agent was stopped "
+                                  "mid-write); run `nictune rollback` to restore what it changed, "
+                                  "then apply again")
+            awaiting = unconfirmed(last)
+            if awaiting:
+                raise Locked(awaiting)
+            desire, changes = self._plan(doc, sources)
+            out = Outcome("apply", changes, list(desire.warnings))
+            _report_unsupported(out, desire)
+            pending = [c for c in changes if c.status == m.PENDING]
+            if out.error or not pending:
+                return out
+            self.journal.begin(pending, profile)
+            touched: list = []
+            try:
+                for fam in self.fams.ordered:
+                    group = [c for c in pending if c.key.family == fam.name]
+                    if not group:
+                        continue
+                    touched.extend(group)
+                    self.fams.write(fam.name, [(c.key, c.after) for c in group])
+                    _fail_if_differs(self.fams, desire, group)
+                    for c in group:
+                        c.status = m.APPLIED
+                # A later family can undo an earlier one: verify the whole plan.
+                _fail_if_differs(self.fams, desire, pending)
+            except _VerifyFailed as e:
+                group = [c for c in touched if c.status == m.PENDING]
+                if group:  # empty when the final whole-plan check failed
+                    _sort_out_group(self.fams, desire, group)
+                e.change.status, e.change.note = m.FAILED, e.note
+                self._roll_back(out, pending, touched, e.change)
+            except Exception as e:  # noqa: BLE001 - whatever broke, the host goes back
+                # touched is never empty here: a group joins it before its write.
+                group = [c for c in touched if c.status == m.PENDING] or touched
+                failed = _sort_out_group(self.fams, desire, group)
+                failed.status, failed.note = m.FAILED, f"write refused: {e}"
+                self._roll_back(out, pending, touched, failed)
+            else:
+                self.journal.finish(COMMITTED)
+            return out
+
+    def _roll_back(self, out: Outcome, pending: list, touched: list, failed: Change) -> None:
+        for c in pending:
+            if c not in touched:
+                c.status = m.NOT_APPLIED
+        ok = restore(self.fams, touched)
+        self.journal.finish(ROLLED_BACK if ok else ROLLBACK_FAILED)
+        what = f"{failed.key.family} {failed.key.name} on {failed.key.target}"
+        if ok:
+            out.error = {"kind": "rolled-back",
+                         "message": f"{what} failed ({failed.note}); every change was restored"}
+        else:
+            bad = [str(c.key) for c in touched if c.status == m.REVERT_FAILED]
+            out.error = {"kind": "rollback-failed",
+                         "message": f"{what} failed ({failed.note}); could not restore "
+                                    + ", ".join(bad) + ": a human must look"}
+
+    def rollback(self, only: Optional[str] = None) -> Outcome:
+        """Restore the last apply.  With `only` (the confirm watchdog), just if
+        it is still that apply and its controller has not confirmed it: the
+        check and the restore happen under one lock."""
+        with self.journal.lock():
+            record = self.journal.load()
+            if record is None:
+                raise NoJournal(f"no apply journal in {self.journal.dir}: nothing to roll back")
+            out = Outcome("rollback", extra={"journal": record["id"]})
+            if only is not None:
+                confirm = record.get("confirm") or {}
+                if record["id"] != only or confirm.get("state") != CONFIRM_PENDING:
+                    out.warnings.append(f"apply {only} was confirmed or superseded: left alone")
+                    return out
+                confirm["state"] = CONFIRM_EXPIRED
+            self.host.forget(facts=True)
+            if record["status"] in (ROLLED_BACK,):
+                out.warnings.append(f"apply {record['id']} was already rolled back")
+                return out
+            changes = [Change(Key.from_dict(c["key"]), c["before"], c["after"], m.APPLIED,
+                              c.get("source", "")) for c in record["changes"]]
+            out.changes = changes
+            interrupted = record["status"] == APPLYING  # finish() overwrites it
+            ok = restore(self.fams, changes)
+            self.journal.finish(ROLLED_BACK if ok else ROLLBACK_FAILED)
+            if not ok:
+                out.error = {"kind": "rollback-failed",
+                             "message": "some keys could not be restored: a human must look"}
+            if interrupted:
+                out.warnings.append(f"apply {record['id']} had not finished; restored what it wrote")
+            return out
+
+    def show(self) -> Outcome:
+        self._fresh()
+        doc: dict = {"nictune": 1}
+        host_part: dict = {}
+        for fam in self.fams.ordered:
+            if fam.host_sections:
+                host_part.update(fam.show(HOST))
+        if host_part:
+            doc["host"] = host_part
+        entries: dict = {}
+        facts: dict = {}
+        health = self._health
+        for iface in self.host.interfaces():
+            entry: dict = {"match": {"name": iface.name}}
+            # Link basics first: it is what a reader looks for.
+            for fam in sorted(self.fams.ordered, key=lambda f: f.name != "link"):
+                if fam.sections:
+                    entry.update(fam.show(iface.name))
+            entries[_entry_name(iface.name, entries)] = entry
+            facts[iface.name] = {**{k: v for k, v in vars(iface).items() if k != "name" and v},
+                                 **health.of(iface)}
+        if entries:
+            doc["interfaces"] = entries
+        return Outcome("show", facts=facts, extra={"profile": doc})
+
+
+def _sort_out_group(fams: Families, desire: Desire, group: list) -> Change:
+    """After a family's write raised: which of its changes took, and which
+    one to blame (the first that did not)."""
+    current = fams.read([c.key for c in group])
+    failed = None
+    for c in group:
+        if desire.items[c.key].want.satisfied_by(current[c.key]):
+            c.status = m.APPLIED
+        else:
+            c.status = m.NOT_APPLIED
+            failed = failed or c
+    return failed or group[0]
+
+
+class _VerifyFailed(Exception):
+    def __init__(self, change: Change, note: str):
+        super().__init__(note)
+        self.change, self.note = change, note
+
+
+def _fail_if_differs(fams: Families, desire: Desire, changes: list) -> None:
+    bad = _readback(fams, desire, changes)
+    if bad:
+        change, actual = bad
+        raise _VerifyFailed(change, f"read back {_show_value(actual)} after writing "
+                                    f"{_show_value(change.after)}")
+
+
+def _report_unsupported(out: Outcome, desire: Desire) -> None:
+    for c in out.changes:
+        if c.status == m.SKIPPED and desire.policy[c.key] == "warn":
+            out.warnings.append(f"skipped {c.key.family} {c.key.name} on {c.key.target}: {c.note}")
+    refused = [c for c in out.changes if c.status == m.UNSUPPORTED]
+    if refused:
+        listed = "; ".join(f"{c.key.target} {c.key.family} {c.key.name}: {c.note}"
+                           + (f" ({c.source})" if c.source else "") for c in refused)
+        out.error = {"kind": "unsupported",
+                     "message": f"{len(refused)} setting(s) cannot be applied on this host, so "
+                                f"nothing was written: {listed}. Set on_unsupported: warn or skip "
+                                "to apply the rest."}
+
+
+def _entry_name(ifname: str, taken: dict) -> str:
+    name = re.sub(r"[^a-z0-9_-]", "-", ifname.lower())
+    if not name[:1].isalpha():
+        name = "if-" + name
+    name = name[:32]
+    base, n = name, 2
+    while name in taken:
+        name = f"{base[:29]}-{n}"
+        n += 1
+    return name

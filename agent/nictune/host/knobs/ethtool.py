@@ -1,0 +1,226 @@
+"""ethtool settings over the ethtool generic-netlink family.
+
+Features are per bit, named as the kernel names them; ethtool's short
+aliases are accepted.  Rings, channels, coalesce and pause share one shape
+(a dump per family of every device, one set message per device) and so one
+class.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Optional
+
+from nictune.host import nicclass
+from nictune.host.knobs.base import Family, group_by_target
+from nictune.host.model import Unsupported
+from nictune.host.validate import FEATURE_NAME, check
+
+# ethtool's own aliases (its off_flag_def table).  One-bit aliases are
+# normalised to the kernel name; several-bit aliases stay as written and
+# stand for every bit their pattern matches on the device.
+FEATURE_ALIASES = {
+    "rx": "rx-checksum",
+    "gso": "tx-generic-segmentation",
+    "gro": "rx-gro",
+    "lro": "rx-lro",
+    "ufo": "tx-udp-fragmentation",
+    "rxvlan": "rx-vlan-hw-parse",
+    "txvlan": "tx-vlan-hw-insert",
+    "ntuple": "rx-ntuple-filter",
+    "rxhash": "rx-hashing",
+}
+FEATURE_GROUPS = {
+    "tx": "tx-checksum-*",
+    "sg": "tx-scatter-gather*",
+    "tso": "tx-tcp*-segmentation",
+}
+
+
+class ApplyRefused(RuntimeError):
+    pass
+
+
+class FeaturesFamily(Family):
+    name = "features"
+    sections = ("features",)
+
+    def __init__(self, host):
+        super().__init__(host)
+        self._devices: dict = {}
+
+    def key_name(self, name: str) -> str:
+        check(FEATURE_NAME, name, "feature name")
+        return FEATURE_ALIASES.get(name, name)
+
+    def _bits(self, target: str, name: str, changeable_only: bool) -> list:
+        dev = self._devices[target]
+        pattern = FEATURE_GROUPS.get(name)
+        if pattern is None:
+            names = [name] if name in dev.active else []
+        else:
+            names = sorted(b for b in dev.active if fnmatch.fnmatchcase(b, pattern))
+        return [b for b in names if b in dev.changeable] if changeable_only else names
+
+    def read(self, keys):
+        self._devices = self.host.ethtool().features()
+        out = {}
+        for key in keys:
+            dev = self._devices.get(key.target)
+            if dev is None:
+                out[key] = Unsupported("no such interface, or it has no ethtool features")
+                continue
+            bits = self._bits(key.target, key.name, True) or self._bits(key.target, key.name, False)
+            if not bits:
+                import difflib  # only for this hint: kept off the agent's start-up
+
+                hint = difflib.get_close_matches(key.name, list(dev.active) + list(FEATURE_GROUPS), 1)
+                out[key] = Unsupported(f"the device has no feature {key.name!r}"
+                                       + (f"; did you mean {hint[0]!r}?" if hint else ""))
+                continue
+            values = {dev.active[b] for b in bits}
+            # Bits that differ read as {bit: on/off}, so that a rollback can
+            # put each one back (one bool would lose which).
+            out[key] = values.pop() if len(values) == 1 else {b: dev.active[b] for b in bits}
+        return out
+
+    def check(self, key, want) -> Optional[str]:
+        if key.target in self._devices and not self._bits(key.target, key.name, True):
+            return f"{key.name} is fixed on this device"
+        return None
+
+    def apply(self, items):
+        for target, values in group_by_target(items).items():
+            wanted = {}
+            for name, value in values.items():
+                for bit in self._bits(target, name, True):
+                    if not isinstance(value, dict):
+                        wanted[bit] = bool(value)
+                    elif bit in value:  # restoring a group that was mixed
+                        wanted[bit] = bool(value[bit])
+            refused = self.host.ethtool().set_features(target, wanted)
+            if refused:
+                raise ApplyRefused(f"{target}: the kernel did not change "
+                                   + ", ".join(sorted(refused)))
+
+    def show(self, target):
+        if not self._devices:
+            self._devices = self.host.ethtool().features()
+        dev = self._devices.get(target)
+        if dev is None:
+            return {}
+        return {"features": {b: dev.active[b] for b in sorted(dev.changeable)}}
+
+
+class EthtoolParamsFamily(Family):
+    """One of rings / channels / coalesce / pause."""
+
+    settings: tuple = ()   # profile names, which are ethtool's CLI names
+    has_max = False        # device reports "<name>-max" limits
+
+    def __init__(self, host):
+        super().__init__(host)
+        self._devices: dict = {}
+        self._shown: Optional[dict] = None
+
+    def _dump(self) -> dict:
+        raise NotImplementedError
+
+    def _set(self, ifname: str, values: dict) -> None:
+        raise NotImplementedError
+
+    def read(self, keys):
+        self._devices = self._dump()
+        out = {}
+        for key in keys:
+            dev = self._devices.get(key.target)
+            if dev is None:
+                out[key] = Unsupported(f"the driver does not support {self.name} settings")
+            elif key.name not in dev:
+                out[key] = Unsupported(f"the driver does not report {self.name} {key.name}")
+            else:
+                out[key] = dev[key.name]
+        return out
+
+    def check(self, key, want) -> Optional[str]:
+        limit = self._devices.get(key.target, {}).get(f"{key.name}-max")
+        if self.has_max and limit is not None and want.target() > limit:
+            return f"{self.name} {key.name} {want.target()} is above the device maximum {limit}"
+        return None
+
+    def apply(self, items):
+        for target, values in group_by_target(items).items():
+            self._set(target, values)
+
+    def show(self, target):
+        if self._shown is None:  # one dump for every interface shown
+            self._shown = self._dump()
+        dev = self._shown.get(target)
+        if not dev:
+            return {}
+        return {self.name: {k: dev[k] for k in self.settings if k in dev}}
+
+
+class RingsFamily(EthtoolParamsFamily):
+    name = "rings"
+    sections = ("rings",)
+    settings = ("rx", "rx-mini", "rx-jumbo", "tx")
+    has_max = True
+
+    def _dump(self):
+        return self.host.ethtool().rings()
+
+    def check(self, key, want) -> Optional[str]:
+        reason = super().check(key, want)
+        if reason or want.bound == "min":
+            return reason
+        driver = self.driver_of(key.target)
+        effective = nicclass.rings_effective(driver, key.name, want.value)
+        if effective != want.value:
+            # It would read back as `effective`, fail verification and roll back.
+            return (f"not supported by {driver}: {key.name} rings are a power of two of at least "
+                    f"{nicclass.for_driver(driver).rings[key.name][0]}; {want.value} would become "
+                    f"{effective}: ask for {effective}, or {{min: {want.value}}}")
+        return None
+
+    def _set(self, ifname, values):
+        self.host.ethtool().set_rings(ifname, values)
+
+
+class ChannelsFamily(EthtoolParamsFamily):
+    name = "channels"
+    sections = ("channels",)
+    settings = ("rx", "tx", "other", "combined")
+    has_max = True
+
+    def _dump(self):
+        return self.host.ethtool().channels()
+
+    def _set(self, ifname, values):
+        self.host.ethtool().set_channels(ifname, values)
+
+
+class CoalesceFamily(EthtoolParamsFamily):
+    name = "coalesce"
+    sections = ("coalesce",)
+    settings = ("adaptive-rx", "adaptive-tx", "cqe-mode-rx", "cqe-mode-tx",
+                "rx-usecs", "rx-frames", "rx-usecs-irq", "rx-frames-irq",
+                "tx-usecs", "tx-frames", "tx-usecs-irq", "tx-frames-irq")
+
+    def _dump(self):
+        return self.host.ethtool().coalesce()
+
+    def _set(self, ifname, values):
+        self.host.ethtool().set_coalesce(ifname, values)
+
+
+class PauseFamily(EthtoolParamsFamily):
+    name = "pause"
+    sections = ("pause",)
+    settings = ("autoneg", "rx", "tx")
+
+    def _dump(self):
+        return self.host.ethtool().pause()
+
+    def _set(self, ifname, values):
+        self.host.ethtool().set_pause(ifname, values)

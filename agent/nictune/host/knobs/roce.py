@@ -1,0 +1,198 @@
+"""RoCE settings outside dcbnl: the RDMA-CM defaults and ECN/DCQCN.
+
+mode, tos: rdma_cm configfs, /sys/kernel/config/rdma_cm/<dev>/ports/<port>/
+default_roce_{mode,tos}, for the RDMA device whose port carries the
+interface (roce.rdma_device: auto) or the one named.  They only affect
+RDMA-CM users that set no ToS themselves (NCCL sets its own: NCCL_IB_TC).
+
+ecn.*: the MLNX_OFED / DOCA-OFED driver's /sys/class/net/<if>/ecn/roce_np
+and roce_rp (per-priority enables, CNP DSCP and 802.1p priority, DCQCN
+parameters).  Upstream drivers have no such directory; the keys are then
+unsupported with the reason, and parameters are only ever the file names
+the driver exposes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from nictune.host import nicclass, rdma
+from nictune.host.knobs.base import Family
+from nictune.host.model import Desired, Key, Unsupported, Want
+from nictune.host.validate import InvalidInput
+
+PRIOS = 8
+MODES = {"v1": rdma.ROCE_V1, "v2": rdma.ROCE_V2}
+MODE_NAMES = {v: k for k, v in MODES.items()}
+CM_FILES = {"mode": "default_roce_mode", "tos": "default_roce_tos"}
+# ecn.<name> -> (directory, file) under /sys/class/net/<if>/ecn
+ECN_FILES = {"cnp_dscp": ("roce_np", "cnp_dscp"), "cnp_prio": ("roce_np", "cnp_802p_prio")}
+ECN_PARAM = re.compile(r"[a-z][a-z0-9_]{0,63}")
+
+
+def check_param(name: object) -> str:
+    if not isinstance(name, str) or not ECN_PARAM.fullmatch(name):
+        raise InvalidInput(f"invalid ECN parameter name: {name!r}")
+    return name
+
+
+class RoceFamily(Family):
+    name = "roce"
+    sections = ("roce",)
+
+    def __init__(self, host):
+        super().__init__(host)
+        self._rdma_device: dict = {}  # ifname -> "auto" or a device name
+        self._ports: dict = {}        # ifname -> (device, port) or Unsupported, last read
+
+    # -- profile -> keys ---------------------------------------------------
+    def expand(self, target, sections, source):
+        roce = sections.get("roce") or {}
+        self._rdma_device[target] = roce.get("rdma_device", "auto")
+        out = []
+        for name in ("mode", "tos"):
+            if name in roce:
+                out.append(Desired(Key(self.name, target, name), Want(roce[name]), source("roce", name)))
+        ecn = roce.get("ecn") or {}
+        for name in ("np", "rp"):
+            if name in ecn:
+                out.append(Desired(Key(self.name, target, f"ecn.{name}"), Want(sorted(set(ecn[name]))),
+                                   source("roce", "ecn", name)))
+        for name in ("cnp_dscp", "cnp_prio"):
+            if name in ecn:
+                out.append(Desired(Key(self.name, target, f"ecn.{name}"), Want(ecn[name]),
+                                   source("roce", "ecn", name)))
+        for name, value in (ecn.get("params") or {}).items():
+            out.append(Desired(Key(self.name, target, f"ecn.{check_param(name)}"), Want.parse(value),
+                               source("roce", "ecn", "params", name)))
+        return out
+
+    # -- where each key lives -------------------------------------------------
+    def _port(self, ifname: str):
+        """(device, port) of the interface's RoCE port, or Unsupported."""
+        choice = self._rdma_device.get(ifname, "auto")
+        if choice == "auto":
+            found = rdma.port_of(self.host, ifname)
+            if found is None:
+                return Unsupported(f"no RDMA device carries {ifname} (no GID of any "
+                                   "/sys/class/infiniband device names it, and none sits on its "
+                                   "PCI device): is the RDMA driver loaded?")
+        else:
+            device = rdma.check_ibdev(choice)
+            ports = rdma.ports(self.host, device)
+            if not ports:
+                return Unsupported(f"no RDMA device {device} on this host")
+            found = (device, ports[0])
+        reason = nicclass.roce_port_unsupported(self.driver_of(ifname), found[1])
+        return Unsupported(reason) if reason else found
+
+    def _ecn_path(self, key: Key) -> str:
+        ecn = self.host.path("sys/class/net", key.target, "ecn")
+        name = key.name[len("ecn."):]
+        if name in ("np", "rp"):
+            return os.path.join(ecn, f"roce_{name}", "enable")
+        if name in ECN_FILES:
+            return os.path.join(ecn, *ECN_FILES[name])
+        check_param(name)
+        for side in ("roce_rp", "roce_np"):
+            path = os.path.join(ecn, side, name)
+            if os.path.isfile(path):
+                return path
+        return os.path.join(ecn, "roce_rp", name)
+
+    # -- host -> values ----------------------------------------------------
+    def read(self, keys):
+        out = {}
+        cm_keys: dict = {}  # (device, port) -> [key]
+        # Finding a port walks every RDMA device: once per interface.
+        for target in {k.target for k in keys if k.name in CM_FILES}:
+            self._ports[target] = self._port(target)
+        for key in keys:
+            if key.name in CM_FILES:
+                port = self._ports[key.target]
+                if isinstance(port, Unsupported):
+                    out[key] = port
+                else:
+                    cm_keys.setdefault(port, []).append(key)
+            else:
+                out[key] = self._read_ecn(key)
+        for (device, port), mine in cm_keys.items():
+            out.update(self._read_cm(device, port, mine))
+        return out
+
+    def _read_cm(self, device: str, port: int, keys: list) -> dict:
+        try:
+            with rdma.cm_device(self.host, device) as path:
+                values = {}
+                for key in keys:
+                    with open(os.path.join(path, "ports", str(port), CM_FILES[key.name])) as f:
+                        text = f.read().strip()
+                    values[key] = MODE_NAMES.get(text, text) if key.name == "mode" else int(text, 0)
+                return values
+        except (OSError, ValueError) as e:
+            reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            return {key: Unsupported(f"cannot read rdma_cm {device} port {port}: {reason}")
+                    for key in keys}
+
+    def _read_ecn(self, key: Key):
+        if not os.path.isdir(self.host.path("sys/class/net", key.target, "ecn")):
+            return Unsupported(nicclass.ecn_unsupported(self.driver_of(key.target)))
+        path = self._ecn_path(key)
+        try:
+            if key.name in ("ecn.np", "ecn.rp"):
+                enabled = []
+                for p in range(PRIOS):
+                    with open(os.path.join(path, str(p))) as f:
+                        if f.read().strip() == "1":
+                            enabled.append(p)
+                return enabled
+            with open(path) as f:
+                return int(f.read().strip(), 0)
+        except FileNotFoundError:
+            return Unsupported(f"the driver exposes no ECN setting {key.name[4:]} "
+                               f"(no {os.path.relpath(path, self.host.path('sys/class/net', key.target))})")
+        except (OSError, ValueError) as e:
+            return Unsupported(f"cannot read {key.name}: {e}")
+
+    def note(self, key: Key) -> str:
+        port = self._ports.get(key.target)
+        if key.name in CM_FILES and isinstance(port, tuple):
+            return f"rdma_cm {port[0]} port {port[1]}: RDMA-CM users only; NCCL uses NCCL_IB_TC"
+        return ""
+
+    # -- writes ------------------------------------------------------------
+    def apply(self, items):
+        cm: dict = {}
+        for key, value in items:
+            if key.name in CM_FILES:
+                port = self._ports.get(key.target) or self._port(key.target)
+                if isinstance(port, Unsupported):
+                    raise OSError(f"{key.target}: {port.reason}")
+                cm.setdefault(port, []).append((key, value))
+            elif key.name in ("ecn.np", "ecn.rp"):
+                path = self._ecn_path(key)
+                for p in range(PRIOS):
+                    _write_if_differs(os.path.join(path, str(p)), "1" if p in value else "0")
+            else:
+                _write(self._ecn_path(key), str(int(value)))
+        for (device, port), writes in cm.items():
+            with rdma.cm_device(self.host, device) as path:
+                for key, value in writes:
+                    text = MODES[value] if key.name == "mode" else str(int(value))
+                    _write(os.path.join(path, "ports", str(port), CM_FILES[key.name]), text)
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as e:
+        raise OSError(e.errno, f"{path}={text}: {e.strerror}") from None
+
+
+def _write_if_differs(path: str, text: str) -> None:
+    with open(path) as f:
+        if f.read().strip() == text:
+            return
+    _write(path, text)

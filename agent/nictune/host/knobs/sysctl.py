@@ -1,0 +1,121 @@
+"""Sysctls under /proc/sys/net, host-wide and per interface.
+
+/proc/sys/net follows the network namespace of the reading process, but a
+few keys are global: the kernel shows them read-only (or not at all) inside
+a child namespace, and writing them from the initial namespace changes the
+whole machine.  Those are flagged in every plan.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from nictune.host.knobs.base import Family
+from nictune.host.model import HOST, Desired, Key, Unsupported, Want
+from nictune.host.validate import IF_SYSCTL_KEY, SYSCTL_KEY, SYSCTL_VALUE, check
+
+# Keys the kernel keeps in init_net only (surfaces.md §4, kernel 6.18).
+GLOBAL_SYSCTLS = frozenset({
+    "net.core.rmem_max", "net.core.wmem_max", "net.core.rmem_default", "net.core.wmem_default",
+    "net.core.netdev_max_backlog", "net.core.netdev_budget", "net.core.netdev_budget_usecs",
+    "net.core.dev_weight", "net.core.busy_poll", "net.core.busy_read", "net.core.default_qdisc",
+    "net.core.rps_sock_flow_entries", "net.ipv4.tcp_mem", "net.ipv4.udp_mem",
+    "net.ipv4.neigh.default.gc_thresh1", "net.ipv4.neigh.default.gc_thresh2",
+    "net.ipv4.neigh.default.gc_thresh3",
+})
+GLOBAL_NOTE = "global: one value for every network namespace on the machine"
+
+# What `nictune show` reports when no profile names the keys.
+SHOW_HOST = ("net.core.rmem_max", "net.core.wmem_max", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem",
+             "net.ipv4.tcp_ecn", "net.ipv4.tcp_mtu_probing", "net.ipv4.tcp_congestion_control")
+SHOW_INTERFACE = ("ipv4.arp_ignore", "ipv4.arp_announce", "ipv4.rp_filter")
+
+
+def normalise(value):
+    """Kernel text and profile values to one form: an int when the value is
+    a single integer, else whitespace-folded text (tcp_rmem reads back
+    tab-separated)."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, list):
+        value = " ".join(str(v) for v in value)
+    text = " ".join(str(value).split())
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+class SysctlFamily(Family):
+    name = "sysctl"
+    sections = ("sysctl",)       # per interface: ipv4.<leaf> / ipv6.<leaf>
+    host_sections = ("sysctl",)  # host: full net.* names
+
+    def expand(self, target, sections, source):
+        out = []
+        for short, raw in sections.get("sysctl", {}).items():
+            want = Want.parse(raw)
+            want = Want(normalise(want.value), want.bound)
+            if isinstance(want.value, str):
+                check(SYSCTL_VALUE, want.value, f"value of sysctl {short}")
+            out.append(Desired(self.key_for(target, short), want, source("sysctl", short)))
+        return out
+
+    def key_for(self, target: str, short: str) -> Key:
+        """Host keys are full names; interface keys are ipv4.<leaf>/ipv6.<leaf>."""
+        if target == HOST:
+            return Key(self.name, HOST, check(SYSCTL_KEY, short, "sysctl name"))
+        fam, leaf = check(IF_SYSCTL_KEY, short, "interface sysctl name").split(".", 1)
+        return Key(self.name, target, f"net.{fam}.conf.{target}.{leaf}")
+
+    def path(self, key: Key) -> str:
+        if key.target == HOST:
+            parts = key.name.split(".")
+        else:
+            # Interface names may hold dots (VLANs): split around the target.
+            fam = key.name.split(".")[1]
+            leaf = key.name[len(f"net.{fam}.conf.{key.target}."):]
+            parts = ["net", fam, "conf", key.target, leaf]
+        return self.host.path("proc/sys", *parts)
+
+    def read(self, keys):
+        out = {}
+        for key in keys:
+            try:
+                with open(self.path(key)) as f:
+                    out[key] = normalise(f.read())
+            except FileNotFoundError:
+                where = "" if key.target == HOST else f" for {key.target}"
+                out[key] = Unsupported(f"no such sysctl{where} in this kernel or namespace")
+            except OSError as e:
+                out[key] = Unsupported(f"cannot read: {e.strerror}")
+        return out
+
+    def check(self, key, want) -> Optional[str]:
+        if not os.access(self.path(key), os.W_OK):
+            extra = " (a global key: set it in the host namespace)" if key.name in GLOBAL_SYSCTLS else ""
+            return "read-only here" + extra
+        return None
+
+    def note(self, key: Key) -> str:
+        return GLOBAL_NOTE if key.name in GLOBAL_SYSCTLS else ""
+
+    def apply(self, items):
+        for key, value in items:
+            text = str(normalise(value))
+            check(SYSCTL_VALUE, text, f"value of sysctl {key.name}")
+            try:
+                with open(self.path(key), "w") as f:
+                    f.write(text)
+            except OSError as e:
+                raise OSError(e.errno, f"{key.name}={text}: {e.strerror}") from None
+
+    def show(self, target):
+        names = SHOW_HOST if target == HOST else SHOW_INTERFACE
+        keys = [self.key_for(target, n) for n in names]
+        values = self.read(keys)
+        shown = {n: values[k] for n, k in zip(names, keys) if not isinstance(values[k], Unsupported)}
+        return {"sysctl": shown} if shown else {}
