@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 from nictune.cli.output import Printer, envelope
-from nictune.control.request import combined_exit
+from nictune.host.errors import combined_exit
 from nictune.host.errors import NictuneError
 
 # paramiko, inventories and playbooks are imported only by fleet commands:

@@ -35,7 +35,7 @@ from nictune.cli.fleet_cmds import LINTED, is_playbook
 from nictune.cli.lint_cmds import lint_gate
 from nictune.control.request import build_request
 from nictune.control.targets import target_for
-from nictune.host.errors import InvalidRequest, NictuneError
+from nictune.host.errors import InvalidInput, NictuneError
 
 
 def _run(command: str, profile_path: Optional[str], netns: Optional[str], state_dir: str,
@@ -46,7 +46,7 @@ def _run(command: str, profile_path: Optional[str], netns: Optional[str], state_
         profile = None
         if profile_path:
             if is_playbook(profile_path):
-                raise InvalidRequest(f"{profile_path} is a playbook: it runs on the hosts of an "
+                raise InvalidInput(f"{profile_path} is a playbook: it runs on the hosts of an "
                                      "inventory, so add -i INVENTORY")
             # Only commands that take a profile pay for the loader and jsonschema.
             from nictune.profile.loader import load_profile

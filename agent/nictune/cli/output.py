@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import Optional
 
 from nictune import REPORT_FORMAT, __version__
-from nictune.control.request import combined_exit
+from nictune.host.errors import combined_exit
 
 STYLE = {"pending": "yellow", "drift": "yellow", "applied": "green", "ok": "dim",
          "reverted": "cyan", "failed": "bold red", "unsupported": "red", "revert-failed": "bold red",

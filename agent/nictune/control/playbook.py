@@ -25,7 +25,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from nictune.control.request import combined_exit
+from nictune.host.errors import combined_exit
 from nictune.profile import yamlpos
 from nictune.profile.check import check, locate
 from nictune.profile.errors import ProfileError, dotted

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 from nictune import REQUEST_FORMAT
 
 
@@ -12,11 +10,3 @@ def build_request(command: str, profile=None) -> dict:
     if profile is not None:
         request["profile"] = {"path": profile.path, "doc": profile.doc, "sources": profile.sources}
     return request
-
-
-def combined_exit(codes: list, default: Optional[int] = 0) -> int:
-    """One exit code for many hosts: the most serious wins."""
-    for code in (4, 3, 1, 2):
-        if code in codes:
-            return code
-    return default or 0

@@ -25,7 +25,7 @@ from typing import Optional
 
 from nictune import REQUEST_FORMAT, __version__
 from nictune.host import model as m
-from nictune.host.errors import InvalidRequest, NictuneError, exit_code
+from nictune.host.errors import InvalidInput, NictuneError, exit_code
 from nictune.host.machine import Host
 from nictune.host.journal import DEFAULT_STATE_DIR
 from nictune.host.model import Outcome
@@ -36,13 +36,13 @@ NEEDS_PROFILE = ("plan", "apply", "verify")
 
 def _validated(request) -> dict:
     if not isinstance(request, dict) or request.get("nictune_request") != REQUEST_FORMAT:
-        raise InvalidRequest(f"not a nictune request (want nictune_request: {REQUEST_FORMAT})")
+        raise InvalidInput(f"not a nictune request (want nictune_request: {REQUEST_FORMAT})")
     if request.get("command") not in COMMANDS:
-        raise InvalidRequest(f"unknown command {request.get('command')!r}")
+        raise InvalidInput(f"unknown command {request.get('command')!r}")
     if request["command"] in NEEDS_PROFILE:
         profile = request.get("profile")
         if not isinstance(profile, dict) or not isinstance(profile.get("doc"), dict):
-            raise InvalidRequest("the request carries no profile document")
+            raise InvalidInput("the request carries no profile document")
     return request
 
 

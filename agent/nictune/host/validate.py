@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import re
 
+from nictune.host.errors import InvalidInput
+
 # Kernel rule (dev_valid_name): 1..15 bytes, not "." or "..", no "/", ":" or
 # whitespace.  We also refuse shell and glob metacharacters outright.
 IFNAME = r"^(?!\.{1,2}$)[A-Za-z0-9_.@-]{1,15}$"
@@ -33,10 +35,6 @@ NETNS = r"^(?!\.{1,2}$)[A-Za-z0-9_.-]{1,64}$"
 ABS_PATH = r"^/[A-Za-z0-9_./+-]{0,255}$"
 
 _compiled: dict[str, re.Pattern] = {}
-
-
-class InvalidInput(ValueError):
-    """A value that must not reach the system."""
 
 
 def matches(pattern: str, value: object) -> bool:
