@@ -48,7 +48,7 @@ def test_change_round_trips_through_json(before):
 def test_want_json_is_what_the_profile_said():
     assert Want.parse({"min": 32}).as_json() == {"min": 32}
     assert Want.parse(9000).as_json() == 9000
-    assert Want(32, "min").target() == 32
+    assert Want(32, "min").value == 32
 
 
 def test_outcome_defaults_are_not_shared():

@@ -31,7 +31,7 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Iterable, List
 
-from nictune.host.errors import NictuneError
+from nictune.host.errors import INVALID_INPUT, NictuneError
 from nictune.host.files import write_atomic
 
 DRIFTED = ("drift", "pending")
@@ -43,7 +43,7 @@ _MESSAGE_KEYS = 5
 
 
 class ReportFileError(NictuneError):
-    kind = "invalid-input"
+    kind = INVALID_INPUT
 
 
 # -- what the envelope says ----------------------------------------------------

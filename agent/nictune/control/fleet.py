@@ -17,7 +17,8 @@ from typing import Callable, Dict, List, Optional
 
 from nictune.control.request import build_request
 from nictune.control.ssh import SshHost, SshOptions, SshTarget
-from nictune.host.errors import NictuneError
+from nictune.host import errors
+from nictune.host.errors import InvalidInput, NictuneError
 from nictune.host.journal import DEFAULT_STATE_DIR
 
 DEFAULT_FORKS = 50
@@ -137,11 +138,11 @@ def jobs_for(command: str, hosts: list, profiles: Optional[Profiles], options: S
             target = SshTarget(ssh_host(host, play.vars_for(host.vars) if play else None), options)
             profile = profiles.for_host(host) if profiles else None
             jobs.append(Job(host.name, target, build_request(command, profile)))
+        except InvalidInput as e:  # a bad nictune_state_dir...: its message names no host
+            jobs.append(Job(host.name, None, None, errors.error(errors.INVALID_INPUT,
+                                                                f"{host.name}: {e}")))
         except NictuneError as e:  # ProfileError included
             jobs.append(Job(host.name, None, None, e.as_dict()))
-        except ValueError as e:  # validate.InvalidInput: a bad nictune_state_dir...
-            jobs.append(Job(host.name, None, None, {"kind": "invalid-input",
-                                                    "message": f"{host.name}: {e}"}))
     return jobs
 
 
@@ -152,7 +153,7 @@ def failed_report(label: str, command: str, error: dict, seconds: float = 0.0) -
     from nictune.host.model import Outcome
 
     report = agent.report(Outcome(command, error=error), label, time.monotonic() - seconds)
-    report["unreachable"] = error["kind"] == "transport"
+    report["unreachable"] = error["kind"] == errors.TRANSPORT
     return report
 
 
@@ -170,9 +171,8 @@ def run_jobs(command: str, jobs: List[Job], forks: int = DEFAULT_FORKS,
         except NictuneError as e:
             return failed_report(job.label, command, e.as_dict(), time.monotonic() - started)
         except Exception as e:  # noqa: BLE001 - one host's surprise is that host's error
-            return failed_report(job.label, command, {
-                "kind": "system", "message": f"{job.label}: {type(e).__name__}: {e}"},
-                time.monotonic() - started)
+            return failed_report(job.label, command, errors.error(
+                errors.SYSTEM, f"{job.label}: {type(e).__name__}: {e}"), time.monotonic() - started)
 
     if not jobs:
         return []

@@ -24,8 +24,9 @@ import time
 from typing import Optional
 
 from nictune import REQUEST_FORMAT, __version__
+from nictune.host import errors
 from nictune.host import model as m
-from nictune.host.errors import InvalidInput, NictuneError, exit_code
+from nictune.host.errors import EXIT_OK, EXIT_PENDING, InvalidInput, NictuneError, exit_code
 from nictune.host.machine import Host
 from nictune.host.journal import DEFAULT_STATE_DIR
 from nictune.host.model import Outcome
@@ -71,8 +72,8 @@ def report(outcome: Outcome, host_label: str, started: float) -> dict:
         counts[c.status] = counts.get(c.status, 0) + 1
     kind = outcome.error["kind"] if outcome.error else None
     code = exit_code(kind)
-    if code == 0 and (counts.get(m.PENDING) or counts.get(m.DRIFT)):
-        code = 2
+    if code == EXIT_OK and (counts.get(m.PENDING) or counts.get(m.DRIFT)):
+        code = EXIT_PENDING
     out = {
         "host": host_label,
         "command": outcome.command,
@@ -104,19 +105,23 @@ def run(request, host: Host | None = None, label: str | None = None,
         outcome = execute(_validated(request), host, confirm)
     except NictuneError as e:
         outcome = Outcome(command, error=e.as_dict())
-    except OSError as e:
-        outcome = Outcome(command, error={"kind": "system", "message": str(e)})
-    except ValueError as e:  # validate.InvalidInput and malformed values
-        outcome = Outcome(command, error={"kind": "invalid-input", "message": str(e)})
     except Exception as e:  # noqa: BLE001 - a report, never a traceback, on the wire
-        if os.environ.get("NICTUNE_DEBUG") == "1":
-            raise
-        outcome = Outcome(command, error={"kind": "system",
-                                          "message": f"internal error: {type(e).__name__}: {e}"})
+        outcome = Outcome(command, error=_unexpected(e))
     finally:
         if own_host:
             host.close()
     return report(outcome, label, started)
+
+
+def _unexpected(e: Exception) -> dict:
+    """The report error for an exception that is not a NictuneError."""
+    if isinstance(e, OSError):  # the host refused or failed us
+        return errors.error(errors.SYSTEM, str(e))
+    if isinstance(e, ValueError):  # a malformed value in a hand-written request
+        return errors.error(errors.INVALID_INPUT, str(e))
+    if os.environ.get("NICTUNE_DEBUG") == "1":
+        raise e
+    return errors.error(errors.SYSTEM, f"internal error: {type(e).__name__}: {e}")
 
 
 def _confirm_timeout(request) -> Optional[float]:
@@ -155,8 +160,8 @@ def main() -> int:
         request = _read_request()
     except ValueError as e:
         request = None
-        result = report(Outcome("?", error={"kind": "invalid-input",
-                                            "message": f"request is not JSON: {e}"}),
+        result = report(Outcome("?", error=errors.error(errors.INVALID_INPUT,
+                                                         f"request is not JSON: {e}")),
                         "local", time.monotonic())
     else:
         timeout = _confirm_timeout(request)

@@ -15,8 +15,9 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from nictune.host import errors
 from nictune.host import model as m
-from nictune.host.errors import Conflict, Interrupted, Locked, NictuneError, NoJournal
+from nictune.host.errors import Conflict, Interrupted, InvalidInput, Locked, NictuneError, NoJournal
 from nictune.host.health import Health
 from nictune.host.machine import Host
 from nictune.host.journal import (
@@ -34,7 +35,8 @@ from nictune.host.model import HOST, Change, Desired, Key, Outcome, Unsupported
 
 
 class Families:
-    """One instance of every knob family for one run, by name and in order."""
+    """One instance of every knob family, in apply order, for one command
+    (knobs/base.py: what a family may keep between phases)."""
 
     def __init__(self, host: Host):
         self.ordered = [cls(host) for cls in FAMILIES]
@@ -59,7 +61,9 @@ class Families:
                 continue
             try:
                 current.update(fam.read(mine))
-            except (OSError, NictuneError) as e:
+            except InvalidInput:
+                raise  # the request is at fault, not the host: refuse it whole
+            except (OSError, ValueError, NictuneError) as e:
                 current.update({k: Unsupported(f"cannot read {fam.name}: {e}") for k in mine})
         return current
 
@@ -131,7 +135,7 @@ def diff(fams: Families, desire: Desire, current: dict) -> list:
             reason = reason or fam.check(key, d.want)
             status = m.PENDING if reason is None else (
                 m.UNSUPPORTED if desire.policy[key] == "fail" else m.SKIPPED)
-        change = Change(key, before, d.want.target(), status, d.source,
+        change = Change(key, before, d.want.value, status, d.source,
                         reason or fam.note(key), d.want.bound)
         changes.append(change)
     return changes
@@ -216,9 +220,10 @@ class Engine:
         return self.fams["expect"].health
 
     def _fresh(self) -> None:
-        """A Host, and so an Engine, may outlive one command: read afresh."""
+        """A Host, and so an Engine, may outlive one command: every command
+        reads afresh, with families that know nothing of the last one."""
         self.host.forget(facts=True)
-        self._health.forget()
+        self.fams = Families(self.host)
 
     def _plan(self, doc: dict, sources: dict) -> tuple:
         self._fresh()
@@ -295,13 +300,13 @@ class Engine:
         self.journal.finish(ROLLED_BACK if ok else ROLLBACK_FAILED)
         what = f"{failed.key.family} {failed.key.name} on {failed.key.target}"
         if ok:
-            out.error = {"kind": "rolled-back",
-                         "message": f"{what} failed ({failed.note}); every change was restored"}
+            out.error = errors.error(errors.ROLLED_BACK,
+                                     f"{what} failed ({failed.note}); every change was restored")
         else:
             bad = [str(c.key) for c in touched if c.status == m.REVERT_FAILED]
-            out.error = {"kind": "rollback-failed",
-                         "message": f"{what} failed ({failed.note}); could not restore "
-                                    + ", ".join(bad) + ": a human must look"}
+            out.error = errors.error(errors.ROLLBACK_FAILED,
+                                     f"{what} failed ({failed.note}); could not restore "
+                                     + ", ".join(bad) + ": a human must look")
 
     def rollback(self, only: Optional[str] = None) -> Outcome:
         """Restore the last apply.  With `only` (the confirm watchdog), just if
@@ -318,7 +323,7 @@ class Engine:
                     out.warnings.append(f"apply {only} was confirmed or superseded: left alone")
                     return out
                 confirm["state"] = CONFIRM_EXPIRED
-            self.host.forget(facts=True)
+            self._fresh()
             if record["status"] in (ROLLED_BACK,):
                 out.warnings.append(f"apply {record['id']} was already rolled back")
                 return out
@@ -329,8 +334,8 @@ class Engine:
             ok = restore(self.fams, changes)
             self.journal.finish(ROLLED_BACK if ok else ROLLBACK_FAILED)
             if not ok:
-                out.error = {"kind": "rollback-failed",
-                             "message": "some keys could not be restored: a human must look"}
+                out.error = errors.error(errors.ROLLBACK_FAILED,
+                                         "some keys could not be restored: a human must look")
             if interrupted:
                 out.warnings.append(f"apply {record['id']} had not finished; restored what it wrote")
             return out
@@ -397,10 +402,10 @@ def _report_unsupported(out: Outcome, desire: Desire) -> None:
     if refused:
         listed = "; ".join(f"{c.key.target} {c.key.family} {c.key.name}: {c.note}"
                            + (f" ({c.source})" if c.source else "") for c in refused)
-        out.error = {"kind": "unsupported",
-                     "message": f"{len(refused)} setting(s) cannot be applied on this host, so "
-                                f"nothing was written: {listed}. Set on_unsupported: warn or skip "
-                                "to apply the rest."}
+        out.error = errors.error(
+            errors.UNSUPPORTED,
+            f"{len(refused)} setting(s) cannot be applied on this host, so nothing was written: "
+            f"{listed}. Set on_unsupported: warn or skip to apply the rest.")
 
 
 def _entry_name(ifname: str, taken: dict) -> str:

@@ -34,6 +34,11 @@ TRANSPORT = "transport"              # the host could not be reached or did not 
 ROLLED_BACK = "rolled-back"          # apply failed and every change was restored
 ROLLBACK_FAILED = "rollback-failed"  # apply failed and some change could not be restored
 
+# Why a playbook's rollout stopped (a rollout's stop.kind), besides
+# ROLLBACK_FAILED; the rollout's exit code comes from its hosts'.
+MAX_FAIL = "max-fail"        # more of a batch failed than max_fail_percentage allows
+HEALTH_GATE = "health-gate"  # a host of the batch did not pass verify after its apply
+
 EXIT_CODES = {
     INVALID_INPUT: EXIT_ERROR,
     PROFILE: EXIT_ERROR,

@@ -47,9 +47,6 @@ class Want:
             return False
         return current >= self.value if self.bound == "min" else current <= self.value
 
-    def target(self) -> Any:
-        return self.value
-
     def as_json(self) -> Any:
         return self.value if self.bound is None else {self.bound: self.value}
 

@@ -41,11 +41,13 @@ class NicClass:
     rings_round_up_pow2: bool = False
     max_mtu: Optional[int] = None
     why_not: dict = field(default_factory=dict)  # capability -> reason, for messages
+    title: str = ""           # what the class is, for docs
 
 
 # NVIDIA ConnectX (mlx5)
 MLX5 = NicClass(
     driver="mlx5_core",
+    title="NVIDIA ConnectX-7 (mlx5_core)",
     dcb=frozenset({"trust", "dscp_map", "pfc", "ets", "maxrate", "buffer", "dcbx"}),
     roce_ports=None,
     channels=("combined",),
@@ -61,6 +63,7 @@ MLX5 = NicClass(
 # Microsoft Azure Network Adapter (MANA)
 MANA = NicClass(
     driver="mana",
+    title="Azure Maia-class hosts (mana)",
     dcb=frozenset(),
     roce_ports=(1,),
     channels=("combined",),
@@ -75,10 +78,6 @@ MANA = NicClass(
 
 CLASSES = {c.driver: c for c in (MLX5, MANA)}
 
-# Profile key (family, name) -> the capability it needs.
-_DCB_NEEDS = {"trust": "trust", "dscp_map": "dscp_map", "pfc": "pfc",
-              "ets.prio_tc": "ets", "ets.tc_bw": "ets", "ets.tc_tsa": "ets"}
-
 
 def for_driver(driver: Optional[str]) -> Optional[NicClass]:
     return CLASSES.get(driver or "")
@@ -88,7 +87,8 @@ def dcb_unsupported(driver: Optional[str], name: str) -> Optional[str]:
     """Why a DCB key cannot be set on this driver, or None (known to work,
     or an unknown driver: then the kernel is asked)."""
     nic = for_driver(driver)
-    if nic is None or _DCB_NEEDS.get(name) in nic.dcb:
+    # A DCB key needs the capability it is named after: ets.tc_bw needs ets.
+    if nic is None or name.split(".")[0] in nic.dcb:
         return None
     return f"not supported by {driver}: " + nic.why_not.get("dcb", f"no DCB {name} in the driver")
 

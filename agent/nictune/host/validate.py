@@ -1,7 +1,9 @@
 """Checks for every user-supplied string that reaches the system.
 
-The JSON Schema (controller side) uses these same patterns, and the host side
-checks again before touching anything: a request may come from anywhere.
+The JSON Schema (controller side) uses these same patterns, and the host
+side checks again before touching anything: a request may come from
+anywhere.  WORDS says what each pattern accepts, for the schema's
+descriptions and error messages.
 """
 
 from __future__ import annotations
@@ -33,8 +35,43 @@ DRIVER = r"^[A-Za-z0-9_-]{1,32}$"
 # A name under /run/netns: "." and ".." would leave that directory.
 NETNS = r"^(?!\.{1,2}$)[A-Za-z0-9_.-]{1,64}$"
 ABS_PATH = r"^/[A-Za-z0-9_./+-]{0,255}$"
+# What check_path() refuses beyond ABS_PATH ('.' or '..' parts, '//', a
+# trailing '/'), as a pattern, so that the schema and editors enforce it too.
+NOT_NORMALISED = r"(^|/)\.\.?(/|$)|//|/$"
+# A counter as ethtool -S or an RDMA port's hw_counters names it.
+COUNTER_NAME = r"^[A-Za-z0-9_.-]{1,64}$"
+# An optional comparison and a dotted numeric version: ">=28.39", "28.39.1002".
+VERSION_WANT = r"^(==|>=|<=|>|<)?[0-9]{1,9}(\.[0-9]{1,9}){0,7}$"
+# An RDMA device name as /sys/class/infiniband lists it ("." and ".." are
+# directory entries, not devices).
+IBDEV = r"^(?!\.{1,2}$)[A-Za-z0-9_.-]{1,64}$"
+# A DCQCN parameter: a file name under /sys/class/net/<if>/ecn/roce_{np,rp}/.
+ECN_PARAM = r"^[a-z][a-z0-9_]{0,63}$"
+DSCP = r"^(6[0-3]|[1-5]?[0-9])$"
 
-_compiled: dict[str, re.Pattern] = {}
+# What each pattern accepts, in the words of error messages.  Looked up by
+# the pattern's text, so two meanings never share one pattern.
+WORDS = {
+    IFNAME: "an interface name: 1-15 letters, digits, '_', '.', '@' or '-'",
+    IFGLOB: "an interface name or glob: 1-64 letters, digits, '_', '.', '@', '-' or the glob characters * ? [ ] !",
+    SYSCTL_KEY: "a sysctl name under net. such as net.ipv4.tcp_ecn: 2 to 7 parts of letters, digits, '_' or '-' joined by dots",
+    IF_SYSCTL_KEY: "a per-interface sysctl name such as ipv4.rp_filter: ipv4. or ipv6. and then 1-64 letters, digits, '_' or '-'",
+    SYSCTL_VALUE: "text of up to 256 letters, digits, spaces, tabs and _ . , : / + -",
+    NCCL_NAME: "an NCCL variable name: NCCL_ and then 1-64 capital letters, digits or '_'",
+    NCCL_VALUE: "text of up to 900 characters on one line, with no blank at either end",
+    FEATURE_NAME: "an ethtool feature name: 1-64 lowercase letters, digits, '_' or '-'",
+    MAC: "a MAC address such as 0c:42:a1:00:00:01",
+    PCI_ID: "a PCI vendor:device id such as 15b3:1021",
+    DRIVER: "a driver name: 1-32 letters, digits, '_' or '-'",
+    ABS_PATH: "an absolute, normalised path: '/' and then up to 255 letters, digits and _ . / + -, with no '.' or '..' parts, no '//' and no trailing '/'",
+    VERSION_WANT: "a dotted version such as 28.39.1002, optionally after ==, >=, <=, > or <",
+    COUNTER_NAME: "a counter name: 1-64 letters, digits, '_', '.' or '-'",
+    DSCP: "a DSCP value from 0 to 63",
+    ECN_PARAM: "a DCQCN parameter name as the driver's ecn directory names it: a lowercase letter and then up to 63 lowercase letters, digits or '_'",
+    IBDEV: "an RDMA device name such as mlx5_0: 1-64 letters, digits, '_', '.' or '-' (not . or ..)",
+}
+
+_compiled: dict = {}
 
 
 def matches(pattern: str, value: object) -> bool:
@@ -44,18 +81,6 @@ def matches(pattern: str, value: object) -> bool:
     if rx is None:
         rx = _compiled[pattern] = re.compile(pattern)
     return rx.fullmatch(value) is not None and "\n" not in value
-
-# A counter as ethtool -S or an RDMA port's hw_counters names it.
-COUNTER_NAME = r"^[A-Za-z0-9_.-]{1,64}$"
-# An optional comparison and a dotted numeric version: ">=28.39", "28.39.1002".
-VERSION_WANT = r"^(==|>=|<=|>|<)?[0-9]{1,9}(\.[0-9]{1,9}){0,7}$"
-
-# An RDMA device name as /sys/class/infiniband lists it ("." and ".." are
-# directory entries, not devices).
-IBDEV = r"^(?!\.{1,2}$)[A-Za-z0-9_.-]{1,64}$"
-# A DCQCN parameter: a file name under /sys/class/net/<if>/ecn/roce_{np,rp}/.
-ECN_PARAM = r"^[a-z][a-z0-9_]{0,63}$"
-DSCP = r"^(6[0-3]|[1-5]?[0-9])$"
 
 
 def check(pattern: str, value: object, what: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from nictune.host.errors import NictuneError
+from nictune.host.errors import INVALID_INPUT, NictuneError
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -13,7 +13,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 class InventoryError(NictuneError):
     """An inventory that cannot be used: where (file, line) and why, in one paragraph."""
 
-    kind = "invalid-input"
+    kind = INVALID_INPUT
 
     def __init__(self, file: Optional[str], line: Optional[int], message: str):
         where = "" if file is None else (file if line is None else f"{file}:{line}")

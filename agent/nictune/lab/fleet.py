@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Dict, Iterable, List, Optional
 
 from nictune.lab import namespaces as labmod
-from nictune.host.errors import NictuneError
+from nictune.host.errors import SYSTEM, NictuneError
 
 SSHD = "/usr/sbin/sshd"
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"
@@ -67,7 +67,7 @@ _children: Dict[int, subprocess.Popen] = {}
 
 
 class FleetError(NictuneError):
-    kind = "system"
+    kind = SYSTEM
 
 
 @dataclass

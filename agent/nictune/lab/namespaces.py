@@ -14,7 +14,7 @@ import os
 import shutil
 import subprocess
 
-from nictune.host.errors import NictuneError
+from nictune.host.errors import SYSTEM, NictuneError
 from nictune.host.journal import DEFAULT_STATE_DIR
 
 NAMESPACES = ("ntlab1", "ntlab2")
@@ -32,7 +32,7 @@ FLEET_DIR = "/run/nictune-lab"
 
 
 class LabError(NictuneError):
-    kind = "system"
+    kind = SYSTEM
 
 
 def _ip(*args: str) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Optional
 
-from nictune.host.errors import NictuneError
+from nictune.host.errors import PROFILE, NictuneError, error
 
 SHOW_LIMIT = 40
 
@@ -24,7 +24,7 @@ class ProfileError(NictuneError):
     `message` is the bare reason; str() and as_dict() give the whole
     one-line text with file, line and keypath."""
 
-    kind = "profile"
+    kind = PROFILE
 
     def __init__(self, file: str, line: Optional[int], keypath: str, message: str):
         super().__init__(message)
@@ -34,7 +34,7 @@ class ProfileError(NictuneError):
         self.keypath = keypath
 
     def as_dict(self) -> dict:
-        return {"kind": self.kind, "message": str(self)}
+        return error(self.kind, str(self))
 
     def __str__(self) -> str:
         where = self.file if self.line is None else f"{self.file}:{self.line}"

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..host.knobs.nccl import HCA_ITEM, nccl_list
 from .loader import Profile, load_profile
 
 ERROR, WARNING = "error", "warning"
@@ -35,9 +36,14 @@ IB_MTUS = (4096, 2048, 1024, 512, 256)
 # their own that no PFC pause can hold back.
 CNP_PRIO_RECOMMENDED = 6
 
-# NCCL_IB_HCA: [^][=]name[:port[:rail[:plane]]] joined by commas (surfaces.md 9.2).
-_HCA_ITEM = r"[A-Za-z0-9_.-]{1,64}(:[0-9]{1,3}){0,3}"
-HCA_SYNTAX = re.compile(rf"^\^?=?{_HCA_ITEM}(,{_HCA_ITEM})*$")
+_HCA_ITEM = re.compile(HCA_ITEM)
+
+
+def hca_syntax_ok(value: str) -> bool:
+    """NCCL_IB_HCA in NCCL's list syntax (knobs/nccl.py), with items it can parse."""
+    _, exclude, exact = nccl_list(value)
+    items = value[int(exclude) + int(exact):].split(",")
+    return all(_HCA_ITEM.fullmatch(item) for item in items)
 
 
 @dataclass(frozen=True)
@@ -118,7 +124,7 @@ class _Linter:
     # -- NCCL, whole profile -------------------------------------------------
     def nccl_rules(self, entries: dict) -> None:
         hca = self.env.get("NCCL_IB_HCA")
-        if hca is not None and str(hca) != "auto" and not HCA_SYNTAX.match(str(hca)):
+        if hca is not None and str(hca) != "auto" and not hca_syntax_ok(str(hca)):
             self.add("nccl-ib-hca-syntax", ERROR,
                      f"NCCL_IB_HCA {str(hca)!r} is not NCCL's syntax: an optional '^' (exclude) and "
                      "'=' (exact names), then comma-separated device[:port] items such as "
@@ -138,11 +144,7 @@ class _Linter:
                  for name, entry in entries.items() if entry.get("match", {}).get("name")}
         if not globs:
             return  # no entry names interfaces: only the host can tell (the agent checks)
-        text = str(value)
-        exclude = text.startswith("^")
-        text = text[1:] if exclude else text
-        exact = text.startswith("=")
-        items = [i for i in (text[1:] if exact else text).split(",") if i]
+        items, exclude, exact = nccl_list(str(value))
         hits = [entry for entry, patterns in globs.items()
                 if any(_overlap(item, exact, pat) for item in items for pat in patterns)]
         if exclude:

@@ -17,7 +17,7 @@ import json
 from typing import Any, Dict, List
 
 from ..host import validate as v
-from .schema_expect import EXPECT_PATTERN_WORDS, expect_schema
+from ..host.knobs import REGISTERED
 
 SCHEMA_ID = "https://nictune.dev/schema/profile-1.json"
 
@@ -28,23 +28,10 @@ ENTRY_NAME = r"^(?!(?:drop|replace)$)[a-z][a-z0-9_-]{0,31}$"
 DESCRIPTION = r"^[^\x00-\x08\x0b-\x1f\x7f]{0,1000}$"
 # A file name in extends: any printable text.
 EXTENDS_PATH = r"^[^\x00-\x1f\x7f]{1,4096}$"
-# What check_path() refuses beyond ABS_PATH: '.' or '..' parts, '//', a
-# trailing '/'.  Expressed as a pattern so that editors enforce it too.
-NOT_NORMALISED = r"(^|/)\.\.?(/|$)|//|/$"
+NOT_NORMALISED = v.NOT_NORMALISED
 
 PATTERN_WORDS: Dict[str, str] = {
-    v.IFNAME: "an interface name: 1-15 letters, digits, '_', '.', '@' or '-'",
-    v.IFGLOB: "an interface name or glob: 1-64 letters, digits, '_', '.', '@', '-' or the glob characters * ? [ ] !",
-    v.SYSCTL_KEY: "a sysctl name under net. such as net.ipv4.tcp_ecn: 2 to 7 parts of letters, digits, '_' or '-' joined by dots",
-    v.IF_SYSCTL_KEY: "a per-interface sysctl name such as ipv4.rp_filter: ipv4. or ipv6. and then 1-64 letters, digits, '_' or '-'",
-    v.SYSCTL_VALUE: "text of up to 256 letters, digits, spaces, tabs and _ . , : / + -",
-    v.NCCL_NAME: "an NCCL variable name: NCCL_ and then 1-64 capital letters, digits or '_'",
-    v.NCCL_VALUE: "text of up to 900 characters on one line, with no blank at either end",
-    v.FEATURE_NAME: "an ethtool feature name: 1-64 lowercase letters, digits, '_' or '-'",
-    v.MAC: "a MAC address such as 0c:42:a1:00:00:01",
-    v.PCI_ID: "a PCI vendor:device id such as 15b3:1021",
-    v.DRIVER: "a driver name: 1-32 letters, digits, '_' or '-'",
-    v.ABS_PATH: "an absolute, normalised path: '/' and then up to 255 letters, digits and _ . / + -, with no '.' or '..' parts, no '//' and no trailing '/'",
+    **v.WORDS,
     ENTRY_NAME: "an entry name: a lowercase letter and then up to 31 lowercase letters, digits, '_' or '-' (not 'drop' or 'replace')",
     DESCRIPTION: "text of up to 1000 characters with no control characters other than tab and newline",
     EXTENDS_PATH: "a file path of up to 4096 characters with no control characters",
@@ -59,9 +46,6 @@ def register_words(words: Dict[str, str]) -> None:
         if PATTERN_WORDS.get(pattern, text) != text:
             raise ValueError(f"pattern {pattern} already means {PATTERN_WORDS[pattern]!r}")
         PATTERN_WORDS[pattern] = text
-
-
-register_words(EXPECT_PATTERN_WORDS)
 
 U32 = 4294967295
 S64_MIN, U64_MAX = -(2**63), 2**64 - 1
@@ -185,28 +169,6 @@ def _on_unsupported(scope: str) -> dict:
     }
 
 
-# -- the schema ------------------------------------------------------------
-
-_SYSCTL_INT = _int(S64_MIN, U64_MAX)
-_SYSCTL_VALUE = {
-    "anyOf": [
-        _SYSCTL_INT,
-        _text(v.SYSCTL_VALUE, 256),
-        {"type": "array", "items": _SYSCTL_INT, "minItems": 1, "maxItems": 8},
-        _bound(_SYSCTL_INT),
-    ],
-}
-
-
-def _sysctls(key_pattern: str, key_max: int, limit: int, what: str) -> dict:
-    return {
-        "type": "object",
-        "description": what,
-        "propertyNames": _text(key_pattern, key_max),
-        "additionalProperties": {"$ref": "#/$defs/sysctl_value"},
-        "maxProperties": limit,
-    }
-
 
 def _prio_list(what: str) -> dict:
     return {"type": "array", "items": _int(0, 7), "maxItems": 8,
@@ -218,72 +180,62 @@ def _vector(item: dict, what: str) -> dict:
             "description": f"{what} Exactly 8 entries, one per priority or traffic class."}
 
 
-# The host side re-checks these with the same constants (rdma.py, knobs/roce.py).
-ECN_PARAM, IBDEV, DSCP = v.ECN_PARAM, v.IBDEV, v.DSCP
-register_words({
-    DSCP: "a DSCP value from 0 to 63",
-    ECN_PARAM: "a DCQCN parameter name as the driver's ecn directory names it: a lowercase letter and then up to 63 lowercase letters, digits or '_'",
-    IBDEV: "an RDMA device name such as mlx5_0: 1-64 letters, digits, '_', '.' or '-' (not . or ..)",
-})
+def _section(what: str, properties: dict, **extra) -> dict:
+    """A closed mapping: only the keys given."""
+    return {"type": "object", "description": what, "properties": properties,
+            "additionalProperties": False, **extra}
 
-_ROCE = {
-    "type": "object",
-    "title": "RoCE settings",
-    "description": "RoCE v2 QoS and RDMA-CM defaults of the interface's RDMA device.",
-    "properties": {
-        "rdma_device": {
-            "anyOf": [{"const": "auto"}, _text(IBDEV, 64)],
-            "description": "The RDMA device: auto (the device whose port carries this interface) or a name such as mlx5_0.",
-        },
-        "mode": {"enum": ["v1", "v2"], "description": "RDMA-CM default RoCE mode (configfs default_roce_mode)."},
-        "tos": {**_int(0, 255), "description": "RDMA-CM default ToS byte (configfs default_roce_tos); DSCP = tos >> 2."},
-        "trust": {"enum": ["dscp", "pcp"], "description": "Which header field picks the priority: DSCP or 802.1p PCP."},
-        "dscp_map": {
-            "type": "object",
-            "description": "DSCP (0-63) -> priority (0-7), written as DCB APP entries (selector 5); the exact set of DSCP entries.",
-            "propertyNames": _text(DSCP, 2),
-            "additionalProperties": _int(0, 7),
-            "maxProperties": 64,
-        },
-        "pfc": _prio_list("Priorities with PFC on; every other priority off."),
-        "ets": {
-            "type": "object",
-            "description": "ETS scheduling (dcb ets / mlnx_qos --prio_tc --tcbw --tsa).",
-            "properties": {
-                "prio_tc": _vector(_int(0, 7), "Priority -> traffic class (0-7)."),
-                "tc_bw": _vector(_int(0, 100), "Bandwidth percent per traffic class; the ETS classes sum to 100."),
-                "tc_tsa": _vector({"enum": ["ets", "strict", "vendor"]}, "Scheduler per traffic class: ets, strict or vendor."),
-            },
-            "additionalProperties": False,
-            "minProperties": 1,
-        },
-        "ecn": {
-            "type": "object",
-            "description": "ECN/DCQCN, where the driver exposes /sys/class/net/<if>/ecn (MLNX_OFED/DOCA-OFED).",
-            "properties": {
-                "np": _prio_list("Priorities where the NIC is ECN notification point (sends CNPs)."),
-                "rp": _prio_list("Priorities where the NIC is reaction point (DCQCN rate control)."),
-                "cnp_dscp": {**_int(0, 63), "description": "DSCP of CNPs (0-63)."},
-                "cnp_prio": {**_int(0, 7), "description": "802.1p priority of CNPs (0-7)."},
-                "params": {
-                    "type": "object",
-                    "description": "Other DCQCN parameters, by the names the driver exposes, such as rpg_ai_rate.",
-                    "propertyNames": _text(ECN_PARAM, 64),
-                    "additionalProperties": {"anyOf": [_int(0, U32), _bound(_int(0, U32))]},
-                    "maxProperties": 64,
-                },
-            },
-            "additionalProperties": False,
-        },
-    },
-    "additionalProperties": False,
-}
 
-_ENTRY = {
-    "type": "object",
-    "title": "interface entry",
-    "description": "Settings for every interface that the match selects.",
-    "properties": {
+def _mapping(what: str, keys: dict, values: dict, limit: int) -> dict:
+    """A mapping of free-form keys (each matching `keys`) to `values`."""
+    return {"type": "object", "description": what, "propertyNames": keys,
+            "additionalProperties": values, "maxProperties": limit}
+
+
+class KIT:
+    """What a knob family builds its schema with (Family.schema(KIT))."""
+
+    U32, U64_MAX, S64_MIN = U32, U64_MAX, S64_MIN
+    text = staticmethod(_text)
+    integer = staticmethod(_int)
+    bound = staticmethod(_bound)
+    wanted = staticmethod(_wanted)
+    flags = staticmethod(_flags)
+    prio_list = staticmethod(_prio_list)
+    vector = staticmethod(_vector)
+    section = staticmethod(_section)
+    mapping = staticmethod(_mapping)
+
+    @staticmethod
+    def ref(name: str) -> dict:
+        """A reference to a node a family declares under "defs"."""
+        return {"$ref": f"#/$defs/{name}"}
+
+
+# -- the schema ------------------------------------------------------------
+
+def _merge_into(props: dict, key: str, node: dict, family: str) -> None:
+    """Two families may share a section that is a closed mapping (dcb and
+    roce share roce:): its properties are merged, anything else must agree."""
+    have = props.get(key)
+    if have is None:
+        props[key] = node
+        return
+    if "properties" not in have or "properties" not in node:
+        raise ValueError(f"{family}: section {key!r} is already declared by another family")
+    twice = set(have["properties"]) & set(node["properties"])
+    if twice:
+        raise ValueError(f"{family}: {key}.{sorted(twice)[0]} is already declared by another family")
+    merged = {**node, **have, "properties": {**have["properties"], **node["properties"]}}
+    if any(k in have and have[k] != v for k, v in node.items() if k not in ("properties", "title", "description")):
+        raise ValueError(f"{family}: section {key!r} disagrees with another family's")
+    props[key] = merged
+
+
+def build(families=REGISTERED) -> Dict[str, Any]:
+    """The whole profile schema, with the families' sections in their
+    registration order."""
+    entry_props: Dict[str, Any] = {
         "match": {
             "type": "object",
             "description": "Which interfaces this entry applies to. Every selector given must match; at least one is required.",
@@ -297,120 +249,60 @@ _ENTRY = {
             "minProperties": 1,
         },
         "on_unsupported": _on_unsupported("an interface of this entry"),
-        "mtu": _wanted(68, 65535, "MTU in bytes."),
-        "txqueuelen": _wanted(0, U32, "Transmit queue length in packets."),
-        "state": {"enum": ["up", "down"], "description": "Administrative link state."},
-        "features": {
-            "type": "object",
-            "description": "Offload features as ethtool -K names them, each on (true) or off (false).",
-            "propertyNames": _text(v.FEATURE_NAME, 64),
-            "additionalProperties": {"type": "boolean"},
-            "maxProperties": 256,
-        },
-        "rings": {
-            "type": "object",
-            "description": "Ring sizes (ethtool -G).",
-            "properties": {k: _wanted(1, 1048576, f"{k} ring size.") for k in ("rx", "rx-mini", "rx-jumbo", "tx")},
-            "additionalProperties": False,
-        },
-        "channels": {
-            "type": "object",
-            "description": "Queue counts (ethtool -L).",
-            "properties": {k: _wanted(0, 65535, f"Number of {k} channels.") for k in ("rx", "tx", "other", "combined")},
-            "additionalProperties": False,
-        },
-        "coalesce": {
-            "type": "object",
-            "description": "Interrupt coalescing (ethtool -C).",
-            "properties": {
-                **{k: {"type": "boolean"} for k in ("adaptive-rx", "adaptive-tx", "cqe-mode-rx", "cqe-mode-tx")},
-                **{
-                    k: _wanted(0, U32, f"{k}.")
-                    for k in (
-                        "rx-usecs", "rx-frames", "rx-usecs-irq", "rx-frames-irq",
-                        "tx-usecs", "tx-frames", "tx-usecs-irq", "tx-frames-irq",
-                    )
-                },
+    }
+    host_props: Dict[str, Any] = {}
+    defs: Dict[str, Any] = {}
+    for family in families:
+        parts = family.schema(KIT)
+        for key, node in parts.get("entry", {}).items():
+            _merge_into(entry_props, key, node, family.name)
+        for key, node in parts.get("host", {}).items():
+            _merge_into(host_props, key, node, family.name)
+        defs.update(parts.get("defs", {}))
+    entry = {
+        "type": "object",
+        "title": "interface entry",
+        "description": "Settings for every interface that the match selects.",
+        "properties": entry_props,
+        "required": ["match"],
+        "additionalProperties": False,
+    }
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": SCHEMA_ID,
+        "title": "nictune profile",
+        "description": "NIC and host network settings that nictune plans, applies and verifies.",
+        "type": "object",
+        "properties": {
+            "nictune": {"const": 1, "description": "Profile format version; must be 1."},
+            "description": {"type": "string", "pattern": DESCRIPTION, "maxLength": 1000,
+                            "description": "What this profile is for."},
+            "extends": {
+                "description": "Profiles to start from, relative to this file's directory; merged left to right, then this file on top. "
+                               "In this file, replace: true in a mapping replaces the inherited mapping and drop: [keys] removes inherited keys.",
+                "anyOf": [
+                    {"type": "string", "pattern": EXTENDS_PATH, "maxLength": 4096},
+                    {"type": "array", "items": {"type": "string", "pattern": EXTENDS_PATH, "maxLength": 4096}, "maxItems": 16},
+                ],
             },
-            "additionalProperties": False,
+            "on_unsupported": _on_unsupported("the host or a device"),
+            "host": {"type": "object", "description": "Host-wide settings.",
+                     "properties": host_props, "additionalProperties": False},
+            "interfaces": {
+                "type": "object",
+                "description": "Interface entries by name; the name is yours and appears in plans and reports.",
+                "propertyNames": _text(ENTRY_NAME, 32),
+                "additionalProperties": {"$ref": "#/$defs/entry"},
+                "maxProperties": 64,
+            },
         },
-        "pause": _flags(["autoneg", "rx", "tx"], "Pause frames (ethtool -A)."),
-        "sysctl": _sysctls(v.IF_SYSCTL_KEY, 69, 128,
-                           "Per-interface sysctls, named relative to net.<family>.conf.<interface>, such as ipv4.rp_filter."),
-        "roce": _ROCE,
-        "expect": expect_schema(_text, _wanted),
-    },
-    "required": ["match"],
-    "additionalProperties": False,
-}
+        "required": ["nictune"],
+        "additionalProperties": False,
+        "$defs": {"entry": entry, **defs},
+    }
 
-SCHEMA: Dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "$id": SCHEMA_ID,
-    "title": "nictune profile",
-    "description": "NIC and host network settings that nictune plans, applies and verifies.",
-    "type": "object",
-    "properties": {
-        "nictune": {"const": 1, "description": "Profile format version; must be 1."},
-        "description": {"type": "string", "pattern": DESCRIPTION, "maxLength": 1000,
-                        "description": "What this profile is for."},
-        "extends": {
-            "description": "Profiles to start from, relative to this file's directory; merged left to right, then this file on top. "
-                           "In this file, replace: true in a mapping replaces the inherited mapping and drop: [keys] removes inherited keys.",
-            "anyOf": [
-                {"type": "string", "pattern": EXTENDS_PATH, "maxLength": 4096},
-                {"type": "array", "items": {"type": "string", "pattern": EXTENDS_PATH, "maxLength": 4096}, "maxItems": 16},
-            ],
-        },
-        "on_unsupported": _on_unsupported("the host or a device"),
-        "host": {
-            "type": "object",
-            "description": "Host-wide settings.",
-            "properties": {
-                "sysctl": _sysctls(v.SYSCTL_KEY, 128, 512, "Host sysctls under net., such as net.ipv4.tcp_ecn."),
-                "nccl": {
-                    "type": "object",
-                    "description": "The NCCL configuration file.",
-                    "properties": {
-                        "path": {**_text(v.ABS_PATH, 256, "Where to write it (default /etc/nccl.conf)."),
-                                 "not": {"pattern": NOT_NORMALISED}},
-                        "env": {
-                            "type": "object",
-                            "description": "NCCL variables; true and false are written as 1 and 0.",
-                            "propertyNames": _text(v.NCCL_NAME, 69),
-                            "properties": {
-                                "NCCL_IB_GID_INDEX": {
-                                    "anyOf": [{"const": "auto"}, _int(-1, 255)],
-                                    "description": "GID index; auto: the RoCE v2 IPv4 GID index of this host's RoCE ports, resolved on the host.",
-                                },
-                                "NCCL_IB_HCA": {
-                                    "anyOf": [{"const": "auto"}, _text(v.NCCL_VALUE, 900)],
-                                    "description": "HCA list; auto: =dev:port of this host's RoCE ports that are up with an IPv4 GID.",
-                                },
-                            },
-                            "additionalProperties": {
-                                "anyOf": [_text(v.NCCL_VALUE, 900), {"type": "integer"}, {"type": "boolean"}],
-                            },
-                            "maxProperties": 128,
-                        },
-                    },
-                    "additionalProperties": False,
-                },
-            },
-            "additionalProperties": False,
-        },
-        "interfaces": {
-            "type": "object",
-            "description": "Interface entries by name; the name is yours and appears in plans and reports.",
-            "propertyNames": _text(ENTRY_NAME, 32),
-            "additionalProperties": {"$ref": "#/$defs/entry"},
-            "maxProperties": 64,
-        },
-    },
-    "required": ["nictune"],
-    "additionalProperties": False,
-    "$defs": {"entry": _ENTRY, "sysctl_value": _SYSCTL_VALUE},
-}
+
+SCHEMA: Dict[str, Any] = build()
 
 
 def schema_json() -> str:

@@ -1,19 +1,14 @@
-"""Every knob family, in the order an apply writes them.
+"""Every knob family, registered here and nowhere else.
 
-Sysctls and files first; then device settings, channels before rings
-(changing the channel count can reallocate rings on mlx5 and MANA); global
-pause before DCB (mlx5 keeps link pause and PFC in one port register and
-will not run both: pause goes off before PFC comes on, and a rollback,
-which walks this order backwards, turns PFC off before pause comes back);
-DCB before the RoCE files (ECN enables are per priority, and the priority
-a DSCP lands on is set by the DCB map); link MTU and admin state last,
-since an MTU change reopens queues on both drivers and, on mlx5, resizes
-the receive buffers that PFC headroom was computed for.  Expectations
-(expect:) are only read.
+REGISTERED is in the order a reader meets the sections in a profile (and
+in the schema and docs/profile-reference.md).  FAMILIES is the order an
+apply writes them: each family's `position`, whose reason its module gives.
+In short: sysctls and files first; then device settings, channels before
+rings; global pause before DCB, DCB before the RoCE files; link MTU and
+admin state last.  Expectations (expect:) are only read.
 """
 
 from nictune.host.knobs.dcb import DcbFamily
-from nictune.host.knobs.expect import ExpectFamily
 from nictune.host.knobs.ethtool import (
     ChannelsFamily,
     CoalesceFamily,
@@ -21,21 +16,29 @@ from nictune.host.knobs.ethtool import (
     PauseFamily,
     RingsFamily,
 )
+from nictune.host.knobs.expect import ExpectFamily
 from nictune.host.knobs.link import LinkFamily
 from nictune.host.knobs.nccl import NcclFamily
 from nictune.host.knobs.roce import RoceFamily
 from nictune.host.knobs.sysctl import SysctlFamily
 
-FAMILIES = (
-    SysctlFamily,
-    NcclFamily,
+REGISTERED = (
+    LinkFamily,
     FeaturesFamily,
-    ChannelsFamily,
     RingsFamily,
+    ChannelsFamily,
     CoalesceFamily,
     PauseFamily,
-    DcbFamily,
+    SysctlFamily,
     RoceFamily,
-    LinkFamily,
-    ExpectFamily,  # read-only: health expectations, never written
+    DcbFamily,
+    NcclFamily,
+    ExpectFamily,
 )
+
+FAMILIES = tuple(sorted(REGISTERED, key=lambda family: family.position))
+
+
+def family_named(name: str):
+    """The family class whose keys carry `name`, or None."""
+    return next((f for f in REGISTERED if f.name == name), None)

@@ -1,14 +1,54 @@
 """The one abstraction for a setting: a knob family.
 
-A family turns a profile section into Keys for this host (expand), reads the
-current values in one batch (read), says whether the device can take a value
-(check), and writes (apply).  Diff, verify, journal and rollback are written
-once, in the engine, over what families return.
+A family is one module that says everything about one kind of setting:
+
+- what it is: `name` (Key.family, and the word plans show), `position`
+  (where it is written in an apply), the profile `sections` and
+  `host_sections` it owns, its `settings` (the profile paths of the values
+  it takes, relative to an interface entry or to `host:`), and `schema()`,
+  the JSON Schema of those sections;
+- what each NIC class can take of it: `nic_support()`, drawn from the
+  drivers' sources (nicclass.py);
+- how to handle it on a host, in phases the engine runs in this order:
+
+    expand  profile section -> [Desired]          once per entry and target
+    read    [Key] -> {Key: value | Unsupported}   one batch per family
+    check   why the device cannot take a value    after read, never writes
+    note    what a reviewer should know           after read, never writes
+    apply   [(Key, value)] -> the host            only in apply
+    revert  [(Key, before)] -> the host           only in rollback/restore
+    show    target -> profile sections            only in show
+
+Diff, verify, journal and rollback are written once, in the engine, over
+what families return.  Adding a family that needs no new kernel message is
+this module's subclass, its tests, and one line in knobs/__init__.py.
+
+State.  The engine makes new family instances for every command, so a
+family may keep what one phase learns (device limits from read, a resolved
+value or the wanted whole vector from expand) in instance attributes for
+the later phases of the same command; it never carries anything from one
+command to the next.  A read replaces what an earlier read of the same
+command left: apply reads again after writing.
+
+What each phase may raise:
+- expand: InvalidInput for a value that must not reach the system (the
+  whole command is refused: the request is at fault, not the host).
+  Something this host cannot resolve is not an error here: make read()
+  answer Unsupported(reason) for that key, so on_unsupported decides.
+- read: OSError (NetlinkError is one), ValueError (kernel text that does
+  not parse) or a NictuneError: the engine then reads every key of the
+  family as Unsupported("cannot read <family>: ...") and goes on with the
+  others.  InvalidInput still refuses the whole command.
+- check, note, nic_support: nothing; they answer from what read saw.
+- apply, revert: OSError, ValueError or NictuneError for a refusal.  The
+  engine then restores every key it touched; success is decided by reading
+  back, never by apply returning.
+- show: like read.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Any, Callable, ClassVar, Dict, Optional, Tuple
 
 from nictune.host.machine import Host
 from nictune.host.model import Desired, Key, Want
@@ -18,24 +58,52 @@ SourceOf = Callable[..., str]
 
 
 class Family:
-    name = ""            # Key.family
-    sections: tuple = ()       # keys of an interfaces entry this family owns
-    host_sections: tuple = ()  # keys of the host: section this family owns
-    read_only = False          # facts to check (expect:), never written
+    name: ClassVar[str] = ""
+    # Apply order, low first; a rollback walks it backwards.  position_note
+    # says why the family sits there (docs/profile-reference.md lists them).
+    position: ClassVar[int] = 0
+    position_note: ClassVar[str] = ""
+    sections: ClassVar[Tuple[str, ...]] = ()       # keys of an interfaces entry this family owns
+    host_sections: ClassVar[Tuple[str, ...]] = ()  # keys of the host: section this family owns
+    # Profile paths of the values this family takes, dotted, relative to an
+    # entry or to host: ("rings.rx", "roce.ets.tc_bw").  A path that names
+    # a mapping of free-form keys (features, sysctl) stands for all of them.
+    settings: ClassVar[Tuple[str, ...]] = ()
+    read_only: ClassVar[bool] = False  # facts to check (expect:), never written
 
     def __init__(self, host: Host):
         self.host = host
 
-    def driver_of(self, ifname: str) -> Optional[str]:
-        """The driver of interface `ifname` (ethtool -i), or None."""
-        return next((i.driver for i in self.host.interfaces() if i.name == ifname), None)
+    # -- what the family is (no host needed) ---------------------------------
+    @classmethod
+    def schema(cls, s: Any) -> Dict[str, Dict[str, dict]]:
+        """{"entry": {section: node}, "host": {section: node}}: the JSON Schema
+        of the sections this family owns, built with `s`, the schema kit of
+        profile/schema.py (so that the host side never imports it).  Two
+        families may share a section that is a mapping (dcb and roce share
+        roce:); their properties are merged."""
+        return {}
 
-    # -- profile -> keys ---------------------------------------------------
+    @classmethod
+    def nic_support(cls, driver: str, setting: str) -> Optional[str]:
+        """What the NIC class with this driver makes of `setting` (a path of
+        `settings`): None when it takes it as the kernel documents (or the
+        kernel decides), else a short note, a limit ("up to 9000") or "not
+        supported by <driver>: why".  The profile reference is built from
+        it, from the same tables (nicclass.py) that check() and read() use."""
+        return None
+
+    @classmethod
+    def label(cls, target: str, name: str) -> str:
+        """How plans name the key (target, name): as the profile spells it."""
+        return name
+
+    # -- profile -> keys -------------------------------------------------------
     def expand(self, target: str, sections: dict, source: SourceOf) -> list:
         """Default: each owned section is a mapping of setting name -> value."""
         out = []
-        for section, settings in sections.items():
-            for name, raw in settings.items():
+        for section, values in sections.items():
+            for name, raw in values.items():
                 out.append(Desired(Key(self.name, target, self.key_name(name)),
                                    Want.parse(raw), source(section, name)))
         return out
@@ -43,7 +111,11 @@ class Family:
     def key_name(self, name: str) -> str:
         return name
 
-    # -- host -> values ----------------------------------------------------
+    def driver_of(self, ifname: str) -> Optional[str]:
+        """The driver of interface `ifname` (ethtool -i), or None."""
+        return next((i.driver for i in self.host.interfaces() if i.name == ifname), None)
+
+    # -- host -> values ----------------------------------------------------------
     def read(self, keys: list) -> dict:
         """Current value (or Unsupported) of every key, in one batch."""
         raise NotImplementedError
@@ -62,9 +134,9 @@ class Family:
         """Something a reviewer should know about this key, shown in plans."""
         return ""
 
+    # -- values -> host ----------------------------------------------------------
     def apply(self, items: list) -> None:
-        """Write [(key, value)]; raise on refusal.  Success is decided by
-        reading back, never by this returning."""
+        """Write [(key, value)]."""
         raise NotImplementedError
 
     def revert(self, items: list) -> None:
@@ -72,7 +144,7 @@ class Family:
         settings override this; plain ones just write the old values."""
         self.apply(items)
 
-    # -- host -> profile (nictune show) ----------------------------------
+    # -- host -> profile (nictune show) ------------------------------------------
     def show(self, target: str) -> dict:
         """Current values of this family on `target`, as profile sections."""
         return {}
@@ -83,4 +155,3 @@ def group_by_target(items: list) -> dict:
     for key, value in items:
         grouped.setdefault(key.target, {})[key.name] = value
     return grouped
-

@@ -21,6 +21,7 @@ from nictune.host import nicclass
 from nictune.host.knobs.base import Family, group_by_target
 from nictune.host.model import Desired, Key, Unsupported, Want
 from nictune.host.netlink.errors import NetlinkError
+from nictune.host.validate import DSCP
 
 PRIOS = 8
 SEL_DSCP = 5
@@ -49,7 +50,32 @@ def _tsa_name(code: int) -> str:
 
 class DcbFamily(Family):
     name = "dcb"
+    position = 80
+    position_note = "after pause (see pause), before the RoCE files (see roce)"
     sections = ("roce",)
+    settings = ("roce.trust", "roce.dscp_map", "roce.pfc",
+                "roce.ets.prio_tc", "roce.ets.tc_bw", "roce.ets.tc_tsa")
+
+    @classmethod
+    def schema(cls, s):
+        ets = s.section("ETS scheduling (dcb ets / mlnx_qos --prio_tc --tcbw --tsa).", {
+            "prio_tc": s.vector(s.integer(0, 7), "Priority -> traffic class (0-7)."),
+            "tc_bw": s.vector(s.integer(0, 100), "Bandwidth percent per traffic class; the ETS classes sum to 100."),
+            "tc_tsa": s.vector({"enum": ["ets", "strict", "vendor"]}, "Scheduler per traffic class: ets, strict or vendor."),
+        }, minProperties=1)
+        # Shares roce: with RoceFamily, which describes the section.
+        return {"entry": {"roce": {"type": "object", "additionalProperties": False, "properties": {
+            "trust": {"enum": ["dscp", "pcp"], "description": "Which header field picks the priority: DSCP or 802.1p PCP."},
+            "dscp_map": s.mapping(
+                "DSCP (0-63) -> priority (0-7), written as DCB APP entries (selector 5); the exact set of DSCP entries.",
+                s.text(DSCP, 2), s.integer(0, 7), 64),
+            "pfc": s.prio_list("Priorities with PFC on; every other priority off."),
+            "ets": ets,
+        }}}}
+
+    @classmethod
+    def nic_support(cls, driver, setting):
+        return nicclass.dcb_unsupported(driver, setting[len("roce."):])
 
     def __init__(self, host):
         super().__init__(host)

@@ -16,6 +16,8 @@ from nictune.host.knobs.base import Family, group_by_target
 from nictune.host.model import Unsupported
 from nictune.host.validate import FEATURE_NAME, check
 
+RING_MAX = 1048576  # KMALLOC_MAX_SIZE-bound in every driver; the device's own maximum is checked too
+
 # ethtool's own aliases (its off_flag_def table).  One-bit aliases are
 # normalised to the kernel name; several-bit aliases stay as written and
 # stand for every bit their pattern matches on the device.
@@ -43,7 +45,17 @@ class ApplyRefused(RuntimeError):
 
 class FeaturesFamily(Family):
     name = "features"
+    position = 30
+    position_note = ("the first device setting: an offload change that reopens the queues "
+                     "(mlx5 LRO) happens before their counts and sizes are set")
     sections = ("features",)
+    settings = ("features",)
+
+    @classmethod
+    def schema(cls, s):
+        return {"entry": {"features": s.mapping(
+            "Offload features as ethtool -K names them, each on (true) or off (false).",
+            s.text(FEATURE_NAME, 64), {"type": "boolean"}, 256)}}
 
     def __init__(self, host):
         super().__init__(host)
@@ -113,10 +125,21 @@ class FeaturesFamily(Family):
 
 
 class EthtoolParamsFamily(Family):
-    """One of rings / channels / coalesce / pause."""
+    """One of rings / channels / coalesce / pause: a section of the same name
+    whose keys are ethtool's CLI names."""
 
-    settings: tuple = ()   # profile names, which are ethtool's CLI names
+    names: tuple = ()      # the section's keys: ethtool's CLI names
     has_max = False        # device reports "<name>-max" limits
+    what = ""              # the section's description
+
+    @classmethod
+    def _value_schema(cls, s, name: str) -> dict:
+        raise NotImplementedError
+
+    @classmethod
+    def schema(cls, s):
+        return {"entry": {cls.name: s.section(
+            cls.what, {k: cls._value_schema(s, k) for k in cls.names})}}
 
     def __init__(self, host):
         super().__init__(host)
@@ -144,8 +167,8 @@ class EthtoolParamsFamily(Family):
 
     def check(self, key, want) -> Optional[str]:
         limit = self._devices.get(key.target, {}).get(f"{key.name}-max")
-        if self.has_max and limit is not None and want.target() > limit:
-            return f"{self.name} {key.name} {want.target()} is above the device maximum {limit}"
+        if self.has_max and limit is not None and want.value > limit:
+            return f"{self.name} {key.name} {want.value} is above the device maximum {limit}"
         return None
 
     def apply(self, items):
@@ -158,14 +181,33 @@ class EthtoolParamsFamily(Family):
         dev = self._shown.get(target)
         if not dev:
             return {}
-        return {self.name: {k: dev[k] for k in self.settings if k in dev}}
+        return {self.name: {k: dev[k] for k in self.names if k in dev}}
 
 
 class RingsFamily(EthtoolParamsFamily):
     name = "rings"
+    position = 50
+    position_note = "after channels: a channel count change can reallocate the rings on mlx5 and MANA"
     sections = ("rings",)
-    settings = ("rx", "rx-mini", "rx-jumbo", "tx")
+    names = ("rx", "rx-mini", "rx-jumbo", "tx")
+    settings = tuple(f"rings.{k}" for k in names)
     has_max = True
+    what = "Ring sizes (ethtool -G)."
+
+    @classmethod
+    def _value_schema(cls, s, name):
+        return s.wanted(1, RING_MAX, f"{name} ring size.")
+
+    @classmethod
+    def nic_support(cls, driver, setting):
+        nic = nicclass.for_driver(driver)
+        limits = nic.rings.get(setting.split(".", 1)[1]) if nic else None
+        if nic is None or not nic.rings:
+            return None
+        if limits is None:
+            return "not supported: the driver has no such ring"
+        rounding = ", rounded up to a power of two" if nic.rings_round_up_pow2 else ""
+        return f"{limits[0]} to {limits[1]}{rounding}"
 
     def _dump(self):
         return self.host.ethtool().rings()
@@ -189,9 +231,25 @@ class RingsFamily(EthtoolParamsFamily):
 
 class ChannelsFamily(EthtoolParamsFamily):
     name = "channels"
+    position = 40
+    position_note = "before rings (see rings)"
     sections = ("channels",)
-    settings = ("rx", "tx", "other", "combined")
+    names = ("rx", "tx", "other", "combined")
+    settings = tuple(f"channels.{k}" for k in names)
     has_max = True
+    what = "Queue counts (ethtool -L)."
+
+    @classmethod
+    def _value_schema(cls, s, name):
+        return s.wanted(0, 65535, f"Number of {name} channels.")
+
+    @classmethod
+    def nic_support(cls, driver, setting):
+        nic = nicclass.for_driver(driver)
+        kind = setting.split(".", 1)[1]
+        if nic is None or kind in nic.channels:
+            return None
+        return f"not supported: {' and '.join(nic.channels)} channels only"
 
     def _dump(self):
         return self.host.ethtool().channels()
@@ -202,10 +260,18 @@ class ChannelsFamily(EthtoolParamsFamily):
 
 class CoalesceFamily(EthtoolParamsFamily):
     name = "coalesce"
+    position = 60
+    position_note = "after the queues are sized; no other setting depends on it"
     sections = ("coalesce",)
-    settings = ("adaptive-rx", "adaptive-tx", "cqe-mode-rx", "cqe-mode-tx",
-                "rx-usecs", "rx-frames", "rx-usecs-irq", "rx-frames-irq",
-                "tx-usecs", "tx-frames", "tx-usecs-irq", "tx-frames-irq")
+    flags = ("adaptive-rx", "adaptive-tx", "cqe-mode-rx", "cqe-mode-tx")
+    names = flags + ("rx-usecs", "rx-frames", "rx-usecs-irq", "rx-frames-irq",
+                     "tx-usecs", "tx-frames", "tx-usecs-irq", "tx-frames-irq")
+    settings = tuple(f"coalesce.{k}" for k in names)
+    what = "Interrupt coalescing (ethtool -C)."
+
+    @classmethod
+    def _value_schema(cls, s, name):
+        return {"type": "boolean"} if name in cls.flags else s.wanted(0, s.U32, f"{name}.")
 
     def _dump(self):
         return self.host.ethtool().coalesce()
@@ -216,8 +282,18 @@ class CoalesceFamily(EthtoolParamsFamily):
 
 class PauseFamily(EthtoolParamsFamily):
     name = "pause"
+    position = 70
+    position_note = ("before dcb: mlx5 keeps link pause and PFC in one port register and will "
+                     "not run both, so pause goes off before PFC comes on (and a rollback, "
+                     "walking backwards, turns PFC off before pause comes back)")
     sections = ("pause",)
-    settings = ("autoneg", "rx", "tx")
+    names = ("autoneg", "rx", "tx")
+    settings = tuple(f"pause.{k}" for k in names)
+    what = "Pause frames (ethtool -A)."
+
+    @classmethod
+    def schema(cls, s):
+        return {"entry": {"pause": s.flags(list(cls.names), cls.what)}}
 
     def _dump(self):
         return self.host.ethtool().pause()

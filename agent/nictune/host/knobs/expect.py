@@ -22,7 +22,7 @@ from typing import Optional, Tuple
 from nictune.host.health import Health
 from nictune.host.knobs.base import Family
 from nictune.host.model import Desired, Key, Want
-from nictune.host.validate import COUNTER_NAME, VERSION_WANT, check
+from nictune.host.validate import COUNTER_NAME, DRIVER, VERSION_WANT, check
 
 FACTS = ("driver", "firmware", "link_speed_mbps", "pcie_width", "pcie_speed_gts")
 COUNTER_PREFIX = "counters."
@@ -59,8 +59,27 @@ def version_met(wanted: str, actual: Optional[str]) -> bool:
 
 class ExpectFamily(Family):
     name = "expect"
+    position = 110
+    position_note = "never written: read after everything else"
     sections = ("expect",)
+    settings = tuple(f"expect.{fact}" for fact in FACTS) + ("expect.counters",)
     read_only = True  # the engine reports unmet keys as drift, never writes them
+
+    @classmethod
+    def schema(cls, s):
+        return {"entry": {"expect": s.section(
+            "Health facts the interface must show. nictune only reads them: an unmet "
+            "expectation is reported as drift, never written.", {
+                "driver": s.text(DRIVER, 32, "Kernel driver name (ethtool -i)."),
+                "firmware": s.text(VERSION_WANT, 80, "Firmware version (ethtool -i), compared numerically per dotted part."),
+                "link_speed_mbps": s.wanted(1, s.U32, "Link speed in Mb/s (/sys/class/net/X/speed)."),
+                "pcie_width": s.wanted(1, 32, "PCIe link width in lanes, as the device trained."),
+                "pcie_speed_gts": {"enum": [2.5, 5, 8, 16, 32, 64],
+                                   "description": "PCIe link speed in GT/s, as the device trained (32 = Gen5)."},
+                "counters": s.mapping(
+                    "Counters (ethtool -S, RDMA hw_counters), each with the value or bound it must meet.",
+                    s.text(COUNTER_NAME, 64), s.wanted(0, s.U64_MAX, "Counter value."), 64),
+            }, minProperties=1)}}
 
     def __init__(self, host):
         super().__init__(host)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from nictune.host import nicclass
 from nictune.host.knobs.base import Family, group_by_target
 from nictune.host.model import Desired, Key, Unsupported, Want
 
@@ -12,7 +13,27 @@ _ATTR = {"mtu": "mtu", "txqueuelen": "txqlen"}
 
 class LinkFamily(Family):
     name = "link"
+    position = 100
+    position_note = ("last: an MTU change reopens the queues on both drivers and, on mlx5, "
+                     "resizes the receive buffers that PFC headroom was computed for; a link "
+                     "brought up comes up with everything else in place")
     sections = ("mtu", "txqueuelen", "state")
+    settings = sections
+
+    @classmethod
+    def schema(cls, s):
+        return {"entry": {
+            "mtu": s.wanted(68, 65535, "MTU in bytes."),
+            "txqueuelen": s.wanted(0, s.U32, "Transmit queue length in packets."),
+            "state": {"enum": ["up", "down"], "description": "Administrative link state."},
+        }}
+
+    @classmethod
+    def nic_support(cls, driver, setting):
+        nic = nicclass.for_driver(driver)
+        if setting == "mtu" and nic is not None and nic.max_mtu:
+            return f"up to {nic.max_mtu}"
+        return None
 
     def __init__(self, host):
         super().__init__(host)
@@ -44,7 +65,7 @@ class LinkFamily(Family):
         if key.name != "mtu" or link is None:
             return None
         lo, hi = link.min_mtu, link.max_mtu  # 0 or None: the device sets no bound
-        value = want.target()
+        value = want.value
         if hi and value > hi:
             return f"MTU {value} is above the device maximum {hi}"
         if lo and value < lo:

@@ -6,8 +6,10 @@ the file is rendered exactly, written atomically, and compared as text.
 NCCL_IB_HCA: auto and NCCL_IB_GID_INDEX: auto are resolved here, on the
 host, from its GID tables (nictune.host.rdma): the RoCE ports whose netdev is up
 and has a RoCE v2 IPv4 GID, and the one GID index they share.  A plan shows
-what they resolved to.  Names in NCCL_IB_HCA and NCCL_SOCKET_IFNAME that
-match nothing on the host are reported before anything is written.
+what they resolved to; an `auto` this host cannot resolve makes the file's
+key unsupported here, with the reason, and on_unsupported decides.  Names
+in NCCL_IB_HCA and NCCL_SOCKET_IFNAME that match nothing on the host are
+reported before anything is written.
 """
 
 from __future__ import annotations
@@ -17,11 +19,11 @@ import re
 from typing import Optional
 
 from nictune.host import rdma
-from nictune.host.errors import NictuneError
+from nictune.host.errors import UNSUPPORTED, NictuneError
 from nictune.host.files import write_atomic
 from nictune.host.knobs.base import Family
 from nictune.host.model import HOST, Desired, Key, Unsupported, Want
-from nictune.host.validate import NCCL_NAME, NCCL_VALUE, check, check_path
+from nictune.host.validate import ABS_PATH, NCCL_NAME, NCCL_VALUE, NOT_NORMALISED, check, check_path
 
 DEFAULT_PATH = "/etc/nccl.conf"
 HEADER = "# Managed by nictune: edit the profile, not this file.\n"
@@ -53,7 +55,7 @@ AUTO = "auto"
 class AutoUnresolved(NictuneError):
     """An `auto` NCCL value this host cannot resolve."""
 
-    kind = "unsupported"
+    kind = UNSUPPORTED
 
 
 def _natural(text: str) -> list:
@@ -104,8 +106,15 @@ def resolve_auto(host, env: dict) -> tuple:
     return resolved, note
 
 
-def _nccl_list(value: str) -> tuple:
-    """NCCL's list syntax: ([names], exclude, exact)."""
+# One NCCL_IB_HCA item: device[:port[:rail[:plane]]] (NCCL's src/misc/param.cc
+# and src/transport/net_ib.cc parse it; ncclIbMatchIfList compares names).
+HCA_ITEM = r"[A-Za-z0-9_.-]{1,64}(:[0-9]{1,3}){0,3}"
+
+
+def nccl_list(value: str) -> tuple:
+    """NCCL's list syntax (NCCL_IB_HCA, NCCL_SOCKET_IFNAME): an optional '^'
+    (exclude), an optional '=' (exact names, not prefixes), then names
+    joined by commas.  Returns ([names], exclude, exact)."""
     exclude = value.startswith("^")
     value = value[1:] if exclude else value
     exact = value.startswith("=")
@@ -119,20 +128,49 @@ def _matches(name: str, candidates: list, exact: bool) -> bool:
 
 class NcclFamily(Family):
     name = "nccl"
+    position = 20
+    position_note = "with the sysctls, before any device setting: a file cannot cut the management path"
     host_sections = ("nccl",)
+    settings = ("nccl.path", "nccl.env", "nccl.env.NCCL_IB_GID_INDEX", "nccl.env.NCCL_IB_HCA")
+
+    @classmethod
+    def schema(cls, s):
+        env = s.mapping("NCCL variables; true and false are written as 1 and 0.",
+                        s.text(NCCL_NAME, 69),
+                        {"anyOf": [s.text(NCCL_VALUE, 900), {"type": "integer"}, {"type": "boolean"}]},
+                        128)
+        env["properties"] = {
+            "NCCL_IB_GID_INDEX": {
+                "anyOf": [{"const": AUTO}, s.integer(-1, 255)],
+                "description": "GID index; auto: the RoCE v2 IPv4 GID index of this host's RoCE ports, resolved on the host.",
+            },
+            "NCCL_IB_HCA": {
+                "anyOf": [{"const": AUTO}, s.text(NCCL_VALUE, 900)],
+                "description": "HCA list; auto: =dev:port of this host's RoCE ports that are up with an IPv4 GID.",
+            },
+        }
+        path = {**s.text(ABS_PATH, 256, f"Where to write it (default {DEFAULT_PATH})."),
+                "not": {"pattern": NOT_NORMALISED}}
+        return {"host": {"nccl": s.section("The NCCL configuration file.", {"path": path, "env": env})}}
 
     def __init__(self, host):
         super().__init__(host)
         self._notes: dict = {}
+        self._unresolved: dict = {}  # key -> why its `auto` values have no answer here
 
     def expand(self, target, sections, source):
         section = sections.get("nccl")
         if not section:
             return []
         path = check_path(section.get("path", DEFAULT_PATH), "NCCL config path")
-        env, note = resolve_auto(self.host, section.get("env", {}))
         key = Key(self.name, HOST, path)
-        self._notes[key] = note
+        env = section.get("env", {})
+        try:
+            env, self._notes[key] = resolve_auto(self.host, env)
+        except AutoUnresolved as e:
+            # The file as asked for, `auto` and all: read() answers
+            # Unsupported for it, so on_unsupported decides, as for any key.
+            self._unresolved[key] = e.message
         return [Desired(key, Want(render(env)), source("nccl"))]
 
     def check(self, key, want) -> Optional[str]:
@@ -142,7 +180,7 @@ class NcclFamily(Family):
         # Without /sys/class/infiniband the RDMA stack is not loaded (yet):
         # absence of a device then proves nothing.
         if hca and os.path.isdir(self.host.path(rdma.IB_CLASS)):
-            names, exclude, exact = _nccl_list(hca)
+            names, exclude, exact = nccl_list(hca)
             devices = rdma.devices(self.host)
             missing = [n for n in names if not _matches(n.split(":")[0], devices, exact)]
             if missing and not exclude:
@@ -150,7 +188,7 @@ class NcclFamily(Family):
                                 f"have (RDMA devices here: {', '.join(devices) or 'none'})")
         ifname = env.get("NCCL_SOCKET_IFNAME")
         if ifname:
-            names, exclude, exact = _nccl_list(ifname)
+            names, exclude, exact = nccl_list(ifname)
             here = [i.name for i in self.host.interfaces()]
             missing = [n for n in names if not _matches(n, here, exact)]
             if missing and not exclude:
@@ -167,6 +205,9 @@ class NcclFamily(Family):
     def read(self, keys):
         out = {}
         for key in keys:
+            if key in self._unresolved:
+                out[key] = Unsupported(self._unresolved[key])
+                continue
             path = self._file(key)
             try:
                 with open(path) as f:

@@ -15,12 +15,11 @@ the driver exposes.
 from __future__ import annotations
 
 import os
-import re
 
 from nictune.host import nicclass, rdma
 from nictune.host.knobs.base import Family
 from nictune.host.model import Desired, Key, Unsupported, Want
-from nictune.host.validate import InvalidInput
+from nictune.host.validate import ECN_PARAM, IBDEV, check
 
 PRIOS = 8
 MODES = {"v1": rdma.ROCE_V1, "v2": rdma.ROCE_V2}
@@ -28,18 +27,55 @@ MODE_NAMES = {v: k for k, v in MODES.items()}
 CM_FILES = {"mode": "default_roce_mode", "tos": "default_roce_tos"}
 # ecn.<name> -> (directory, file) under /sys/class/net/<if>/ecn
 ECN_FILES = {"cnp_dscp": ("roce_np", "cnp_dscp"), "cnp_prio": ("roce_np", "cnp_802p_prio")}
-ECN_PARAM = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 
 def check_param(name: object) -> str:
-    if not isinstance(name, str) or not ECN_PARAM.fullmatch(name):
-        raise InvalidInput(f"invalid ECN parameter name: {name!r}")
-    return name
+    return check(ECN_PARAM, name, "ECN parameter name")
 
 
 class RoceFamily(Family):
     name = "roce"
+    position = 90
+    position_note = ("after dcb: ECN enables are per priority, and the priority a DSCP lands on "
+                     "is set by the DCB map")
     sections = ("roce",)
+    settings = ("roce.rdma_device", "roce.mode", "roce.tos", "roce.ecn.np", "roce.ecn.rp",
+                "roce.ecn.cnp_dscp", "roce.ecn.cnp_prio", "roce.ecn.params")
+
+    @classmethod
+    def schema(cls, s):
+        ecn = s.section(
+            "ECN/DCQCN, where the driver exposes /sys/class/net/<if>/ecn (MLNX_OFED/DOCA-OFED).", {
+                "np": s.prio_list("Priorities where the NIC is ECN notification point (sends CNPs)."),
+                "rp": s.prio_list("Priorities where the NIC is reaction point (DCQCN rate control)."),
+                "cnp_dscp": {**s.integer(0, 63), "description": "DSCP of CNPs (0-63)."},
+                "cnp_prio": {**s.integer(0, 7), "description": "802.1p priority of CNPs (0-7)."},
+                "params": s.mapping(
+                    "Other DCQCN parameters, by the names the driver exposes, such as rpg_ai_rate.",
+                    s.text(ECN_PARAM, 64),
+                    {"anyOf": [s.integer(0, s.U32), s.bound(s.integer(0, s.U32))]}, 64),
+            })
+        return {"entry": {"roce": s.section(
+            "RoCE v2 QoS and RDMA-CM defaults of the interface's RDMA device.", {
+                "rdma_device": {
+                    "anyOf": [{"const": "auto"}, s.text(IBDEV, 64)],
+                    "description": "The RDMA device: auto (the device whose port carries this interface) or a name such as mlx5_0.",
+                },
+                "mode": {"enum": list(MODES), "description": "RDMA-CM default RoCE mode (configfs default_roce_mode)."},
+                "tos": {**s.integer(0, 255), "description": "RDMA-CM default ToS byte (configfs default_roce_tos); DSCP = tos >> 2."},
+                "ecn": ecn,
+            }, title="RoCE settings")}}
+
+    @classmethod
+    def nic_support(cls, driver, setting):
+        nic = nicclass.for_driver(driver)
+        if nic is None:
+            return None
+        if setting.startswith("roce.ecn."):
+            return "needs /sys/class/net/<if>/ecn, and " + nic.why_not["ecn"]
+        if setting in ("roce.mode", "roce.tos") and nic.roce_ports:
+            return "RoCE v2 on port " + ", ".join(str(p) for p in nic.roce_ports) + " only"
+        return None
 
     def __init__(self, host):
         super().__init__(host)

@@ -15,7 +15,12 @@ from nictune.host.knobs.base import Family
 from nictune.host.model import HOST, Desired, Key, Unsupported, Want
 from nictune.host.validate import IF_SYSCTL_KEY, SYSCTL_KEY, SYSCTL_VALUE, check
 
-# Keys the kernel keeps in init_net only (surfaces.md §4, kernel 6.18).
+_VALUE = "sysctl_value"  # the schema node both sections share
+
+# Keys the kernel keeps in init_net only: net/core/sysctl_net_core.c
+# (netns_core_table holds the per-namespace ones; the rest of net_core_table
+# is global), net/ipv4/sysctl_net_ipv4.c (tcp_mem, udp_mem) and
+# net/core/neighbour.c (gc_thresh*), as of kernel 6.18.
 GLOBAL_SYSCTLS = frozenset({
     "net.core.rmem_max", "net.core.wmem_max", "net.core.rmem_default", "net.core.wmem_default",
     "net.core.netdev_max_backlog", "net.core.netdev_budget", "net.core.netdev_budget_usecs",
@@ -51,8 +56,39 @@ def normalise(value):
 
 class SysctlFamily(Family):
     name = "sysctl"
+    position = 10
+    position_note = "first: a sysctl cannot cut the management path"
     sections = ("sysctl",)       # per interface: ipv4.<leaf> / ipv6.<leaf>
     host_sections = ("sysctl",)  # host: full net.* names
+    settings = ("sysctl",)
+
+    @classmethod
+    def schema(cls, s):
+        number = s.integer(s.S64_MIN, s.U64_MAX)
+        value = {"anyOf": [
+            number,
+            s.text(SYSCTL_VALUE, 256),
+            {"type": "array", "items": number, "minItems": 1, "maxItems": 8},
+            s.bound(number),
+        ]}
+        return {
+            "entry": {"sysctl": s.mapping(
+                "Per-interface sysctls, named relative to net.<family>.conf.<interface>, such as ipv4.rp_filter.",
+                s.text(IF_SYSCTL_KEY, 69), s.ref(_VALUE), 128)},
+            "host": {"sysctl": s.mapping(
+                "Host sysctls under net., such as net.ipv4.tcp_ecn.",
+                s.text(SYSCTL_KEY, 128), s.ref(_VALUE), 512)},
+            "defs": {_VALUE: value},
+        }
+
+    @classmethod
+    def label(cls, target, name):
+        if target == HOST:
+            return name
+        # net.ipv4.conf.<if>.arp_ignore is shown as the profile spells it;
+        # interface names may hold dots (VLANs), so split around the target.
+        fam = name.split(".")[1]
+        return f"{fam}." + name[len(f"net.{fam}.conf.{target}."):]
 
     def expand(self, target, sections, source):
         out = []
