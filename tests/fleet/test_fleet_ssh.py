@@ -132,16 +132,18 @@ def test_unknown_host_keys_are_refused_unless_accepted(fleet, profile, tmp_path)
     assert code == 1 and "CHANGED" in message and "ssh-keygen -R" in message
 
 
-def test_an_unconfirmed_remote_apply_is_undone_by_the_host(fleet, profile):
+def test_an_unconfirmed_remote_apply_is_undone_by_the_host(fleet, profile, monkeypatch):
     from nictune.control import fleet as fleetmod
-    from nictune.control.ssh import SshOptions
+    from nictune.control.ssh import SshOptions, SshTarget
     from nictune.inventory import load_inventory
 
     host = fleet.of_kind("sshd")[3]
     run_in(host, ["ip", "link", "set", "rail0", "mtu", "1500"])
     run_in(host, ["ip", "link", "set", "rail1", "mtu", "1500"])
     inventory = load_inventory(fleet.inventory)
-    options = SshOptions(confirm_timeout=1, skip_confirm=True)  # as if the session died
+    # As if the session died before confirming: no "confirm" is ever sent.
+    monkeypatch.setattr(SshTarget, "_confirm", lambda self, chan, lines: "")
+    options = SshOptions(confirm_timeout=1)
     jobs = fleetmod.jobs_for("apply", inventory.select(host.name), fleetmod.Profiles(profile),
                              options)
     [report] = fleetmod.run_jobs("apply", jobs)

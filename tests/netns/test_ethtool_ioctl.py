@@ -23,6 +23,7 @@ from nictune.host.machine import Host
 from nictune.host.netlink import NetlinkError
 from nictune.host.netlink.ethtool import Ethtool
 from nictune.host.netlink.ethtool_ioctl import EthtoolIoctl
+from nsenter import in_netns
 
 AGENT_ROOT = str(Path(__file__).resolve().parents[2] / "agent")
 
@@ -58,7 +59,7 @@ def _cli_current_channels(pair, ifname) -> dict:
 @pytest.mark.netns
 def test_reads_equal_the_netlink_backend(veth_pair):
     ns, dev = veth_pair.ns_a, veth_pair.ifname
-    with Ethtool(ns) as nl, EthtoolIoctl(ns) as io:
+    with in_netns(ns), Ethtool() as nl, EthtoolIoctl() as io:
         assert io.feature_names() == nl.feature_names()
         feats = io.features()
         assert set(feats) == {"lo", dev}  # every device: lo has GFEATURES too
@@ -89,7 +90,7 @@ def test_reads_equal_the_netlink_backend(veth_pair):
 def test_set_features_read_back_by_cli(veth_pair):
     _need_ethtool()
     dev = veth_pair.ifname
-    with EthtoolIoctl(veth_pair.ns_a) as io:
+    with in_netns(veth_pair.ns_a), EthtoolIoctl() as io:
         before = _cli_features(veth_pair, dev)
         for gro in (not before["generic-receive-offload"], before["generic-receive-offload"]):
             assert io.set_features(dev, {"rx-gro": gro}) == {}
@@ -104,7 +105,7 @@ def test_set_features_read_back_by_cli(veth_pair):
 @pytest.mark.netns
 def test_fixed_feature_is_reported_not_applied(veth_pair):
     dev = veth_pair.ifname
-    with EthtoolIoctl(veth_pair.ns_a) as io:
+    with in_netns(veth_pair.ns_a), EthtoolIoctl() as io:
         # SFEATURES answers ETHTOOL_F_UNSUPPORTED; the bits come from a read-back.
         assert io.set_features(dev, {"hw-tc-offload": True, "rx-gro": False}) == {"hw-tc-offload": True}
         active = io.features()[dev].active
@@ -123,7 +124,7 @@ def test_fixed_feature_is_reported_not_applied(veth_pair):
 def test_set_channels_read_back_by_cli(veth_pair):
     _need_ethtool()
     ns, dev = veth_pair.ns_a, veth_pair.ifname
-    with EthtoolIoctl(ns) as io:
+    with in_netns(ns), EthtoolIoctl() as io:
         before = io.channels()[dev]
         io.set_channels(dev, {"rx": 2})
         assert _cli_current_channels(veth_pair, dev) == {"rx": 2, "tx": before["tx"]}  # tx kept
@@ -142,7 +143,7 @@ def test_set_channels_read_back_by_cli(veth_pair):
 @pytest.mark.netns
 def test_errors_match_the_netlink_backend(veth_pair):
     dev = veth_pair.ifname
-    with EthtoolIoctl(veth_pair.ns_a) as io:
+    with in_netns(veth_pair.ns_a), EthtoolIoctl() as io:
         for method, values in (("set_rings", {"rx": 256}), ("set_coalesce", {"rx-usecs": 8}),
                                ("set_pause", {"rx": False})):
             with pytest.raises(NetlinkError) as exc:

@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 from nictune.host.netlink import dcb as nd
+from recorded.tools import dcb_calls as calls
 from recorded.tools import dcb_recorder as rec
-from recorded.tools.dcb_calls import call_for, encode_call
+from recorded.tools.dcb_calls import DCB_CMD_SDCBX, RecordedDcb, call_for, encode_call
 
 pytestmark = pytest.mark.recorded
 
@@ -35,7 +36,7 @@ def _load(path: Path) -> dict:
 
 def _state(name: str) -> nd.DcbState:
     data = _load(rec.RECORDINGS / f"state-{name}.json")
-    return nd.decode_reply(bytes.fromhex(data["ieee_get_reply"]))
+    return calls.decode_reply(bytes.fromhex(data["ieee_get_reply"]))
 
 
 def _explain(ours: bytes, theirs: bytes) -> str:
@@ -48,7 +49,7 @@ def _expected_messages(case: dict, ifname: str) -> list:
     """What nictune sends for the case: the IEEE_GET `dcb` reads first (the
     same request as Dcb.get), then the change."""
     method, arg = call_for(case["nictune"], _state(case["state"]))
-    get = nd.encode_request(nd.DCB_CMD_IEEE_GET, ifname, [])
+    get = calls.encode_request(nd.DCB_CMD_IEEE_GET, ifname, [])
     return [get] * (len(case["sent"]) - 1) + [encode_call(method, arg, ifname)]
 
 
@@ -112,7 +113,7 @@ def test_driver_errors_in_the_set_reply_are_raised(shim, tmp_path):
         **rec.replies_for("mlx5"),
         f"{nd.RTM_SETDCB}-{nd.DCB_CMD_IEEE_SET}.bin": rec.status_reply(nd.DCB_CMD_IEEE_SET, 13, -22),
         f"{nd.RTM_SETDCB}-{nd.DCB_CMD_IEEE_DEL}.bin": rec.status_reply(nd.DCB_CMD_IEEE_DEL, 13, -2),
-        f"{nd.RTM_SETDCB}-{nd.DCB_CMD_SDCBX}.bin": rec.status_reply(nd.DCB_CMD_SDCBX, 14, 1),
+        f"{nd.RTM_SETDCB}-{DCB_CMD_SDCBX}.bin": rec.status_reply(DCB_CMD_SDCBX, 14, 1),
     })
     log = str(tmp_path / "log.hex")
     specs = [
@@ -138,8 +139,8 @@ def test_installed_dcb_still_sends_what_nictune_sends(case, shim, tmp_path):
     fresh = rec.record_case(case, shim, tmp_path)
     ifname = case["argv"][case["argv"].index("dev") + 1]
     # Against the state the recorder crafts now (the stored one may be older).
-    method, arg = call_for(case["nictune"], nd.decode_reply(rec.ieee_get_reply(rec.STATES[case["state"]])))
-    ours = [nd.encode_request(nd.DCB_CMD_IEEE_GET, ifname, [])] * (len(fresh["sent"]) - 1)
+    method, arg = call_for(case["nictune"], calls.decode_reply(rec.ieee_get_reply(rec.STATES[case["state"]])))
+    ours = [calls.encode_request(nd.DCB_CMD_IEEE_GET, ifname, [])] * (len(fresh["sent"]) - 1)
     ours.append(encode_call(method, arg, ifname))
     theirs = [bytes.fromhex(m) for m in fresh["sent"]]
     for mine, sent in zip(ours, theirs):
@@ -184,7 +185,7 @@ def _ets(**change) -> nd.Ets:
 ])
 def test_bad_input_is_refused_before_sending(call):
     with pytest.raises(ValueError):
-        call(nd.Dcb(_NoSocket()))
+        call(RecordedDcb(_NoSocket()))
 
 
 def test_valid_ets_recipes_pass_the_checks():
@@ -196,4 +197,4 @@ def test_valid_ets_recipes_pass_the_checks():
 
 def test_unsupported_command_is_refused():
     with pytest.raises(ValueError):
-        nd.encode_request(99, "eth0", [])
+        calls.encode_request(99, "eth0", [])

@@ -23,6 +23,8 @@ import pytest
 from nictune.host.netlink import dcb as nd
 from nictune.host.netlink.errors import NetlinkError
 from nictune.host.netlink.socket import NETLINK_ROUTE, NetlinkSocket
+from nsenter import in_netns
+from recorded.tools import dcb_calls as calls
 from recorded.tools import dcb_recorder as rec
 
 STATE_FILES = sorted(rec.RECORDINGS.glob("state-*.json"))
@@ -34,7 +36,7 @@ def _load(path):
 
 
 def _decoded(data: dict) -> nd.DcbState:
-    return nd.decode_reply(bytes.fromhex(data["ieee_get_reply"]))
+    return calls.decode_reply(bytes.fromhex(data["ieee_get_reply"]))
 
 
 @pytest.mark.recorded
@@ -76,8 +78,8 @@ def _check_against_dcb_show(state: nd.DcbState, shows: dict) -> None:
         if "pcp_prio" in shows["app"]:
             assert len(shows["app"]["pcp_prio"]) == sum(a.selector == nd.SEL_PCP for a in state.apps)
     if "dcbx" in shows:
-        flags = {"host": nd.DCBX_HOST, "lld_managed": nd.DCBX_LLD_MANAGED, "cee": nd.DCBX_VER_CEE,
-                 "ieee": nd.DCBX_VER_IEEE, "static": nd.DCBX_STATIC}
+        flags = {"host": calls.DCBX_HOST, "lld_managed": calls.DCBX_LLD_MANAGED,
+                 "cee": calls.DCBX_VER_CEE, "ieee": calls.DCBX_VER_IEEE, "static": calls.DCBX_STATIC}
         assert state.dcbx == sum(bit for name, bit in flags.items() if shows["dcbx"].get(name))
     if "apptrust" in shows:
         names = {"dscp": nd.SEL_DSCP, "pcp": nd.SEL_PCP}
@@ -131,7 +133,7 @@ def veth_ns():
 
 @pytest.mark.netns
 def test_kernel_refuses_dcb_on_veth_and_unknown_devices(veth_ns):
-    with NetlinkSocket(NETLINK_ROUTE, veth_ns) as sock:
+    with in_netns(veth_ns), NetlinkSocket(NETLINK_ROUTE) as sock:
         dcb = nd.Dcb(sock)
         with pytest.raises(NetlinkError) as e:
             dcb.get("ntdcb0")

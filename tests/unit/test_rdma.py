@@ -12,6 +12,7 @@ import pytest
 from nictune.host import rdma
 from nictune.host.machine import Host
 from nictune.host.validate import InvalidInput
+from roce_gid import roce_v2_ipv4
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures")
 
@@ -34,9 +35,9 @@ def test_devices_ports_and_gid_table(mlx5_root):
 
 
 def test_roce_v2_ipv4_index(mlx5_root):
-    g = rdma.roce_v2_ipv4(mlx5_root, "mlx5_1", 1, "enp23s0f1np1")
+    g = roce_v2_ipv4(mlx5_root, "mlx5_1", 1, "enp23s0f1np1")
     assert (g.index, g.ipv4) == (3, "198.18.0.5")
-    assert rdma.roce_v2_ipv4(mlx5_root, "mlx5_1", 1, "enp23s0f0np0") is None
+    assert roce_v2_ipv4(mlx5_root, "mlx5_1", 1, "enp23s0f0np0") is None
 
 
 def test_unreadable_entries_are_tolerated(mlx5_root, monkeypatch):
@@ -51,7 +52,7 @@ def test_unreadable_entries_are_tolerated(mlx5_root, monkeypatch):
     monkeypatch.setattr("builtins.open", einval_open)
     table = {g.index: g for g in rdma.gids(mlx5_root, "mlx5_0", 1)}
     assert table[3].type is None
-    assert rdma.roce_v2_ipv4(mlx5_root, "mlx5_0", 1) is None
+    assert roce_v2_ipv4(mlx5_root, "mlx5_0", 1) is None
 
 
 def test_port_of_by_gid_and_by_device(mlx5_root, tmp_path):
@@ -70,7 +71,7 @@ def test_mana_gids_belong_to_the_netvsc_master(tmp_path):
     assert rdma.port_of(host, "eth0") == ("mana_0", 1)
     # The VF has no GIDs; mana_ib sits on an auxiliary device below its PCI function.
     assert rdma.port_of(host, "enP30832p0s0") == ("mana_0", 1)
-    assert rdma.roce_v2_ipv4(host, "mana_0", 1).index == 1
+    assert roce_v2_ipv4(host, "mana_0", 1).index == 1
 
 
 def test_device_names_are_checked(mlx5_root):

@@ -29,6 +29,7 @@ from typing import Dict, List, Optional
 import paramiko
 
 from nictune.control import agentzip
+from nictune.host import errors
 from nictune.host.errors import TransportError
 from nictune.host.journal import DEFAULT_STATE_DIR
 from nictune.host.validate import check_path
@@ -49,8 +50,6 @@ class SshOptions:
     accept_new_host_keys: bool = False
     confirm_timeout: float = 30.0
     ssh_config: Optional[str] = "~/.ssh/config"
-    # Tests and benches only: leave an apply unconfirmed, as a lost session would.
-    skip_confirm: bool = False
 
 
 @dataclass
@@ -412,11 +411,10 @@ class SshTarget:
         if confirm and report.get("ok") and report.get("changed"):
             state = self._confirm(chan, lines)
             if state != "confirmed":
-                report.update(ok=False, exit_code=3, error={
-                    "kind": "rolled-back",
-                    "message": f"the apply was not confirmed ({state or 'no answer'}): the "
-                               "host's watchdog rolls it back "
-                               f"{self.options.confirm_timeout:g} s after it finished"})
+                report.update(ok=False, exit_code=errors.EXIT_ROLLED_BACK, error=errors.error(
+                    errors.ROLLED_BACK,
+                    f"the apply was not confirmed ({state or 'no answer'}): the host's watchdog "
+                    f"rolls it back {self.options.confirm_timeout:g} s after it finished"))
         chan.shutdown_write()
         # Let the agent finish before the session goes: closing first would
         # orphan it away from sshd, still running when the command returns.
@@ -424,8 +422,6 @@ class SshTarget:
         return report
 
     def _confirm(self, chan, lines: _Lines) -> str:
-        if self.options.skip_confirm:
-            return ""
         chan.sendall(b"confirm\n")
         try:
             state = json.loads(lines.readline("confirmation")).get("nictune_confirm", "")

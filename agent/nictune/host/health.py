@@ -82,10 +82,6 @@ class Health:
         self._stats = {}
         self._ports = None
 
-    def all(self) -> Dict[str, dict]:
-        """{ifname: facts} for every interface of the host."""
-        return {iface.name: self.of(iface) for iface in self.host.interfaces()}
-
     def of(self, iface: Interface) -> dict:
         name = iface.name
         facts: dict = {}

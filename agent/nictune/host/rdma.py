@@ -18,27 +18,22 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 from dataclasses import dataclass
 from typing import Dict, Iterator, Optional, Tuple
 
-from nictune.host.validate import InvalidInput
+from nictune.host.validate import IBDEV, check, matches
 
 IB_CLASS = "sys/class/infiniband"
 CM_CONFIGFS = "sys/kernel/config/rdma_cm"
 ROCE_V2 = "RoCE v2"
 ROCE_V1 = "IB/RoCE v1"
-# ib device names: mlx5_0, mana_0, rxe0 ... (the kernel allows more; we
-# refuse anything that could leave the directory or reach a shell).
-IBDEV = r"[A-Za-z0-9_.-]{1,64}"
-_IBDEV = re.compile(IBDEV)
 _ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 
 
 def check_ibdev(name: object) -> str:
-    if not isinstance(name, str) or not _IBDEV.fullmatch(name) or name in (".", ".."):
-        raise InvalidInput(f"invalid RDMA device name: {name!r}")
-    return name
+    """mlx5_0, mana_0, rxe0 ... (the kernel allows more; we refuse anything
+    that could leave the directory or reach a shell)."""
+    return check(IBDEV, name, "RDMA device name")
 
 
 @dataclass(frozen=True)
@@ -81,7 +76,7 @@ def _numbers(path: str) -> list:
 
 def devices(host) -> list:
     try:
-        return sorted(d for d in os.listdir(host.path(IB_CLASS)) if _IBDEV.fullmatch(d))
+        return sorted(d for d in os.listdir(host.path(IB_CLASS)) if matches(IBDEV, d))
     except OSError:
         return []
 
@@ -141,14 +136,6 @@ def port_of(host, ifname: str) -> Optional[tuple]:
             found = ports(host, dev)
             if found:
                 return dev, found[0]
-    return None
-
-
-def roce_v2_ipv4(host, device: str, port: int, ndev: Optional[str] = None) -> Optional[Gid]:
-    """The lowest-index RoCE v2 GID with an IPv4 address (of ndev, if given)."""
-    for g in gids(host, device, port):
-        if g.type == ROCE_V2 and g.ipv4 and (ndev is None or g.ndev == ndev):
-            return g
     return None
 
 

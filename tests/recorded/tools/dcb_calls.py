@@ -1,16 +1,131 @@
 """The nictune side of a recorded case: which Dcb call makes the request
-that `dcb` sent, and with what argument (test helper)."""
+that `dcb` sent, and with what argument (test helper).
+
+Two recorded requests are ones the agent never makes, as no profile key
+sets the APP trust order or the DCBX mode: their encoders live here, and
+RecordedDcb is nictune's Dcb plus set_trust and set_dcbx.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Tuple
+from typing import Any, List, Sequence, Tuple
 
 from nictune.host.netlink import dcb as nd
+from nictune.host.netlink._pyroute2 import nlmsg
+from nictune.host.netlink.errors import NetlinkError
+from nictune.host.netlink.socket import NLM_F_ACK, NLM_F_REQUEST
+from nictune.host.validate import InvalidInput
+
+DCB_CMD_SDCBX = 23
+# DCB_CAP_DCBX_* bits: DcbState.dcbx and the SDCBX mode.
+DCBX_HOST, DCBX_LLD_MANAGED, DCBX_VER_CEE, DCBX_VER_IEEE, DCBX_STATIC = 1, 2, 4, 8, 16
+_DCBX_ALL = DCBX_HOST | DCBX_LLD_MANAGED | DCBX_VER_CEE | DCBX_VER_IEEE | DCBX_STATIC
+
+
+# --- the bytes of a request and the state in a reply (the agent sends and
+# decodes through its socket; the recordings compare these) ----------------
+
+
+def encode_request(
+    cmd: int,
+    ifname: str,
+    attrs: list,
+    seq: int = 0,
+    pid: int = 0,
+    flags: int = NLM_F_REQUEST | NLM_F_ACK,
+) -> bytes:
+    """The bytes of one dcbnl request, as Dcb sends them.
+
+    attrs: the attributes after DCB_ATTR_IFNAME, from ets_attrs(),
+    pfc_attrs() or app_attrs().
+    """
+    if cmd not in nd._MSG_TYPE:
+        raise InvalidInput(f"unsupported DCB command: {cmd!r}")
+    msg = nd._message(cmd, ifname, attrs)
+    msg["header"]["type"] = nd._MSG_TYPE[cmd]
+    msg["header"]["flags"] = flags
+    msg["header"]["sequence_number"] = seq
+    msg["header"]["pid"] = pid
+    msg.encode()
+    return bytes(msg.data)
+
+
+def decode_reply(data: bytes) -> nd.DcbState:
+    """The state in one kernel reply to DCB_CMD_IEEE_GET (a whole message)."""
+    msg = nd.dcbmsg(bytes(data))
+    msg.decode()
+    return nd._state(msg)
+
+
+# --- the requests the agent never makes ----------------------------------------
+
+
+def trust_attrs(selectors: Sequence[int]) -> list:
+    # The selectors and their entry attribute types are the APP table's.
+    entries, seen = [], set()
+    for sel in selectors:
+        if isinstance(sel, bool) or sel not in nd._APP_PROTOCOL_MAX:
+            raise InvalidInput(f"not a DCB APP selector: {sel!r}")
+        if sel in seen:  # the kernel refuses duplicates with EINVAL
+            raise InvalidInput(f"APP trust order names selector {sel} twice")
+        seen.add(sel)
+        entries.append((nd._selector_attr(sel), bytes([sel])))
+    # An empty order is valid: trust nothing.
+    table = ("DCB_ATTR_DCB_APP_TRUST_TABLE", {"attrs": entries})
+    return [("DCB_ATTR_IEEE", {"attrs": [table]})]
+
+
+def dcbx_attrs(mode: int) -> list:
+    nd._int(mode, 0, _DCBX_ALL, "DCBX mode")  # bits above DCBX_STATIC are undefined
+    return [("DCB_ATTR_DCBX", mode)]
+
+
+class dcbx_reply(nlmsg):
+    """The RTM_SETDCB reply to SDCBX: a u8 DCB_ATTR_DCBX, non-zero when the
+    driver refused the mode."""
+
+    fields = nd.dcbmsg.fields
+    nla_map = ((14, "DCB_ATTR_DCBX", "uint8"),)
+
+
+def _sdcbx(ifname: str, mode: int) -> nd.dcbmsg:
+    # SDCBX is not in the agent's command table: build it as Dcb builds the rest.
+    return nd._message(DCB_CMD_SDCBX, ifname, dcbx_attrs(mode))
+
+
+class RecordedDcb(nd.Dcb):
+    """nictune's Dcb plus the two calls only the recordings make."""
+
+    def set_trust(self, ifname: str, selectors: List[int]) -> None:
+        """The APP trust order (kernel 6.3+; drivers with dcbnl_setapptrust)."""
+        self._set(nd.DCB_CMD_IEEE_SET, ifname, trust_attrs(selectors))
+
+    def set_dcbx(self, ifname: str, mode: int) -> None:
+        """DCBX_* bits; mlx5 takes DCBX_HOST | DCBX_VER_IEEE for host-owned."""
+        replies = self._sock.request(_sdcbx(ifname, mode), nd.RTM_SETDCB,
+                                     NLM_F_REQUEST | NLM_F_ACK, {nd.RTM_SETDCB: dcbx_reply})
+        for reply in replies:
+            if reply.get_attr("DCB_ATTR_DCBX"):
+                raise NetlinkError(22, f"the driver refused DCBX mode {mode:#x}")  # EINVAL
+
+
+def _encode_sdcbx(ifname: str, mode: int) -> bytes:
+    """What set_dcbx sends, encoded as encode_request() does (seq, pid 0)."""
+    msg = _sdcbx(ifname, mode)
+    msg["header"]["type"] = nd.RTM_SETDCB
+    msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK
+    msg["header"]["sequence_number"] = 0
+    msg["header"]["pid"] = 0
+    msg.encode()
+    return bytes(msg.data)
+
+
+# --- recorded case -> call --------------------------------------------------------
 
 
 def call_for(spec: dict, state: nd.DcbState) -> Tuple[str, Any]:
-    """(Dcb method name, its argument) for a case's "nictune" entry.
+    """(RecordedDcb method name, its argument) for a case's "nictune" entry.
 
     set_ets / set_pfc start from the device's current ETS / PFC (as
     `dcb ets set` and `dcb pfc set` do) and change only the named fields.
@@ -34,12 +149,13 @@ _ENCODERS = {
     "set_pfc": (nd.DCB_CMD_IEEE_SET, nd.pfc_attrs),
     "add_apps": (nd.DCB_CMD_IEEE_SET, nd.app_attrs),
     "del_apps": (nd.DCB_CMD_IEEE_DEL, nd.app_attrs),
-    "set_trust": (nd.DCB_CMD_IEEE_SET, nd.trust_attrs),
-    "set_dcbx": (nd.DCB_CMD_SDCBX, nd.dcbx_attrs),
+    "set_trust": (nd.DCB_CMD_IEEE_SET, trust_attrs),
 }
 
 
 def encode_call(method: str, arg: Any, ifname: str) -> bytes:
-    """encode_request() for the message the Dcb method sends (seq, pid 0)."""
+    """encode_request() for the message the RecordedDcb method sends (seq, pid 0)."""
+    if method == "set_dcbx":
+        return _encode_sdcbx(ifname, arg)
     cmd, attrs = _ENCODERS[method]
-    return nd.encode_request(cmd, ifname, attrs(arg))
+    return encode_request(cmd, ifname, attrs(arg))

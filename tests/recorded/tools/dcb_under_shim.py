@@ -1,6 +1,6 @@
-"""Runs nictune's Dcb over its real NetlinkSocket inside a process started
-with LD_PRELOAD=nlshim.so, so the shim logs the bytes Dcb sends and answers
-with the crafted kernel replies (test helper).
+"""Runs nictune's Dcb (as RecordedDcb) over its real NetlinkSocket inside a
+process started with LD_PRELOAD=nlshim.so, so the shim logs the bytes Dcb
+sends and answers with the crafted kernel replies (test helper).
 
 stdin: a JSON list of jobs {"log", "replies", "ifname", "spec" | "get": true};
 stdout: a JSON list of results {"state": {...}} / {"ok": true} / {"errno": N}.
@@ -15,7 +15,7 @@ import json
 import os
 import sys
 
-from dcb_calls import call_for
+from dcb_calls import RecordedDcb, call_for
 
 from nictune.host.netlink import dcb as nd
 from nictune.host.netlink.errors import NetlinkError
@@ -40,7 +40,7 @@ def run(job: dict, dcb: nd.Dcb) -> dict:
 def main() -> int:
     jobs = json.load(sys.stdin)
     with NetlinkSocket(NETLINK_ROUTE) as sock:
-        dcb = nd.Dcb(sock)
+        dcb = RecordedDcb(sock)
         json.dump([run(job, dcb) for job in jobs], sys.stdout)
     return 0
 

@@ -22,6 +22,7 @@ from rxe import ipv4_mapped_gid, leftovers, sh, soft_roce, sysfs_gid_table
 from nictune.host import rdma
 from nictune.cli.app import app
 from nictune.host.machine import Host
+from roce_gid import roce_v2_ipv4
 
 
 def expected_gid_index(sr) -> int:
@@ -75,7 +76,7 @@ def test_discovery_matches_sysfs_and_the_rdma_tool(softroce):
     ours = [(g.index, g.gid, g.type, g.ndev) for g in rdma.gids(host, softroce.ibdev, 1)]
     assert ours == sysfs_gid_table(softroce.ibdev)
 
-    gid = rdma.roce_v2_ipv4(host, softroce.ibdev, 1, softroce.ifname)
+    gid = roce_v2_ipv4(host, softroce.ibdev, 1, softroce.ifname)
     assert gid is not None
     assert (gid.index, gid.ipv4, gid.gid) == (
         expected_gid_index(softroce), softroce.address, ipv4_mapped_gid(softroce.address))

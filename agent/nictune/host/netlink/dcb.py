@@ -1,4 +1,5 @@
-"""dcbnl over rtnetlink: ETS, PFC, the APP table, APP trust and DCBX.
+"""dcbnl over rtnetlink: ETS, PFC and the APP table (a read also gives the
+APP trust order and the DCBX mode).
 
 The kernel side is net/dcb/dcbnl.c: requests are RTM_GETDCB / RTM_SETDCB
 with a `struct dcbmsg` header and a DCB_CMD_* command; the device is named
@@ -14,8 +15,7 @@ What the kernel answers (dcb_doit):
   driver has getdcbx -- so one request also gives the DCBX mode.
 - DCB_CMD_IEEE_SET / IEEE_DEL: the driver's error does NOT come back in
   the ACK (that says 0) but as a u8 DCB_ATTR_IEEE in an RTM_SETDCB reply,
-  holding the negative errno; DCB_CMD_SDCBX likewise answers with a u8
-  DCB_ATTR_DCBX that is non-zero when the driver refused the mode.
+  holding the negative errno.
 
 Encodings follow iproute2's `dcb` byte for byte (tests/recorded/dcb):
 whole `struct ieee_ets` / `struct ieee_pfc` blobs in host byte order,
@@ -37,12 +37,11 @@ from nictune.host.netlink.socket import NLM_F_ACK, NLM_F_REQUEST, NetlinkSocket
 from nictune.host.validate import InvalidInput
 
 RTM_GETDCB, RTM_SETDCB = 78, 79
-DCB_CMD_IEEE_SET, DCB_CMD_IEEE_GET, DCB_CMD_SDCBX = 20, 21, 23
+DCB_CMD_IEEE_SET, DCB_CMD_IEEE_GET = 20, 21
 DCB_CMD_IEEE_DEL = 27
 _MSG_TYPE = {
     DCB_CMD_IEEE_SET: RTM_SETDCB,
     DCB_CMD_IEEE_GET: RTM_GETDCB,
-    DCB_CMD_SDCBX: RTM_SETDCB,
     DCB_CMD_IEEE_DEL: RTM_SETDCB,
 }
 
@@ -50,8 +49,6 @@ PRIOS = 8  # IEEE_8021QAZ_MAX_TCS: 8 priorities, 8 traffic classes
 TSA = {"strict": 0, "cbs": 1, "ets": 2, "vendor": 255}
 SEL_ETHERTYPE, SEL_STREAM, SEL_DGRAM, SEL_ANY, SEL_DSCP = 1, 2, 3, 4, 5
 SEL_PCP = 255  # DCB_APP_SEL_PCP, the kernel's pseudo-selector (not IEEE)
-DCBX_HOST, DCBX_LLD_MANAGED, DCBX_VER_CEE, DCBX_VER_IEEE, DCBX_STATIC = 1, 2, 4, 8, 16
-_DCBX_ALL = DCBX_HOST | DCBX_LLD_MANAGED | DCBX_VER_CEE | DCBX_VER_IEEE | DCBX_STATIC
 
 # struct ieee_ets: willing, ets_cap, cbs, then seven u8[8] arrays (59 bytes).
 _ETS = struct.Struct("=3B56B")
@@ -119,7 +116,7 @@ class DcbState:
     apps: List[App] = field(default_factory=list)
     maxrate: Optional[List[int]] = None
     trust: Optional[List[int]] = None  # APP_TRUST_TABLE selectors, in order
-    dcbx: Optional[int] = None
+    dcbx: Optional[int] = None  # DCB_CAP_DCBX_* bits (include/uapi/linux/dcbnl.h)
 
 
 # --- messages -------------------------------------------------------------
@@ -158,10 +155,10 @@ class dcbmsg(nlmsg):
 
 
 class dcb_set_reply(nlmsg):
-    """The RTM_SETDCB reply to IEEE_SET / IEEE_DEL / SDCBX: a u8 status."""
+    """The RTM_SETDCB reply to IEEE_SET / IEEE_DEL: a u8 status."""
 
     fields = dcbmsg.fields
-    nla_map = ((13, "DCB_ATTR_IEEE", "uint8"), (14, "DCB_ATTR_DCBX", "uint8"))
+    nla_map = ((13, "DCB_ATTR_IEEE", "uint8"),)
 
 
 def _message(cmd: int, ifname: str, attrs: list) -> dcbmsg:
@@ -170,30 +167,6 @@ def _message(cmd: int, ifname: str, attrs: list) -> dcbmsg:
     msg["cmd"] = cmd
     msg["attrs"] = [("DCB_ATTR_IFNAME", validate_ifname(ifname)), *attrs]
     return msg
-
-
-def encode_request(
-    cmd: int,
-    ifname: str,
-    attrs: list,
-    seq: int = 0,
-    pid: int = 0,
-    flags: int = NLM_F_REQUEST | NLM_F_ACK,
-) -> bytes:
-    """The bytes of one dcbnl request, as Dcb sends them.
-
-    attrs: the attributes after DCB_ATTR_IFNAME, from ets_attrs(),
-    pfc_attrs(), app_attrs(), trust_attrs() or dcbx_attrs().
-    """
-    if cmd not in _MSG_TYPE:
-        raise InvalidInput(f"unsupported DCB command: {cmd!r}")
-    msg = _message(cmd, ifname, attrs)
-    msg["header"]["type"] = _MSG_TYPE[cmd]
-    msg["header"]["flags"] = flags
-    msg["header"]["sequence_number"] = seq
-    msg["header"]["pid"] = pid
-    msg.encode()
-    return bytes(msg.data)
 
 
 # --- input checks and attribute builders ----------------------------------
@@ -293,25 +266,6 @@ def app_attrs(apps: Sequence[App]) -> list:
     return [("DCB_ATTR_IEEE", {"attrs": [("DCB_ATTR_IEEE_APP_TABLE", {"attrs": entries})]})]
 
 
-def trust_attrs(selectors: Sequence[int]) -> list:
-    entries, seen = [], set()
-    for sel in selectors:
-        if isinstance(sel, bool) or sel not in _APP_PROTOCOL_MAX:
-            raise InvalidInput(f"not a DCB APP selector: {sel!r}")
-        if sel in seen:  # the kernel refuses duplicates with EINVAL
-            raise InvalidInput(f"APP trust order names selector {sel} twice")
-        seen.add(sel)
-        entries.append((_selector_attr(sel), bytes([sel])))
-    # An empty order is valid: trust nothing.
-    table = ("DCB_ATTR_DCB_APP_TRUST_TABLE", {"attrs": entries})
-    return [("DCB_ATTR_IEEE", {"attrs": [table]})]
-
-
-def dcbx_attrs(mode: int) -> list:
-    _int(mode, 0, _DCBX_ALL, "DCBX mode")  # bits above DCBX_STATIC are undefined
-    return [("DCB_ATTR_DCBX", mode)]
-
-
 # --- replies --------------------------------------------------------------
 
 
@@ -355,13 +309,6 @@ def _state(msg: dcbmsg) -> DcbState:
     if trust is not None:
         state.trust = [_blob(a[1], 1, "DCB trust entry")[0] for a in trust["attrs"]]
     return state
-
-
-def decode_reply(data: bytes) -> DcbState:
-    """The state in one kernel reply to DCB_CMD_IEEE_GET (a whole message)."""
-    msg = dcbmsg(bytes(data))
-    msg.decode()
-    return _state(msg)
 
 
 # --- the device API ---------------------------------------------------------
@@ -409,13 +356,3 @@ class Dcb:
         """Deletes entries (each must match selector, priority and protocol)."""
         if apps:
             self._set(DCB_CMD_IEEE_DEL, ifname, app_attrs(apps))
-
-    def set_trust(self, ifname: str, selectors: List[int]) -> None:
-        """The APP trust order (kernel 6.3+; drivers with dcbnl_setapptrust)."""
-        self._set(DCB_CMD_IEEE_SET, ifname, trust_attrs(selectors))
-
-    def set_dcbx(self, ifname: str, mode: int) -> None:
-        """DCBX_* bits; mlx5 takes DCBX_HOST | DCBX_VER_IEEE for host-owned."""
-        for reply in self._send(DCB_CMD_SDCBX, ifname, dcbx_attrs(mode)):
-            if reply.get_attr("DCB_ATTR_DCBX"):
-                raise NetlinkError(22, f"the driver refused DCBX mode {mode:#x}")  # EINVAL

@@ -32,14 +32,14 @@ def _str(raw: bytes) -> str:
     return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
-def drvinfo(ifname: str, netns: str | None = None, sock=None) -> Optional[DrvInfo]:
+def drvinfo(ifname: str, sock=None) -> Optional[DrvInfo]:
     """None when the device has no ethtool driver info (or does not exist).
 
     `sock`: an inet_socket() to reuse when asking about many devices."""
     buf = array.array("B", _DRVINFO.pack(ETHTOOL_GDRVINFO, *([b""] * 6), 0, 0, 0, 0, 0))
     own = sock is None
     if own:
-        sock = inet_socket(netns)
+        sock = inet_socket()
     try:
         siocethtool(sock, ifname, buf)
     except OSError as e:

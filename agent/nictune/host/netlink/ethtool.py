@@ -327,8 +327,8 @@ class Features:
 
 
 class Ethtool:
-    def __init__(self, netns: str | None = None):
-        self._nl = NetlinkSocket(NETLINK_GENERIC, netns)
+    def __init__(self):
+        self._nl = NetlinkSocket(NETLINK_GENERIC)
         try:
             self._family = self._resolve_family()
         except BaseException:

@@ -40,7 +40,6 @@ from nictune.host.netlink.errors import NetlinkError
 from nictune.host.netlink.ethtool import ETH_SS_FEATURES, Features
 from nictune.host.netlink.ioctl import inet_socket, siocethtool, string_set
 from nictune.host.netlink.names import param_value, validate_features
-from nictune.host.netlink.netns import in_netns
 
 ETHTOOL_GCOALESCE, ETHTOOL_SCOALESCE = 0x0E, 0x0F
 ETHTOOL_GRINGPARAM, ETHTOOL_SRINGPARAM = 0x10, 0x11
@@ -144,11 +143,9 @@ def _words_to_int(blocks: List[tuple], field: int) -> int:
 
 
 class EthtoolIoctl:
-    def __init__(self, netns: str | None = None):
-        self._netns = netns
-        # The socket stays in the namespace it was created in; the ioctl
-        # looks the device name up there.
-        self._sock = inet_socket(netns)
+    def __init__(self):
+        # The ioctl looks device names up in the socket's namespace.
+        self._sock = inet_socket()
         self._feature_names: List[str] | None = None
 
     def close(self) -> None:
@@ -171,10 +168,9 @@ class EthtoolIoctl:
             raise NetlinkError(e.errno) from None
 
     def _ifnames(self) -> List[str]:
-        # if_nameindex() asks the kernel over netlink from the calling
-        # thread's namespace, so it has to run inside ours.
-        with in_netns(self._netns):
-            return [name for _index, name in socket.if_nameindex()]
+        # if_nameindex() lists the calling thread's namespace, not the
+        # socket's: the same one, as the agent never switches namespace.
+        return [name for _index, name in socket.if_nameindex()]
 
     def _each_device(self, get):
         """(name, get(name)) for every device whose GET succeeds."""

@@ -11,7 +11,6 @@ import struct
 from typing import Callable, Optional
 
 from nictune.host.netlink.names import validate_ifname
-from nictune.host.netlink.netns import in_netns
 
 SIOCETHTOOL = 0x8946
 ETHTOOL_GSTRINGS = 0x1B
@@ -26,10 +25,10 @@ _SSET_INFO = struct.Struct("=IIQI")
 _GSTRINGS = struct.Struct("=III")
 
 
-def inet_socket(netns: str | None = None) -> socket.socket:
-    """The socket ioctls go through; it resolves names in its namespace."""
-    with in_netns(netns):
-        return socket.socket(socket.AF_INET, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+def inet_socket() -> socket.socket:
+    """The socket ioctls go through; it resolves device names in the
+    namespace it was created in."""
+    return socket.socket(socket.AF_INET, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
 
 
 def siocethtool(sock: socket.socket, ifname: str, buf: array.array) -> int:

@@ -1,21 +1,16 @@
 """Checks on what we put into kernel requests, shared by both ethtool
-backends, rtnetlink and drvinfo.  The patterns are the project's own
-(nictune.host.validate), which the profile schema uses too."""
+backends, the SIOCETHTOOL ioctls (drvinfo) and dcbnl.  The patterns are
+the project's own (nictune.host.validate), which the profile schema uses
+too."""
 
 from __future__ import annotations
 
-from nictune.host.validate import FEATURE_NAME, IFNAME, NETNS, matches
+from nictune.host.validate import FEATURE_NAME, IFNAME, matches
 
 
 def validate_ifname(name: str) -> str:
     if not matches(IFNAME, name):
         raise ValueError(f"invalid interface name: {name!r}")
-    return name
-
-
-def validate_netns_name(name: str) -> str:
-    if not matches(NETNS, name):
-        raise ValueError(f"invalid network namespace name: {name!r}")
     return name
 
 

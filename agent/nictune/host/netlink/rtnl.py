@@ -88,8 +88,8 @@ def _link(msg: ifinfmsg) -> Link:
 
 
 class Rtnl:
-    def __init__(self, netns: str | None = None):
-        self._nl = NetlinkSocket(NETLINK_ROUTE, netns, {RTM_NEWLINK: ifinfmsg})
+    def __init__(self):
+        self._nl = NetlinkSocket(NETLINK_ROUTE, {RTM_NEWLINK: ifinfmsg})
 
     def close(self) -> None:
         self._nl.close()

@@ -15,7 +15,6 @@ from typing import Dict, Optional, Tuple, Type
 
 from nictune.host.netlink._pyroute2 import nlmsg
 from nictune.host.netlink.errors import NetlinkError
-from nictune.host.netlink.netns import in_netns
 
 NETLINK_ROUTE = 0
 NETLINK_GENERIC = 16
@@ -78,14 +77,12 @@ def _extack(buf: memoryview, off: int, end: int) -> Optional[str]:
 class NetlinkSocket:
     """One netlink socket, one request at a time (not thread-safe)."""
 
-    def __init__(
-        self, protocol: int, netns: str | None = None, msg_map: MsgMap | None = None
-    ):
-        # The socket stays in the namespace it was created in.
-        with in_netns(netns):
-            self._sock = socket.socket(
-                socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, protocol
-            )
+    def __init__(self, protocol: int, msg_map: MsgMap | None = None):
+        # Bound for good to the namespace of the thread creating it: the
+        # agent's own, as it runs inside the namespace it tunes.
+        self._sock = socket.socket(
+            socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, protocol
+        )
         try:
             # Ask for extack messages, and for errors without our request
             # echoed back (CAP_ACK), so error datagrams stay small.
