@@ -11,9 +11,10 @@ renders them (`--list` prints them unrendered).  `!unsafe` and `!vault`
 values are compared in the tagged form `--list` prints them in.
 
 The inventories: the real-world ones in the shared reference directory
-(NICTUNE_REAL_WORLD, default /work/shared/reference/real-world; skipped
-when absent, since they are not ours to copy into the repository) and the
-cases in tests/inventory/cases/.  Host selection (--limit patterns) is
+(tests/real_world.py: ../shared/reference/real-world/inventories beside the
+repository, or under NICTUNE_REAL_WORLD; not ours to copy into the
+repository, so skipped when absent, but a failure under CI) and the cases
+in tests/inventory/cases/.  Host selection (--limit patterns) is
 compared the same way, and for a few patterns the order of
 `ansible PATTERN --list-hosts` too.
 
@@ -37,14 +38,17 @@ from typing import Any, Dict, List, Optional, Tuple
 import pytest
 
 from nictune.inventory import Inventory, Unsafe, Vaulted, load_inventory
+from real_world import REAL_WORLD as REFERENCE, in_ci, require
 
 BIN = Path(sys.executable).parent
 ANSIBLE_INVENTORY = shutil.which("ansible-inventory", path=str(BIN)) or shutil.which("ansible-inventory")
 ANSIBLE = shutil.which("ansible", path=str(BIN)) or shutil.which("ansible")
 CASES = Path(__file__).parent / "cases"
-REAL_WORLD = Path(os.environ.get("NICTUNE_REAL_WORLD", "/work/shared/reference/real-world")) / "inventories"
+REAL_WORLD = REFERENCE / "inventories"
 
-pytestmark = pytest.mark.skipif(ANSIBLE_INVENTORY is None or ANSIBLE is None,
+# ansible-core comes with the test extras (pyproject.toml): without it CI
+# would compare nothing, so there it fails instead of skipping.
+pytestmark = pytest.mark.skipif((ANSIBLE_INVENTORY is None or ANSIBLE is None) and not in_ci(),
                                 reason="ansible-core (the oracle) is not installed")
 
 
@@ -176,6 +180,14 @@ def as_ansible_list(inv: Inventory, limit: Optional[str] = None) -> dict:
 
 def _ids(paths: List[Path]) -> List[str]:
     return [p.name if p.parent in (CASES, REAL_WORLD) else f"{p.parent.name}/{p.name}" for p in paths]
+
+
+def test_real_world_inventories_are_there():
+    # The test below runs once per inventory found, so with none it would
+    # skip and the run pass having compared nothing: here a missing
+    # directory fails under CI, and a present one must hold inventories.
+    require(REAL_WORLD)
+    assert REAL_WORLD_INVENTORIES, f"no inventory found in {REAL_WORLD}"
 
 
 @pytest.mark.skipif(not REAL_WORLD_INVENTORIES, reason=f"no real-world inventories at {REAL_WORLD}")
