@@ -124,6 +124,17 @@ def test_schema_prints_the_json_schema():
     assert json.loads(result.stdout) == json.loads(json.dumps(SCHEMA))
 
 
+def test_schema_json_is_the_report_envelope():
+    result = invoke("schema", "--json")
+    assert result.exit_code == 0 and result.stderr == ""
+    report = json.loads(result.stdout)
+    assert list(report)[:5] == ["nictune_report", "nictune", "command", "exit_code", "hosts"]
+    assert (report["nictune_report"], report["nictune"]) == (REPORT_FORMAT, __version__)
+    assert (report["command"], report["exit_code"], report["hosts"]) == ("schema", 0, [])
+    assert "error" not in report
+    assert report["schema"] == json.loads(json.dumps(SCHEMA))
+
+
 # -- errors before any host is reached ----------------------------------------------
 
 @pytest.mark.parametrize("body, words", [
@@ -184,6 +195,25 @@ def test_fleet_options_and_playbooks_need_an_inventory(tmp_path):
     assert result.exit_code == 1 and "do not go together" in one_paragraph(result.stderr)
 
 
+def test_audit_needs_an_inventory(monkeypatch, tmp_path):
+    def no_target(netns, state_dir):
+        raise AssertionError("audit without -i reached a target")
+
+    monkeypatch.setattr(host_cmds, "target_for", no_target)
+    result = invoke("audit", CX7, "--state-dir", str(tmp_path))
+    assert result.exit_code == 1 and result.stdout == ""
+    err = one_paragraph(result.stderr)
+    assert len(err.strip().splitlines()) == 1
+    assert "audit needs an inventory (-i)" in err and "use verify" in err
+
+    result = invoke("audit", CX7, "--netns", "ntx", "--json", "--state-dir", str(tmp_path))
+    assert result.exit_code == 1 and result.stderr == ""
+    report = json.loads(result.stdout)
+    assert (report["command"], report["exit_code"], report["hosts"]) == ("audit", 1, [])
+    assert report["error"]["kind"] == "invalid-input"
+    assert report["error"]["message"].startswith("audit needs an inventory (-i)")
+
+
 def test_a_bad_inventory_is_one_paragraph(tmp_path):
     inventory = tmp_path / "hosts.ini"
     inventory.write_text("[rails]\ngpu[05:01]\n")
@@ -237,6 +267,34 @@ def test_plan_apply_verify_rollback_exit_codes(fake):
     result = run_fake(fake, "rollback")
     assert result.exit_code == 0, result.output
     assert fake.kernel.links["enp23s0f1np1"].txqlen == 1000
+
+
+def test_the_profile_is_read_once(fake, monkeypatch, tmp_path):
+    """Telling a profile from a playbook and loading it is one read and one parse."""
+    reads = count_reads(monkeypatch)
+    assert run_fake(fake, "plan", CX7).exit_code == 2
+    assert reads.count(CX7) == 1
+    assert reads.count(os.path.join(PROFILES, "base-ai-host.yaml")) == 1  # its extends
+
+    playbook = write(tmp_path, "- hosts: all\n  profile: p.yaml\n", "pb.yaml")
+    result = run_fake(fake, "plan", playbook)
+    assert result.exit_code == 1 and "is a playbook" in one_paragraph(result.stderr)
+    assert reads.count(playbook) == 1
+
+
+def count_reads(monkeypatch) -> list:
+    """Every file yamlpos reads (the profile loader and playbooks read through it)."""
+    from nictune.profile import yamlpos
+
+    reads: list = []
+    real = yamlpos.read_file
+
+    def read_file(path: str) -> str:
+        reads.append(path)
+        return real(path)
+
+    monkeypatch.setattr(yamlpos, "read_file", read_file)
+    return reads
 
 
 def test_json_report_of_a_host_command(fake):

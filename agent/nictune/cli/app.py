@@ -9,6 +9,9 @@ import typer
 
 from nictune import __version__
 from nictune.cli import host_cmds, lab_cmds, lint_cmds, profile_cmds
+from nictune.host.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
+
+# What a shell reports for a command that SIGINT ended.
 
 app = typer.Typer(
     name="nictune",
@@ -45,20 +48,20 @@ def run() -> int:
     """The whole command; returns its exit code and never raises, unless
     debugging."""
     debug = "--debug" in sys.argv[1:] or os.environ.get("NICTUNE_DEBUG") == "1"
-    code = 0
+    code = EXIT_OK
     try:
         app()
     except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        code = e.code if isinstance(e.code, int) else (EXIT_OK if e.code is None else EXIT_ERROR)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
-        code = 130
+        code = EXIT_INTERRUPTED
     except Exception as e:  # the last line of defence: no tracebacks for users
         if debug:
             raise
         sys.stderr.write(f"nictune: internal error: {type(e).__name__}: {e} "
                          "(run with --debug for the traceback, and please report it)\n")
-        code = 1
+        code = EXIT_ERROR
     return code
 
 

@@ -4,108 +4,99 @@ TARGET is a profile, or a playbook (a YAML list of plays): with a profile,
 every selected host gets it (plus its inventory overrides); with a
 playbook, each play's hosts get the play's profile, and `apply` rolls out
 batch by batch behind a health gate (control/playbook.py).
+
+Only fleet commands import this module (cli/host_cmds.py), so paramiko
+(control/fleet.py) is imported at the top; inventories, playbooks and the
+profile loader still only when a command needs them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import List, Optional
+from typing import List, Optional, Tuple, Union
 
+from nictune.cli.lint_cmds import LINTED, lint_gate
+from nictune.cli.options import Options
 from nictune.cli.output import Printer, envelope
-from nictune.host.errors import combined_exit
-from nictune.host.errors import NictuneError
-
-# paramiko, inventories and playbooks are imported only by fleet commands:
-# a local plan does not pay for them.
-
-
-@dataclass
-class FleetArgs:
-    inventory: str
-    limit: Optional[str]
-    forks: int
-    ssh: dict                   # control.ssh.SshOptions fields
-    as_json: bool
-    show_ok: bool = False
-    junit: Optional[str] = None
-    prometheus: Optional[str] = None
-    force: bool = False
+from nictune.control import fleet
+from nictune.control.ssh import SshOptions
+from nictune.host.errors import EXIT_ERROR, NictuneError, combined_exit
+from nictune.profile.errors import ProfileError
+from nictune.profile.yamlpos import Parsed, read_target
 
 
-# Commands that refuse an inconsistent profile unless --force (nictune lint).
-LINTED = ("plan", "apply")
-
-
-def is_playbook(path: str) -> bool:
-    """Ansible's rule: a playbook is a list of plays, a profile a mapping."""
-    from nictune.profile.yamlpos import parse_file
-
-    try:
-        parse_file(path, "playbook")
-    except Exception:  # noqa: BLE001 - the profile loader reports it properly
-        return False
-    return True
-
-
-def run(command: str, target: Optional[str], args: FleetArgs) -> int:
+def run(command: str, target: Optional[str], opts: Options) -> int:
     """The whole fleet command; returns the exit code."""
-    out = Printer(args.as_json)
+    out = Printer(opts.as_json)
     try:
-        report = _run(command, target, args, out)
+        report = _run(command, target, opts, out)
     except NictuneError as e:  # ProfileError included
         report = envelope(command, [], error=e.as_dict())
     if command == "audit":
-        _write_audit_files(report, args, out)
-    out.fleet(report, args.show_ok, target or "")
+        _write_audit_files(report, opts, out)
+    out.fleet(report, opts.show_all, target or "")
     return report["exit_code"]
 
 
-def _run(command: str, target: Optional[str], args: FleetArgs, out: Printer) -> dict:
-    from nictune.control import fleet
+def _run(command: str, target: Optional[str], opts: Options, out: Printer) -> dict:
     from nictune.inventory import load_inventory
 
-    inventory = load_inventory(args.inventory)
+    inventory = load_inventory(opts.inventory)
     for warning in inventory.warnings:
         out.warn(warning)
-    agent_command = "verify" if command == "audit" else command
-    if target and is_playbook(target):
-        return _run_playbook(command, agent_command, target, inventory, args, out)
-    hosts = inventory.select(args.limit)
-    profiles = fleet.Profiles(target, gate=_gate(command, args)) if target else None
-    reports = _pool(agent_command, hosts, profiles, args, out)
-    return envelope(command, reports)
+    kind, document = _read(target) if target else (None, None)
+    if kind == "playbook":
+        return _run_playbook(command, target, document, inventory, opts, out)
+    hosts = inventory.select(opts.limit)
+    profiles = fleet.Profiles(target, _gate(command, opts), document) if kind else None
+    return envelope(command, _pool(_agent_command(command), hosts, profiles, opts, out))
 
 
-def _pool(command: str, hosts: list, profiles, args: FleetArgs, out: Printer,
+def _agent_command(command: str) -> str:
+    return "verify" if command == "audit" else command  # an audit is verify on each host
+
+
+def _read(target: str) -> Tuple[str, Union[Parsed, ProfileError]]:
+    """read_target, except that a profile that does not read is returned,
+    not raised: like every other profile error it is each selected host's
+    error (none at all when no host is selected), not the command's."""
+    try:
+        return read_target(target)
+    except ProfileError as e:
+        return "profile", e
+
+
+def _pool(command: str, hosts: list, profiles, opts: Options, out: Printer,
           play=None) -> List[dict]:
-    from nictune.control import fleet
-    from nictune.control.ssh import SshOptions
-
-    jobs = fleet.jobs_for(command, hosts, profiles, SshOptions(**args.ssh), play)
+    jobs = fleet.jobs_for(command, hosts, profiles, _ssh_options(opts), play)
     label = f" ({play.name})" if play else ""
     with out.progress(f"{command}{label}", len(jobs)) as tick:
-        return fleet.run_jobs(command, jobs, args.forks, tick)
+        return fleet.run_jobs(command, jobs, opts.forks, tick)
 
 
-def _run_playbook(command: str, agent_command: str, path: str, inventory, args: FleetArgs,
+def _ssh_options(opts: Options) -> SshOptions:
+    return SshOptions(connect_timeout=opts.connect_timeout, command_timeout=opts.timeout,
+                      accept_new_host_keys=opts.accept_new, confirm_timeout=opts.confirm_timeout,
+                      ssh_config=opts.ssh_config)
+
+
+def _run_playbook(command: str, path: str, parsed: Parsed, inventory, opts: Options,
                   out: Printer) -> dict:
     from nictune.control import playbook
-    from nictune.control.fleet import PlayProfiles
 
-    plays = playbook.load_playbook(path)
-    limit = set(h.name for h in inventory.select(args.limit)) if args.limit else None
+    plays = playbook.load_playbook_parsed(parsed, path)
+    limit = set(h.name for h in inventory.select(opts.limit)) if opts.limit else None
     reports: List[dict] = []
     rollouts = []
     for play in plays:
         hosts = [h for h in inventory.select(play.hosts) if limit is None or h.name in limit]
-        profiles = PlayProfiles(play, _gate(command, args))
+        profiles = fleet.PlayProfiles(play, _gate(command, opts))
         if command != "apply":
-            reports += _pool(agent_command, hosts, profiles, args, out, play)
+            reports += _pool(_agent_command(command), hosts, profiles, opts, out, play)
             continue
 
         def run_some(cmd: str, some: list, profiles=profiles, play=play) -> List[dict]:
             # rollout hands back some of the inventory hosts given to it
-            return _pool(cmd, some, profiles if cmd != "rollback" else None, args, out, play)
+            return _pool(cmd, some, profiles if cmd != "rollback" else None, opts, out, play)
 
         result = playbook.rollout(play, hosts, run_some, out.batch_done)
         rollouts.append(result)
@@ -119,26 +110,23 @@ def _run_playbook(command: str, agent_command: str, path: str, inventory, args: 
     return report
 
 
-def _gate(command: str, args: FleetArgs):
+def _gate(command: str, opts: Options):
     if command not in LINTED:
         return None
-    from nictune.cli.lint_cmds import lint_gate
-
-    return lambda profile: lint_gate(profile, args.force)
+    return lambda profile: lint_gate(profile, opts.force)
 
 
-def _write_audit_files(report: dict, args: FleetArgs, out: Printer) -> None:
+def _write_audit_files(report: dict, opts: Options, out: Printer) -> None:
     import time
 
     from nictune.control import audit_formats as fmt
 
-    for path, render in ((args.junit, lambda: fmt.junit(report)),
-                         (args.prometheus, lambda: fmt.prometheus(report, time.time()))):
+    for path, render in ((opts.junit, lambda: fmt.junit(report)),
+                         (opts.prometheus, lambda: fmt.prometheus(report, time.time()))):
         if not path:
             continue
         try:
             fmt.write_report_file(path, render())
         except NictuneError as e:
             out.error(str(e))
-            report["exit_code"] = combined_exit([report["exit_code"], 1])
-
+            report["exit_code"] = combined_exit([report["exit_code"], EXIT_ERROR])

@@ -7,54 +7,64 @@ an inventory over SSH (cli/fleet_cmds.py).
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from typing import Optional
 
 import typer
 
-from nictune.cli.options import (
-    DEFAULT_STATE,
-    AcceptNewOpt,
-    AllOpt,
-    ConfirmOpt,
-    ConnectTimeoutOpt,
-    ForceOpt,
-    ForksOpt,
-    InventoryOpt,
-    JsonOpt,
-    JunitOpt,
-    LimitOpt,
-    NetnsOpt,
-    PrometheusOpt,
-    SshConfigOpt,
-    StateDirOpt,
-    TargetArg,
-    TimeoutOpt,
-)
+from nictune.cli.lint_cmds import LINTED, lint_gate
+from nictune.cli.options import (AUDIT_FILES, COMMON, CONFIRM, FLEET, FORCE, SHOW_ALL, SSH, TARGET,
+                                 Options, with_options)
 from nictune.cli.output import Printer, envelope
-from nictune.cli.fleet_cmds import LINTED, is_playbook
-from nictune.cli.lint_cmds import lint_gate
 from nictune.control.request import build_request
 from nictune.control.targets import target_for
-from nictune.host.errors import InvalidInput, NictuneError
+from nictune.host.errors import EXIT_ERROR, INVALID_INPUT, InvalidInput, NictuneError, error
+
+AUDIT_NEEDS_INVENTORY = ("audit needs an inventory (-i): it reports drift across a fleet; "
+                         "for this host, or a namespace with --netns, use verify")
 
 
-def _run(command: str, profile_path: Optional[str], netns: Optional[str], state_dir: str,
-         as_json: bool, show_ok: bool = False, force: bool = False) -> None:
+def _dispatch(command: str, target: Optional[str], opts: Options) -> None:
+    """Run the command where the options say; exits with its code."""
+    if opts.inventory is None:
+        _local(command, target, opts)
+    else:
+        _fleet(command, target, opts)
+
+
+def _local(command: str, target: Optional[str], opts: Options) -> None:
+    if opts.limit or opts.junit or opts.prometheus:
+        _usage(opts.as_json, command, "--limit, --junit and --prometheus need an inventory (-i)")
+    if command == "audit":
+        _usage(opts.as_json, command, AUDIT_NEEDS_INVENTORY)
+    _run(command, target, opts)
+
+
+def _fleet(command: str, target: Optional[str], opts: Options) -> None:
+    if opts.netns:
+        _usage(opts.as_json, command, "--netns and -i do not go together: a namespace host is "
+                                      "reached through its own sshd, listed in the inventory")
+    # paramiko, inventories and playbooks: only fleet commands pay for them.
+    from nictune.cli import fleet_cmds
+
+    raise typer.Exit(fleet_cmds.run(command, target, opts))
+
+
+def _usage(as_json: bool, command: str, message: str) -> None:
     out = Printer(as_json)
+    out.report(envelope(command, [], error=error(INVALID_INPUT, message)))
+    raise typer.Exit(EXIT_ERROR)
+
+
+def _run(command: str, profile_path: Optional[str], opts: Options) -> None:
+    """The command on this host or in a namespace; exits with its code."""
+    out = Printer(opts.as_json)
     findings: list = []
     try:
-        profile = None
-        if profile_path:
-            if is_playbook(profile_path):
-                raise InvalidInput(f"{profile_path} is a playbook: it runs on the hosts of an "
-                                     "inventory, so add -i INVENTORY")
-            # Only commands that take a profile pay for the loader and jsonschema.
-            from nictune.profile.loader import load_profile
-
-            profile = load_profile(profile_path)
+        profile = _load_profile(profile_path) if profile_path else None
         if profile is not None and command in LINTED:
-            findings = lint_gate(profile, force)
-        target = target_for(netns, state_dir)
+            findings = lint_gate(profile, opts.force)
+        target = target_for(opts.netns, opts.state_dir)
         host_report = target.run(build_request(command, profile))
     except NictuneError as e:  # ProfileError included
         report = envelope(command, [], error=e.as_dict())
@@ -62,14 +72,27 @@ def _run(command: str, profile_path: Optional[str], netns: Optional[str], state_
         report = envelope(command, [host_report])
     if findings:
         report["lint"] = [f.as_dict() for f in findings]
-        if not as_json:
+        if not opts.as_json:
             for f in findings:
                 out.warn(f"lint {f.text}")
-    if command == "show" and not as_json and report["hosts"]:
+    if command == "show" and not opts.as_json and report["hosts"]:
         _print_profile(out, report["hosts"][0])
     else:
-        out.report(report, show_ok, profile_path or "")
+        out.report(report, opts.show_all, profile_path or "")
     raise typer.Exit(report["exit_code"])
+
+
+def _load_profile(path: str):
+    from nictune.profile.yamlpos import read_target
+
+    kind, parsed = read_target(path)
+    if kind == "playbook":
+        raise InvalidInput(f"{path} is a playbook: it runs on the hosts of an "
+                           "inventory, so add -i INVENTORY")
+    # Only commands that take a profile pay for the loader and jsonschema.
+    from nictune.profile.loader import load_profile_parsed
+
+    return load_profile_parsed(parsed, path)
 
 
 def _print_profile(out: Printer, host: dict) -> None:
@@ -84,104 +107,43 @@ def _print_profile(out: Printer, host: dict) -> None:
     sys.stdout.write(yaml.safe_dump(host["profile"], sort_keys=False, default_flow_style=False))
 
 
-def _dispatch(command: str, target: Optional[str], netns: Optional[str], state_dir: str,
-              as_json: bool, show_ok: bool, inventory: Optional[str], limit: Optional[str],
-              forks: int, ssh, junit: Optional[str] = None, prometheus: Optional[str] = None,
-              force: bool = False) -> None:
-    if inventory is None:
-        if limit or junit or prometheus:
-            _usage(as_json, command, "--limit, --junit and --prometheus need an inventory (-i)")
-        _run("verify" if command == "audit" else command, target, netns, state_dir, as_json,
-             show_ok, force)
-    if netns:
-        _usage(as_json, command, "--netns and -i do not go together: a namespace host is "
-                                 "reached through its own sshd, listed in the inventory")
-    from nictune.cli import fleet_cmds
-
-    args = fleet_cmds.FleetArgs(inventory, limit, forks, ssh, as_json, show_ok, junit, prometheus,
-                                force)
-    raise typer.Exit(fleet_cmds.run(command, target, args))
-
-
-def _usage(as_json: bool, command: str, message: str) -> None:
-    out = Printer(as_json)
-    out.report(envelope(command, [], error={"kind": "invalid-input", "message": message}))
-    raise typer.Exit(1)
-
-
-def _ssh(accept_new: bool, connect_timeout: float, timeout: float, ssh_config: str,
-         confirm_timeout: float = 0.0) -> dict:
-    """control.ssh.SshOptions fields (built only when there is an inventory)."""
-    return dict(connect_timeout=connect_timeout, command_timeout=timeout,
-                accept_new_host_keys=accept_new, confirm_timeout=confirm_timeout,
-                ssh_config=ssh_config)
-
-
-FORKS = 50
-CONNECT = 10.0
-TIMEOUT = 120.0
-CONFIRM = 30.0
-SSH_CONFIG = "~/.ssh/config"
-
-
-def plan(target: TargetArg, inventory: InventoryOpt = None, limit: LimitOpt = None,
-         forks: ForksOpt = FORKS, netns: NetnsOpt = None, state_dir: StateDirOpt = DEFAULT_STATE,
-         as_json: JsonOpt = False, show_all: AllOpt = False, accept_new: AcceptNewOpt = False,
-         connect_timeout: ConnectTimeoutOpt = CONNECT, timeout: TimeoutOpt = TIMEOUT,
-         ssh_config: SshConfigOpt = SSH_CONFIG, force: ForceOpt = False) -> None:
+@with_options(TARGET, FLEET, COMMON, SHOW_ALL, SSH, FORCE)
+def plan(target: Optional[str], opts: Options) -> None:
     """Dry run: show each setting's before -> after.  Exit 2 if anything would change."""
-    _dispatch("plan", str(target), netns, state_dir, as_json, show_all, inventory, limit, forks,
-              _ssh(accept_new, connect_timeout, timeout, ssh_config), force=force)
+    _dispatch("plan", target, opts)
 
 
-def apply(target: TargetArg, inventory: InventoryOpt = None, limit: LimitOpt = None,
-          forks: ForksOpt = FORKS, netns: NetnsOpt = None, state_dir: StateDirOpt = DEFAULT_STATE,
-          as_json: JsonOpt = False, show_all: AllOpt = False, accept_new: AcceptNewOpt = False,
-          connect_timeout: ConnectTimeoutOpt = CONNECT, timeout: TimeoutOpt = TIMEOUT,
-          ssh_config: SshConfigOpt = SSH_CONFIG, confirm_timeout: ConfirmOpt = CONFIRM,
-          force: ForceOpt = False) -> None:
+@with_options(TARGET, FLEET, COMMON, SHOW_ALL, SSH, CONFIRM, FORCE)
+def apply(target: Optional[str], opts: Options) -> None:
     """Apply, verify by reading back, roll everything back on any failure.
     With a playbook: batch by batch, each behind a health gate."""
-    _dispatch("apply", str(target), netns, state_dir, as_json, show_all, inventory, limit, forks,
-              _ssh(accept_new, connect_timeout, timeout, ssh_config, confirm_timeout), force=force)
+    _dispatch("apply", target, opts)
 
 
-def verify(target: TargetArg, inventory: InventoryOpt = None, limit: LimitOpt = None,
-           forks: ForksOpt = FORKS, netns: NetnsOpt = None, state_dir: StateDirOpt = DEFAULT_STATE,
-           as_json: JsonOpt = False, show_all: AllOpt = False, accept_new: AcceptNewOpt = False,
-           connect_timeout: ConnectTimeoutOpt = CONNECT, timeout: TimeoutOpt = TIMEOUT,
-           ssh_config: SshConfigOpt = SSH_CONFIG) -> None:
+@with_options(TARGET, FLEET, COMMON, SHOW_ALL, SSH)
+def verify(target: Optional[str], opts: Options) -> None:
     """Compare the host(s) with the profile.  Exit 2 on drift."""
-    _dispatch("verify", str(target), netns, state_dir, as_json, show_all, inventory, limit, forks,
-              _ssh(accept_new, connect_timeout, timeout, ssh_config))
+    _dispatch("verify", target, opts)
 
 
-def audit(target: TargetArg, inventory: InventoryOpt = None, limit: LimitOpt = None,
-          forks: ForksOpt = FORKS, junit: JunitOpt = None, prometheus: PrometheusOpt = None,
-          netns: NetnsOpt = None, state_dir: StateDirOpt = DEFAULT_STATE,
-          as_json: JsonOpt = False, show_all: AllOpt = False, accept_new: AcceptNewOpt = False,
-          connect_timeout: ConnectTimeoutOpt = CONNECT, timeout: TimeoutOpt = TIMEOUT,
-          ssh_config: SshConfigOpt = SSH_CONFIG) -> None:
+@with_options(TARGET, FLEET, AUDIT_FILES, COMMON, SHOW_ALL, SSH)
+def audit(target: Optional[str], opts: Options) -> None:
     """Read-only drift report across a fleet: per host and key, expected and
     actual.  Exit 2 if any host drifted, 1 if any could not be audited."""
-    _dispatch("audit", str(target), netns, state_dir, as_json, show_all, inventory, limit, forks,
-              _ssh(accept_new, connect_timeout, timeout, ssh_config), junit, prometheus)
+    _dispatch("audit", target, opts)
 
 
-def rollback(inventory: InventoryOpt = None, limit: LimitOpt = None, forks: ForksOpt = FORKS,
-             netns: NetnsOpt = None, state_dir: StateDirOpt = DEFAULT_STATE,
-             as_json: JsonOpt = False, accept_new: AcceptNewOpt = False,
-             connect_timeout: ConnectTimeoutOpt = CONNECT, timeout: TimeoutOpt = TIMEOUT,
-             ssh_config: SshConfigOpt = SSH_CONFIG) -> None:
+@with_options(FLEET, COMMON, SSH)
+def rollback(target: Optional[str], opts: Options) -> None:
     """Restore the before-values of the last apply, from its journal."""
-    _dispatch("rollback", None, netns, state_dir, as_json, True, inventory, limit, forks,
-              _ssh(accept_new, connect_timeout, timeout, ssh_config))
+    # Every key it restored is news, so each is listed, as --all would.
+    _dispatch("rollback", None, replace(opts, show_all=True))
 
 
-def show(netns: NetnsOpt = None, state_dir: StateDirOpt = DEFAULT_STATE,
-         as_json: JsonOpt = False) -> None:
+@with_options(COMMON)
+def show(target: Optional[str], opts: Options) -> None:
     """Print the current values of everything nictune manages, as a profile."""
-    _run("show", None, netns, state_dir, as_json)
+    _run("show", None, opts)
 
 
 def register(app: typer.Typer) -> None:

@@ -15,7 +15,7 @@ import typer
 from nictune.cli.options import JsonOpt
 from nictune.cli.output import Printer, envelope
 from nictune.lab import namespaces as labmod
-from nictune.host.errors import NictuneError
+from nictune.host.errors import SYSTEM, NictuneError, error
 
 lab = typer.Typer(help="A local lab of network namespaces (no NIC needed): two joined by veth, "
                        "or a fleet of SSH hosts.", no_args_is_help=True)
@@ -39,7 +39,7 @@ def _finish(command: str, as_json: bool, work) -> None:
         result = work()
         report = envelope(command, [], lab=result)
     except (NictuneError, OSError) as e:
-        report = envelope(command, [], error={"kind": "system", "message": str(e)})
+        report = envelope(command, [], error=error(SYSTEM, str(e)))
     if as_json:
         out.json(report)
     elif report.get("error"):

@@ -6,12 +6,15 @@ import typer
 
 from nictune.cli.options import JsonOpt, ProfileArg
 from nictune.cli.output import Printer, envelope
-from nictune.host.errors import NictuneError
+from nictune.host.errors import EXIT_ERROR, EXIT_OK, PROFILE, NictuneError
+
+# Commands that refuse an inconsistent profile unless --force (nictune lint).
+LINTED = ("plan", "apply")
 
 
 class LintFailed(NictuneError):
     """The profile is inconsistent (lint errors) and --force was not given."""
-    kind = "profile"
+    kind = PROFILE
 
     def __init__(self, findings: list):
         self.findings = findings
@@ -43,9 +46,9 @@ def lint(profile: ProfileArg, as_json: JsonOpt = False) -> None:
         findings = lint_file(str(profile))
     except ProfileError as e:
         out.report(envelope("lint", [], error=e.as_dict()))
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_ERROR)
     errors = [f for f in findings if f.severity == "error"]
-    code = 1 if errors else 0
+    code = EXIT_ERROR if errors else EXIT_OK
     if as_json:
         report = envelope("lint", [], profile=str(profile),
                           findings=[f.as_dict() for f in findings])

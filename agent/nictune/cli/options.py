@@ -1,9 +1,17 @@
-"""Option aliases shared by every command (Typer's Annotated style)."""
+"""Every option of the command line, declared once (Typer's Annotated style).
+
+Commands with few options use the aliases directly.  The host and fleet
+commands (plan, apply, verify, audit, rollback, show) share most of theirs:
+they take groups of them through with_options(), and get one Options.
+"""
 
 from __future__ import annotations
 
+import functools
+import inspect
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
-from typing import Annotated, List, Optional
+from typing import Annotated, Any, Callable, List, Optional, Tuple
 
 import typer
 
@@ -45,3 +53,83 @@ JunitOpt = Annotated[Optional[str], typer.Option("--junit", metavar="FILE",
 PrometheusOpt = Annotated[Optional[str], typer.Option(
     "--prometheus", metavar="FILE", help="Also write node_exporter textfile metrics.")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Plan/apply even when nictune lint finds errors.")]
+
+
+# -- the host and fleet commands -----------------------------------------------
+
+@dataclass(frozen=True)
+class Options:
+    """The options of a host or fleet command.  A command that does not take
+    an option gets the default here (verify has no --force, show no -i)."""
+
+    netns: Optional[str] = None
+    state_dir: str = DEFAULT_STATE
+    as_json: bool = False
+    show_all: bool = False
+    inventory: Optional[str] = None
+    limit: Optional[str] = None
+    forks: int = 50
+    junit: Optional[str] = None
+    prometheus: Optional[str] = None
+    accept_new: bool = False
+    connect_timeout: float = 10.0
+    timeout: float = 120.0
+    ssh_config: str = "~/.ssh/config"
+    # 0 here and APPLY_CONFIRM_TIMEOUT on the command line: only apply asks
+    # hosts to wait for a confirmation, and only apply has the option.
+    confirm_timeout: float = 0.0
+    force: bool = False
+
+
+APPLY_CONFIRM_TIMEOUT = 30.0
+
+_KEYWORD = inspect.Parameter.KEYWORD_ONLY
+
+
+def _param(name: str, annotation: Any, default: Any = MISSING) -> inspect.Parameter:
+    """An Options field as a command parameter; on the command line it
+    defaults to the field's default unless `default` says otherwise."""
+    if default is MISSING:
+        default = next(f.default for f in fields(Options) if f.name == name)
+    return inspect.Parameter(name, _KEYWORD, annotation=annotation, default=default)
+
+
+# Option groups, in the order --help lists them.
+Group = Tuple[inspect.Parameter, ...]
+TARGET: Group = (inspect.Parameter("target", _KEYWORD, annotation=TargetArg),)
+FLEET: Group = (_param("inventory", InventoryOpt), _param("limit", LimitOpt),
+                _param("forks", ForksOpt))
+AUDIT_FILES: Group = (_param("junit", JunitOpt), _param("prometheus", PrometheusOpt))
+COMMON: Group = (_param("netns", NetnsOpt), _param("state_dir", StateDirOpt),
+                 _param("as_json", JsonOpt))
+SHOW_ALL: Group = (_param("show_all", AllOpt),)
+SSH: Group = (_param("accept_new", AcceptNewOpt), _param("connect_timeout", ConnectTimeoutOpt),
+              _param("timeout", TimeoutOpt), _param("ssh_config", SshConfigOpt))
+CONFIRM: Group = (_param("confirm_timeout", ConfirmOpt, APPLY_CONFIRM_TIMEOUT),)
+FORCE: Group = (_param("force", ForceOpt),)
+
+Body = Callable[[Optional[str], Options], None]
+
+
+def with_options(*groups: Group) -> Callable[[Body], Callable[..., None]]:
+    """Make body(target, opts) a command that takes the options of groups.
+
+    Typer reads a command's parameters from its function's signature, so
+    the function it is given has the groups' parameters, in order, as its
+    signature, and calls body with TARGET as a string (None for a command
+    without one) and the rest as one Options.
+    """
+    params = [p for group in groups for p in group]
+
+    def decorate(body: Body) -> Callable[..., None]:
+        @functools.wraps(body)
+        def command(**given: Any) -> None:
+            target = given.pop("target", None)
+            body(None if target is None else str(target), Options(**given))
+
+        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        # Typer also reads type hints; wraps() copied body's (target, opts).
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        return command
+
+    return decorate

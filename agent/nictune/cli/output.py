@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import Optional
 
 from nictune import REPORT_FORMAT, __version__
-from nictune.host.errors import combined_exit
+from nictune.host.errors import EXIT_ERROR, combined_exit
 
 STYLE = {"pending": "yellow", "drift": "yellow", "applied": "green", "ok": "dim",
          "reverted": "cyan", "failed": "bold red", "unsupported": "red", "revert-failed": "bold red",
@@ -27,7 +27,7 @@ COLUMNS = {"verify": ("actual", "expected"), "rollback": ("restored", "undone")}
 def envelope(command: str, hosts: list, error: Optional[dict] = None, **extra) -> dict:
     codes = [h["exit_code"] for h in hosts]
     report = {"nictune_report": REPORT_FORMAT, "nictune": __version__, "command": command,
-              "exit_code": 1 if error else combined_exit(codes), "hosts": hosts}
+              "exit_code": EXIT_ERROR if error else combined_exit(codes), "hosts": hosts}
     if error:
         report["error"] = error
     report.update(extra)
@@ -258,12 +258,12 @@ def _esc(text: str) -> str:
 
 
 def _name(c: dict) -> str:
+    """The key's name as the profile spells it (its family says how)."""
+    from nictune.host.knobs import family_named  # only for human tables
+
     key = c["key"]
-    if key["family"] == "sysctl" and key["target"] != "host":
-        # net.ipv4.conf.<if>.arp_ignore is shown as the profile spells it.
-        fam = key["name"].split(".")[1]
-        return f"{fam}." + key["name"][len(f"net.{fam}.conf.{key['target']}."):]
-    return key["name"]
+    family = family_named(key["family"])
+    return family.label(key["target"], key["name"]) if family else key["name"]
 
 
 def _value(v) -> str:

@@ -89,9 +89,13 @@ class Profiles:
     Hosts with the same layers share one merged, validated profile -- or
     one error: a broken profile is built and linted once, not once per host."""
 
-    def __init__(self, path: str, gate: Optional[Callable] = None):
+    def __init__(self, path: str, gate: Optional[Callable] = None, document=None):
         self.path = path
         self.gate = gate  # e.g. lint: raises on a profile that must not run
+        # The file as profile.yamlpos.read_target parsed it (or the
+        # ProfileError reading it raised), so it is not read once more;
+        # None: read it here.
+        self.document = document
         self._cache: Dict[str, object] = {}  # layers -> profile, or the exception it raised
 
     def for_host(self, host):
@@ -111,8 +115,12 @@ class Profiles:
         return found
 
     def _build(self, layers: list):
-        from nictune.profile.loader import load_profile
+        from nictune.profile.loader import load_profile, load_profile_parsed
 
+        if isinstance(self.document, Exception):
+            raise self.document
+        if self.document is not None:
+            return load_profile_parsed(self.document, self.path, overrides=layers)
         return load_profile(self.path, overrides=layers)
 
 

@@ -25,7 +25,14 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from nictune.host.errors import combined_exit
+from nictune.host import errors
+from nictune.host.errors import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_ROLLBACK_FAILED,
+    EXIT_ROLLED_BACK,
+    combined_exit,
+)
 from nictune.profile import yamlpos
 from nictune.profile.check import check, locate
 from nictune.profile.errors import ProfileError, dotted
@@ -34,7 +41,7 @@ from nictune.profile.merge import Resolver, merge_layers
 from nictune.profile.schema import EXTENDS_PATH, register_words
 from nictune.profile.yamlpos import Parsed, Path
 
-__all__ = ["Play", "ProfileError", "load_playbook", "make_batches", "too_many_failed",
+__all__ = ["Play", "ProfileError", "load_playbook", "load_playbook_parsed", "make_batches", "too_many_failed",
            "play_profile", "rollout", "PLAYBOOK_SCHEMA"]
 
 # -- the schema ------------------------------------------------------------------
@@ -129,7 +136,12 @@ class Play:
 
 def load_playbook(path: str) -> List[Play]:
     """The plays of the playbook at path; raises ProfileError and nothing else."""
-    parsed = yamlpos.parse_file(path, "playbook")
+    return load_playbook_parsed(yamlpos.parse_file(path, "playbook"), path)
+
+
+def load_playbook_parsed(parsed: Parsed, path: str) -> List[Play]:
+    """load_playbook for a file already parsed (yamlpos.read_target); path
+    is that file, whose directory the plays' profile paths are relative to."""
     check(parsed.doc, parsed.positions, parsed.plain, PLAYBOOK_SCHEMA)
     return [_play(parsed, index, path) for index in range(len(parsed.doc))]
 
@@ -259,12 +271,13 @@ def too_many_failed(failed: int, batch_size: int, max_fail_percentage: float) ->
 # -- the rollout -----------------------------------------------------------------------
 
 # A host's outcome -> the rollout report list it is named in, and its exit code.
+KEPT, UNCHANGED, FAILED = "kept", "unchanged", "failed"
 OUTCOMES = {
-    "kept": ("kept", 0),                        # applied, passed the gate, stays
-    "unchanged": ("unchanged", 0),              # in a stopped batch, but apply changed nothing
-    "failed": ("failed", 1),                    # apply failed before writing (or unreachable)
-    "rolled-back": ("rolled_back", 3),          # its changes were undone
-    "rollback-failed": ("rollback_failed", 4),  # a human must look
+    KEPT: ("kept", EXIT_OK),                    # applied, passed the gate, stays
+    UNCHANGED: ("unchanged", EXIT_OK),          # in a stopped batch, but apply changed nothing
+    FAILED: ("failed", EXIT_ERROR),             # apply failed before writing (or unreachable)
+    errors.ROLLED_BACK: ("rolled_back", EXIT_ROLLED_BACK),              # its changes were undone
+    errors.ROLLBACK_FAILED: ("rollback_failed", EXIT_ROLLBACK_FAILED),  # a human must look
 }
 
 Run = Callable[[str, list], List[dict]]
@@ -293,7 +306,7 @@ def rollout(play: Play, hosts: Sequence, run: Run, on_batch: Optional[Callable[[
         "play": play.name, "pattern": play.hosts, "source": play.source,
         "serial": play.serial, "max_fail_percentage": play.max_fail_percentage,
         "batch_sizes": [len(b) for b in batches], "batches": [], "stopped": None, "result": "",
-        **{listed: [] for listed, _ in OUTCOMES.values()}, "not_started": [], "exit_code": 0,
+        **{listed: [] for listed, _ in OUTCOMES.values()}, "not_started": [], "exit_code": EXIT_OK,
     }
     codes = []
     for number, batch in enumerate(batches, 1):
@@ -310,7 +323,7 @@ def rollout(play: Play, hosts: Sequence, run: Run, on_batch: Optional[Callable[[
             report["not_started"] = [_name(h) for later in batches[number:] for h in later]
             break
     if report["not_started"]:
-        codes.append(1)
+        codes.append(EXIT_ERROR)
     report["exit_code"] = combined_exit(codes)
     report["result"] = (f"stopped: {report['stopped']['message']}" if report["stopped"]
                         else f"done: {len(report['kept'])} of {len(hosts)} hosts kept")
@@ -321,30 +334,31 @@ def _run_batch(play: Play, number: int, batch: list, run: Run) -> dict:
     names = [_name(h) for h in batch]
     outcomes: Dict[str, str] = {}
     applied = _reports(run("apply", batch), names, "apply")
-    failed = [n for n in names if applied[n]["exit_code"] != 0]
+    failed = [n for n in names if applied[n]["exit_code"] != EXIT_OK]
     for n in failed:
-        outcomes[n] = {3: "rolled-back", 4: "rollback-failed"}.get(applied[n]["exit_code"], "failed")
+        outcomes[n] = errors.KIND_OF_EXIT.get(applied[n]["exit_code"], FAILED)
 
     stop = None
-    stranded = [n for n in failed if applied[n]["exit_code"] == 4]
+    stranded = [n for n in failed if applied[n]["exit_code"] == EXIT_ROLLBACK_FAILED]
     if stranded:
-        stop = {"kind": "rollback-failed", "batch": number,
-                "message": f"batch {number}: apply failed and could not restore {_listing(stranded)}: a human must look"}
+        stop = errors.error(errors.ROLLBACK_FAILED, f"batch {number}: apply failed and could not "
+                            f"restore {_listing(stranded)}: a human must look", batch=number)
     elif too_many_failed(len(failed), len(names), play.max_fail_percentage):
-        stop = {"kind": "max-fail", "batch": number, "message": _max_fail_message(number, failed, names, play)}
+        stop = errors.error(errors.MAX_FAIL, _max_fail_message(number, failed, names, play), batch=number)
 
-    good = [h for h in batch if applied[_name(h)]["exit_code"] == 0]
+    good = [h for h in batch if applied[_name(h)]["exit_code"] == EXIT_OK]
     verified: Dict[str, dict] = {}
     if stop is None and good:
         verified = _reports(run("verify", good), [_name(h) for h in good], "verify")
-        bad = [f"{n} ({(r.get('error') or {}).get('kind') or 'drift'})" for n, r in verified.items() if r["exit_code"] != 0]
+        bad = [f"{n} ({(r.get('error') or {}).get('kind') or 'drift'})" for n, r in verified.items()
+               if r["exit_code"] != EXIT_OK]
         if bad:
-            stop = {"kind": "health-gate", "batch": number,
-                    "message": f"batch {number}: the health gate (verify) did not pass on {_listing(bad)}"}
+            stop = errors.error(errors.HEALTH_GATE, f"batch {number}: the health gate (verify) did "
+                                f"not pass on {_listing(bad)}", batch=number)
 
     restored: Dict[str, dict] = {}
     if stop is None:
-        outcomes.update((_name(h), "kept") for h in good)
+        outcomes.update((_name(h), KEPT) for h in good)
     else:
         restored = _undo(good, applied, outcomes, run)
     return {
@@ -365,12 +379,12 @@ def _undo(good: list, applied: Dict[str, dict], outcomes: Dict[str, str], run: R
     changed = [h for h in good if applied[_name(h)].get("changed")]
     for h in good:
         if not applied[_name(h)].get("changed"):
-            outcomes[_name(h)] = "unchanged"
+            outcomes[_name(h)] = UNCHANGED
     if not changed:
         return {}
     restored = _reports(run("rollback", changed), [_name(h) for h in changed], "rollback")
     for n, r in restored.items():
-        outcomes[n] = "rolled-back" if r["exit_code"] == 0 else "rollback-failed"
+        outcomes[n] = errors.ROLLED_BACK if r["exit_code"] == EXIT_OK else errors.ROLLBACK_FAILED
     return restored
 
 
@@ -380,9 +394,9 @@ def _reports(reports: List[dict], names: List[str], command: str) -> Dict[str, d
     found = {r.get("host"): r for r in reports if r.get("host") in wanted}
     for n in names:
         if n not in found:
-            found[n] = {"host": n, "command": command, "ok": False, "exit_code": 1, "changed": False,
-                        "changes": [], "warnings": [],
-                        "error": {"kind": "transport", "message": f"no {command} report came back from {n}"}}
+            found[n] = {"host": n, "command": command, "ok": False, "exit_code": EXIT_ERROR,
+                        "changed": False, "changes": [], "warnings": [],
+                        "error": errors.error(errors.TRANSPORT, f"no {command} report came back from {n}")}
     return found
 
 

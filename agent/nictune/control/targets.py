@@ -3,6 +3,7 @@
 Both run the same agent code.  A namespace target wraps the local one the way
 pyinfra's chroot connector does: the agent is started under `ip netns exec`,
 which also gives it the namespace's own /sys and /etc/netns/NAME files.
+Remote hosts are control/ssh.py's SshTarget.  All three are a `Target`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import json
 import os
 import subprocess
 import sys
-from typing import Optional
+from typing import Optional, Protocol, runtime_checkable
 
 import nictune
 from nictune.host.errors import TransportError
@@ -21,7 +22,45 @@ from nictune.host.validate import NETNS, matches
 AGENT_TIMEOUT = 300
 
 
+@runtime_checkable
+class Target(Protocol):
+    """What the CLI and the fleet runner need from a place to run a request.
+
+    A target is any object with these two members (no base class to
+    inherit): LocalTarget, NetnsTarget and control/ssh.py's SshTarget.  It
+    is made for one host before anything runs; making it may raise a
+    NictuneError (a namespace that does not exist, a bad setting).
+
+    Attributes:
+        label (str): the host's name in reports: ``local``,
+            ``netns:NAME``, or the inventory name of a remote host.
+    """
+
+    label: str
+
+    def run(self, request: dict) -> dict:
+        """Run one agent request on the host and return its report.
+
+        Args:
+            request (dict): the agent request (control/request.py:
+                build_request).  The target adds ``host`` (its label) and
+                ``state_dir`` (the host's own) before sending it.
+
+        Returns:
+            dict: the host report (docs/report-format.md, HOST) whose
+            ``host`` is this target's label.  Whatever went wrong on the
+            host (a bad value, a refused write, a rollback) is in the report
+            and its ``exit_code``, never raised.
+
+        Raises:
+            TransportError: the agent could not be started or reached, did
+                not answer in time, or gave no report to read.
+        """
+
+
 class LocalTarget:
+    """A Target: the agent in this process, on this host."""
+
     def __init__(self, state_dir: str = DEFAULT_STATE_DIR):
         self.label = "local"
         self.state_dir = state_dir
@@ -33,6 +72,9 @@ class LocalTarget:
 
 
 class NetnsTarget:
+    """A Target: the agent under `ip netns exec NAME`, with a state
+    directory of the namespace's own."""
+
     def __init__(self, name: str, state_dir: str = DEFAULT_STATE_DIR):
         if not matches(NETNS, name):
             raise TransportError(f"invalid network namespace name {name!r}")
@@ -63,5 +105,5 @@ class NetnsTarget:
             raise TransportError(f"{self.label}: the agent failed (exit {proc.returncode}): {tail}")
 
 
-def target_for(netns: Optional[str], state_dir: str = DEFAULT_STATE_DIR):
+def target_for(netns: Optional[str], state_dir: str = DEFAULT_STATE_DIR) -> Target:
     return NetnsTarget(netns, state_dir) if netns else LocalTarget(state_dir)

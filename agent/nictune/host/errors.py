@@ -16,6 +16,7 @@ EXIT_ERROR = 1        # bad input, unsupported keys, host unreachable...
 EXIT_PENDING = 2      # plan: changes pending; verify/audit: drift
 EXIT_ROLLED_BACK = 3  # apply failed and every change was restored
 EXIT_ROLLBACK_FAILED = 4  # apply failed and some change could not be restored
+EXIT_INTERRUPTED = 130    # Ctrl-C: 128 + SIGINT, as shells report it
 
 # With many hosts (or batches), the most serious code wins: a host a human
 # must look at, then one rolled back, then an error, then drift.

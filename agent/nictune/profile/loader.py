@@ -11,7 +11,7 @@ from .errors import ProfileError, kind
 from .merge import Resolver, merge_layers
 from .yamlpos import Parsed, Path, parse_file, parse_text
 
-__all__ = ["Profile", "ProfileError", "load_profile", "load_profile_text"]
+__all__ = ["Profile", "ProfileError", "load_profile", "load_profile_parsed", "load_profile_text"]
 
 
 @dataclass
@@ -47,9 +47,15 @@ def load_profile(path: str, overrides: Sequence[Tuple[dict, str]] = ()) -> Profi
     vars.  They merge like a file that extends the profile, and the result is
     validated as a whole; errors in them name where they were set.
     """
-    parsed = parse_file(path)
-    real = os.path.realpath(path)
-    return _finish(parsed, path, os.path.dirname(path), real, overrides)
+    return load_profile_parsed(parse_file(path), path, overrides)
+
+
+def load_profile_parsed(parsed: Parsed, path: str,
+                        overrides: Sequence[Tuple[dict, str]] = ()) -> Profile:
+    """load_profile for a file already parsed (yamlpos.read_target): the
+    CLI reads its TARGET once to tell a profile from a playbook.  parsed is
+    not modified, so it can be loaded again with other overrides."""
+    return _finish(parsed, path, os.path.dirname(path), os.path.realpath(path), overrides)
 
 
 def load_profile_text(text: str, name: str = "<string>", base_dir: Optional[str] = None) -> Profile:

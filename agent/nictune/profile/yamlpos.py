@@ -16,7 +16,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import yaml
 from yaml.constructor import SafeConstructor
-from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from .errors import ProfileError, dotted, kind, show
 
@@ -120,14 +120,37 @@ _TOP = {
 
 def parse_text(text: str, name: str, kind: str = "profile") -> Parsed:
     """Parse one YAML document: a profile (a mapping) or a playbook (a list)."""
-    node_type, what, wrong = _TOP[kind]
+    return _document(_compose(text, name), name, kind)
+
+
+def read_target(path: str) -> Tuple[str, Parsed]:
+    """The TARGET of plan/apply/verify/audit, read once: ("playbook", its
+    plays) or ("profile", its document).  Raises ProfileError with the
+    profile's messages, as a file that is not a playbook is a profile."""
+    root = _compose(read_file(path), path)
+    if isinstance(root, SequenceNode):
+        try:
+            return "playbook", _document(root, path, "playbook")
+        except ProfileError:
+            # A list that does not convert has always been reported as a
+            # broken profile (the top-level error below), not as a playbook.
+            pass
+    return "profile", _document(root, path, "profile")
+
+
+def _compose(text: str, name: str) -> Optional[Node]:
+    """The node graph of one YAML document (None if it is empty)."""
     if len(text) > MAX_BYTES:
         raise ProfileError(name, None, "", "is too large (the limit is 16 MiB)")
     _check_depth(text, name)
     try:
-        root = yaml.compose(text, Loader=LOADER)
+        return yaml.compose(text, Loader=LOADER)
     except yaml.YAMLError as e:
         raise _yaml_error(e, name, text) from None
+
+
+def _document(root: Optional[Node], name: str, kind: str) -> Parsed:
+    node_type, what, wrong = _TOP[kind]
     if root is None:
         raise ProfileError(name, None, "", f"is empty; a {kind} is {what}")
     if not isinstance(root, node_type):
