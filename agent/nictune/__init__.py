@@ -1,9 +1,12 @@
 """nictune: plan, apply, verify and roll back NIC tuning on AI hosts.
 
-The package has two sides.  The *host side* (model, engine, knobs, netlink,
-agent) runs on the machine being tuned and imports only the standard library
-and parts of pyroute2.  The *controller side* (cli, profile loading, schema)
-may import anything, including the host side, but never the other way round.
+The package has two sides, one directory apart.  The *host side*,
+nictune/host/, runs on the machine being tuned and imports only the
+standard library, this module and four files of pyroute2; it is what ships
+to a host (control/agentzip.py).  The *controller side* (cli, control,
+profile, inventory, lab) may import anything, the host side included,
+never the other way round.  This module holds only what both need: the
+version and the format numbers.
 """
 
 __version__ = "0.1.0"

@@ -141,6 +141,9 @@ def test_plans_name_interface_sysctls_as_the_profile_spells_them():
     sysctl = family_named("sysctl")
     assert sysctl.label("eth0.100", "net.ipv4.conf.eth0.100.rp_filter") == "ipv4.rp_filter"
     assert sysctl.label("host", "net.ipv4.tcp_ecn") == "net.ipv4.tcp_ecn"
+    # A name from a hostile host that does not fit is shown as it came.
+    assert sysctl.label("eth0", "garbage") == "garbage"
+    assert sysctl.label("eth0", "net.ipv4.conf.eth1.x") == "net.ipv4.conf.eth1.x"
     assert family_named("rings").label("eth0", "rx") == "rx"
 
 

@@ -87,8 +87,12 @@ class SysctlFamily(Family):
             return name
         # net.ipv4.conf.<if>.arp_ignore is shown as the profile spells it;
         # interface names may hold dots (VLANs), so split around the target.
-        fam = name.split(".")[1]
-        return f"{fam}." + name[len(f"net.{fam}.conf.{target}."):]
+        # Names come back from hosts too: anything else is shown as it came.
+        for fam in ("ipv4", "ipv6"):
+            prefix = f"net.{fam}.conf.{target}."
+            if name.startswith(prefix) and len(name) > len(prefix):
+                return f"{fam}.{name[len(prefix):]}"
+        return name
 
     def expand(self, target, sections, source):
         out = []
