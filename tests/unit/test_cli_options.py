@@ -17,7 +17,7 @@ from nictune.cli.app import app
 from nictune.cli.options import COMMON, CONFIRM, FLEET, TARGET, Options, with_options
 from nictune.control.ssh import SshHost, SshOptions, SshTarget
 from nictune.control.targets import LocalTarget, NetnsTarget, Target
-from nictune.profile import yamlpos
+from .test_cli import count_reads
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CX7 = os.path.join(REPO, "profiles", "connectx7-training.yaml")
@@ -136,18 +136,6 @@ def ssh_hosts(monkeypatch):
 
     monkeypatch.setattr(SshTarget, "run", run)
     return requests
-
-
-def count_reads(monkeypatch) -> list:
-    reads: list = []
-    real = yamlpos.read_file
-
-    def read_file(path: str) -> str:
-        reads.append(path)
-        return real(path)
-
-    monkeypatch.setattr(yamlpos, "read_file", read_file)
-    return reads
 
 
 INVENTORY = """all:

@@ -14,7 +14,7 @@ from nictune.host.knobs.base import Family
 from nictune.host.knobs.link import LinkFamily
 from nictune.host.model import Key, Unsupported
 from nictune.profile import reference
-from nictune.profile.schema import KIT, SCHEMA, build
+from nictune.profile.schema import KIT, SCHEMA, build, describe
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REFERENCE = os.path.join(REPO, "docs", "profile-reference.md")
@@ -104,17 +104,22 @@ class _Toy(Family):
     position = 95
     position_note = "between roce and link"
     sections = ("toy",)
-    settings = ("toy.level",)
+    settings = ("toy.level", "toy.colour")
 
     @classmethod
     def schema(cls, s):
-        return {"entry": {"toy": s.section("A toy.", {"level": s.wanted(0, 7, "Level.")})}}
+        return {"entry": {"toy": s.section("A toy.", {
+            "level": s.wanted(0, 7, "Level."),
+            # A pattern of the family's own, with its words: no edit to validate.py.
+            "colour": s.text(r"^(red|blue)$", 4, "Colour.", words="red or blue"),
+        })}}
 
 
 def test_a_new_family_reaches_the_schema_through_registration_alone():
     schema = build(REGISTERED + (_Toy,))
     assert "toy" in schema["$defs"]["entry"]["properties"]
-    assert set(_leaves(schema["$defs"]["entry"])) >= {"toy.level"}
+    assert set(_leaves(schema["$defs"]["entry"])) >= {"toy.level", "toy.colour"}
+    assert describe(schema["$defs"]["entry"]["properties"]["toy"]["properties"]["colour"]) == "red or blue"
     assert "toy" not in SCHEMA["$defs"]["entry"]["properties"]
 
 

@@ -119,7 +119,11 @@ def _either(parts: List[str]) -> str:
 
 # -- building blocks -------------------------------------------------------
 
-def _text(pattern: str, max_length: int, description: str = "") -> dict:
+def _text(pattern: str, max_length: int, description: str = "", words: str = "") -> dict:
+    """A string matching `pattern`.  `words` says what the pattern accepts,
+    for a pattern that validate.WORDS does not know (a family's own)."""
+    if words:
+        register_words({pattern: words})
     node: Dict[str, Any] = {"type": "string", "pattern": pattern, "maxLength": max_length}
     if description:
         node["description"] = f"{description} Allowed: {PATTERN_WORDS[pattern]}."

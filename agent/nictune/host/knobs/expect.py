@@ -19,7 +19,6 @@ from __future__ import annotations
 import re
 from typing import Optional, Tuple
 
-from nictune.host.health import Health
 from nictune.host.knobs.base import Family
 from nictune.host.model import Desired, Key, Want
 from nictune.host.validate import COUNTER_NAME, DRIVER, VERSION_WANT, check
@@ -83,6 +82,10 @@ class ExpectFamily(Family):
 
     def __init__(self, host):
         super().__init__(host)
+        # Here, not at the top: the controller imports this module for its
+        # schema alone, and health pulls in rdma and the interface facts.
+        from nictune.host.health import Health
+
         self.health = Health(host)
 
     def expand(self, target, sections, source):
