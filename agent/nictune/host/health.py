@@ -78,10 +78,6 @@ class Health:
         self._stats: Dict[str, Dict[str, int]] = {}
         self._ports: Optional[Dict[str, Tuple[str, int]]] = None
 
-    def forget(self) -> None:
-        self._stats = {}
-        self._ports = None
-
     def of(self, iface: Interface) -> dict:
         name = iface.name
         facts: dict = {}
