@@ -13,10 +13,12 @@ values are compared in the tagged form `--list` prints them in.
 The inventories: the real-world ones in the shared reference directory
 (tests/real_world.py: ../shared/reference/real-world/inventories beside the
 repository, or under NICTUNE_REAL_WORLD; not ours to copy into the
-repository, so skipped when absent, but a failure under CI) and the cases
-in tests/inventory/cases/.  Host selection (--limit patterns) is
-compared the same way, and for a few patterns the order of
-`ansible PATTERN --list-hosts` too.
+repository, so skipped when absent, but a failure under CI), the cases
+in tests/inventory/cases/ and a few comma-separated host lists.  Host
+selection (--limit patterns) is compared the same way, and for a few
+patterns the order of `ansible PATTERN --list-hosts` too (with --limit,
+and for a play's list of patterns, `ansible-playbook --list-hosts`).
+Connection values are converted as Ansible's ensure_type converts them.
 
 Ansible takes about a second per call, so every call is made once, up
 front, four at a time.
@@ -37,18 +39,21 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-from nictune.inventory import Inventory, Unsafe, Vaulted, load_inventory
+from nictune.control.playbook import load_playbook
+from nictune.inventory import Inventory, InventoryError, Unsafe, Vaulted, load_inventory
 from real_world import REAL_WORLD as REFERENCE, in_ci, require
 
 BIN = Path(sys.executable).parent
 ANSIBLE_INVENTORY = shutil.which("ansible-inventory", path=str(BIN)) or shutil.which("ansible-inventory")
 ANSIBLE = shutil.which("ansible", path=str(BIN)) or shutil.which("ansible")
+ANSIBLE_PLAYBOOK = shutil.which("ansible-playbook", path=str(BIN)) or shutil.which("ansible-playbook")
 CASES = Path(__file__).parent / "cases"
 REAL_WORLD = REFERENCE / "inventories"
 
 # ansible-core comes with the test extras (pyproject.toml): without it CI
 # would compare nothing, so there it fails instead of skipping.
-pytestmark = pytest.mark.skipif((ANSIBLE_INVENTORY is None or ANSIBLE is None) and not in_ci(),
+pytestmark = pytest.mark.skipif((ANSIBLE_INVENTORY is None or ANSIBLE is None or ANSIBLE_PLAYBOOK is None)
+                                and not in_ci(),
                                 reason="ansible-core (the oracle) is not installed")
 
 
@@ -65,7 +70,13 @@ def _real_world() -> List[Path]:
 
 
 REAL_WORLD_INVENTORIES = _real_world()
-CASE_INVENTORIES = [CASES / name for name in ("fabric.ini", "fabric.yml", "inventory.json", "site", "priority.ini")]
+CASE_INVENTORIES = [CASES / name for name in ("fabric.ini", "fabric.yml", "inventory.json", "site", "priority.ini",
+                                               "json")]
+# -i "a,b,...": Ansible's host_list plugin (no ranges; "[v6]:port" and "name:port").
+HOST_LISTS = [
+    "web1,[2001:db8::1]:2022,",
+    "web[1:3],198.18.0.1:22,[web2]:5,2001:db8::2,gpu-01.example.net:2200,bad_:22",
+]
 
 # (inventory, --limit pattern): each compared as `ansible-inventory --limit P --list`.
 LIMITS = [
@@ -93,6 +104,20 @@ ORDERED = [
     ("fabric.ini", "gpu-a0*:&rack_a:!gpu-a02"),
     ("site", "rack2,rack1[0],nvme*"),
 ]
+# (inventory, pattern, --limit): the order of `ansible PATTERN --limit L --list-hosts`
+# follows the pattern (the inventory for "all"), never the limit.
+ORDERED_LIMITS = [
+    ("fabric.ini", "all", "gpu-a02,mgmt02,gpu-a01,mgmt01"),
+    ("fabric.ini", "all", "@" + str(CASES / "fabric-limit.txt")),
+    ("fabric.ini", "rack_a", "gpu-a05,gpu-a01,gpu-a03"),
+]
+# (inventory, a play's hosts list): the hosts of `ansible-playbook --list-hosts`
+# (which lists them in no fixed order).
+PLAY_HOSTS = [
+    ("fabric.ini", ["rack_b:!198.18.1.2", "spines:mgmt01"]),
+    ("fabric.ini", ["rack_a:spines", "!~gpu-a0[1-4]", "mgmt02"]),
+    ("site", ["rack2", "rack1[0]:nvme*"]),
+]
 
 
 def _run(argv: List[str], cwd: str) -> Tuple[int, str, str]:
@@ -117,8 +142,18 @@ def oracle():
     for name, pattern in ORDERED:
         path = str(CASES / name)
         calls[("hosts", path, pattern)] = [ANSIBLE, "-i", path, pattern, "--list-hosts"]
+    for text in HOST_LISTS:
+        calls[("list", text, None)] = [ANSIBLE_INVENTORY, "-i", text, "--list"]
+    for name, pattern, limit in ORDERED_LIMITS:
+        path = str(CASES / name)
+        calls[("hosts", path, pattern, limit)] = [ANSIBLE, "-i", path, pattern, "--limit", limit, "--list-hosts"]
     with tempfile.TemporaryDirectory(prefix="nt-oracle-") as cwd:
         Path(cwd, "ansible.cfg").write_text("")
+        for number, (name, hosts) in enumerate(PLAY_HOSTS):
+            playbook = Path(cwd, f"play{number}.yml")
+            playbook.write_text(json.dumps([{"hosts": hosts, "gather_facts": False, "tasks": []}]))
+            calls[("play", str(CASES / name), tuple(hosts))] = [ANSIBLE_PLAYBOOK, "-i", str(CASES / name),
+                                                                 str(playbook), "--list-hosts"]
         with ThreadPoolExecutor(4) as pool:
             results = dict(zip(calls, pool.map(lambda argv: _run(argv, cwd), calls.values())))
     return results
@@ -219,3 +254,68 @@ def test_pattern_order_is_ansibles(oracle, name, pattern):
     theirs = [line.strip() for line in lines[1:] if line.strip()]
     ours = [h.name for h in load_inventory(str(CASES / name)).select(pattern)]
     assert ours == theirs
+
+
+def _listed_hosts(out: str) -> List[str]:
+    """The host names under "hosts (N):" in --list-hosts output."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith("hosts ("))
+    return [line.strip() for line in lines[start + 1:] if line.strip()]
+
+
+@pytest.mark.parametrize("text", HOST_LISTS)
+def test_a_host_list_reads_as_ansible_reads_it(oracle, text):
+    assert as_ansible_list(load_inventory(text)) == ansible_list(oracle, text)
+
+
+@pytest.mark.parametrize("name,pattern,limit", ORDERED_LIMITS, ids=[f"{n}:{p}:{l}" for n, p, l in ORDERED_LIMITS])
+def test_limit_keeps_the_patterns_order(oracle, name, pattern, limit):
+    path = str(CASES / name)
+    theirs = _listed_hosts(_answer(oracle, ("hosts", path, pattern, limit)))
+    ours = [h.name for h in load_inventory(path).select(pattern, limit=limit)]
+    assert ours == theirs
+
+
+@pytest.mark.parametrize("name,hosts", PLAY_HOSTS, ids=[f"{n}:{h}" for n, h in PLAY_HOSTS])
+def test_a_plays_list_of_patterns_selects_what_ansible_playbook_selects(oracle, tmp_path, name, hosts):
+    playbook = tmp_path / "pb.yaml"
+    playbook.write_text(json.dumps([{"hosts": hosts, "profile": "p.yaml"}]))
+    (play,) = load_playbook(str(playbook))
+    path = str(CASES / name)
+    theirs = _listed_hosts(_answer(oracle, ("play", path, tuple(hosts))))
+    assert theirs, "a case with no host would prove little"
+    assert sorted(h.name for h in load_inventory(path).select(play.hosts)) == sorted(theirs)
+
+
+# Values as the INI parser makes them, for the ssh connection's options:
+# remote_user, host and private_key_file are strings, port an int.
+CONNECTION_VALUES = [1000, 2222.0, 1.5, "2222", "2.2e3", 2222.5, "x", 0, 70000]
+
+
+@pytest.mark.parametrize("value", CONNECTION_VALUES, ids=[repr(v) for v in CONNECTION_VALUES])
+def test_connection_values_convert_as_ansible_converts_them(tmp_path, value):
+    from ansible.config.manager import ensure_type
+
+    inv = Inventory("test")
+    host = inv.add_host("h1", "ungrouped", None, ("test", 1))
+    for name in ("ansible_user", "ansible_port", "ansible_host", "ansible_private_key_file"):
+        inv.set_variable("h1", name, value, ("test", 1))
+    inv.finish()
+
+    def ours(attribute):
+        try:
+            return getattr(host, attribute)
+        except InventoryError:
+            return "refused"
+
+    def theirs(kind):
+        try:
+            return ensure_type(value, kind)
+        except ValueError:
+            return "refused"
+
+    for attribute in ("user", "address", "key_file"):
+        assert ours(attribute) == theirs("string")
+    port = theirs("int")
+    # Ansible passes any int on, and ssh fails on it; nictune checks the range.
+    assert ours("port") == (port if port == "refused" or 0 < port < 65536 else "refused")

@@ -46,7 +46,8 @@ def _run(command: str, target: Optional[str], opts: Options, out: Printer) -> di
     kind, document = _read(target) if target else (None, None)
     if kind == "playbook":
         return _run_playbook(command, target, document, inventory, opts, out)
-    hosts = inventory.select(opts.limit)
+    # Every host the limit allows, in inventory order (Ansible's), not the limit's.
+    hosts = inventory.select(None, limit=opts.limit)
     profiles = fleet.Profiles(target, _gate(command, opts), document) if kind else None
     return envelope(command, _pool(_agent_command(command), hosts, profiles, opts, out))
 
@@ -67,7 +68,7 @@ def _read(target: str) -> Tuple[str, Union[Parsed, ProfileError]]:
 
 def _pool(command: str, hosts: list, profiles, opts: Options, out: Printer,
           play=None) -> List[dict]:
-    jobs = fleet.jobs_for(command, hosts, profiles, _ssh_options(opts), play)
+    jobs = fleet.jobs_for(command, hosts, profiles, _ssh_options(opts), opts.show_file_content)
     label = f" ({play.name})" if play else ""
     with out.progress(f"{command}{label}", len(jobs)) as tick:
         return fleet.run_jobs(command, jobs, opts.forks, tick)
@@ -84,11 +85,11 @@ def _run_playbook(command: str, path: str, parsed: Parsed, inventory, opts: Opti
     from nictune.control import playbook
 
     plays = playbook.load_playbook_parsed(parsed, path)
-    limit = set(h.name for h in inventory.select(opts.limit)) if opts.limit else None
+    limit = None if opts.limit is None else {h.name for h in inventory.select(None, limit=opts.limit)}
     reports: List[dict] = []
     rollouts = []
     for play in plays:
-        hosts = [h for h in inventory.select(play.hosts) if limit is None or h.name in limit]
+        hosts = [play.host(h) for h in inventory.select(play.hosts) if limit is None or h.name in limit]
         profiles = fleet.PlayProfiles(play, _gate(command, opts))
         if command != "apply":
             reports += _pool(_agent_command(command), hosts, profiles, opts, out, play)

@@ -12,10 +12,12 @@ A playbook file is a list of plays:
       serial: [1, "10%", "100%"]     # batch sizes; the last one repeats
       max_fail_percentage: 0         # failed share of a batch that stops the rollout
 
-Batches follow Ansible's `serial` exactly (make_batches); `rollout` runs
-apply, then verify as a health gate, batch by batch, through a `run`
-callable, so it knows nothing about SSH.  Errors are ProfileError: one
-paragraph naming file, line and key.
+A play's hosts are its pattern's hosts, each seen through the play
+(Play.host): the play's vars over the inventory's, connection settings
+included, as in Ansible.  Batches follow Ansible's `serial` exactly
+(make_batches); `rollout` runs apply, then verify as a health gate, batch
+by batch, through a `run` callable, so it knows nothing about SSH.  Errors
+are ProfileError: one paragraph naming file, line and key.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from nictune.host.errors import (
     EXIT_ROLLED_BACK,
     combined_exit,
 )
+from nictune.inventory.patterns import split_pattern
 from nictune.profile import yamlpos
 from nictune.profile.check import check, locate
 from nictune.profile.errors import ProfileError, dotted
@@ -74,12 +77,14 @@ PLAY_SCHEMA: Dict[str, Any] = {
         "name": {"type": "string", "pattern": PLAY_NAME, "maxLength": 200,
                  "description": "Shown in progress and reports; defaults to the hosts pattern."},
         "hosts": {"anyOf": [_HOSTS_ONE, {"type": "array", "items": _HOSTS_ONE, "minItems": 1, "maxItems": 64}],
-                  "description": "Inventory host pattern (Ansible syntax: groups, globs, a:b, a:&b, a:!b); a list is a union."},
+                  "description": "Inventory host pattern (Ansible syntax: groups, globs, a:b, a:&b, a:!b); in a list, each "
+                                 "item is split on its own and the parts are read as one pattern, as Ansible does."},
         "profile": {"anyOf": [_PROFILE_ONE, {"type": "array", "items": _PROFILE_ONE, "minItems": 1, "maxItems": 16}],
                     "description": "Profile file(s), relative to the playbook's directory; several are merged in order, like extends."},
         "vars": {
             "type": "object",
-            "description": "Play variables; they override the inventory's. nictune: a mapping of profile keys, deep-merged "
+            "description": "Play variables; they override the inventory's, connection settings (ansible_host, "
+                           "ansible_port, ansible_user, ...) included. nictune: a mapping of profile keys, deep-merged "
                            "over the profile after the inventory's own nictune: layers.",
             "propertyNames": {"type": "string", "pattern": VAR_NAME, "maxLength": 64},
             "properties": {"nictune": {"type": "object"}},
@@ -118,20 +123,22 @@ class Play:
     """One play, checked; profile paths resolved against the playbook's directory."""
 
     name: str
-    hosts: str
+    hosts: str                                   # the pattern; a list's items are split and joined by ","
     profiles: List[str]
     vars: Dict[str, Any]
     serial: List[Union[int, str]]
     max_fail_percentage: float
     source: str                                  # "file:line" of the play
     overrides: Optional[Parsed] = field(default=None, repr=False)   # vars.nictune, with its lines
+    vars_where: Dict[str, Tuple[str, Optional[int]]] = field(default_factory=dict, repr=False)
     # (path, file, line, keypath) of each profile entry, for errors about it.
     _refs: List[Tuple[str, str, Optional[int], str]] = field(default_factory=list, repr=False)
     _base: Optional[Tuple[Parsed, List[str]]] = field(default=None, repr=False)
 
-    def vars_for(self, inventory_vars: Dict[str, Any]) -> Dict[str, Any]:
-        """A host's variables as this play sees them: play vars win, as in Ansible."""
-        return {**inventory_vars, **self.vars}
+    def host(self, host: Any) -> Any:
+        """An inventory host as this play sees it: address, port, user, key
+        file and every other variable with the play's vars winning."""
+        return host.with_play_vars((self.vars, self.vars_where))
 
 
 def load_playbook(path: str) -> List[Play]:
@@ -149,7 +156,14 @@ def load_playbook_parsed(parsed: Parsed, path: str) -> List[Play]:
 def _play(parsed: Parsed, index: int, path: str) -> Play:
     raw = parsed.doc[index]
     file, line = locate(parsed.positions, (index,))
-    hosts = raw["hosts"] if isinstance(raw["hosts"], str) else ",".join(raw["hosts"])
+    written = raw["hosts"] if isinstance(raw["hosts"], str) else ",".join(raw["hosts"])
+    # Ansible splits each item of a list on its own: ["web:&edge", "db"] is web,&edge,db.
+    parts = [part for item in ([written] if isinstance(raw["hosts"], str) else raw["hosts"])
+             for part in split_pattern(item)]
+    if not parts:
+        raise ProfileError(*locate(parsed.positions, (index, "hosts")), dotted((index, "hosts")),
+                           f"{written!r} names no host or group")
+    hosts = written if isinstance(raw["hosts"], str) else ",".join(parts)
     entries = [(raw["profile"], (index, "profile"))] if isinstance(raw["profile"], str) else \
         [(entry, (index, "profile", i)) for i, entry in enumerate(raw["profile"])]
     base_dir = os.path.dirname(path)
@@ -167,9 +181,10 @@ def _play(parsed: Parsed, index: int, path: str) -> Play:
                                    dotted((index, "vars", "nictune", key)),
                                    f"{key} cannot be overridden here; list profiles under profile:")
         del play_vars["nictune"]
+    vars_where = {key: locate(parsed.positions, (index, "vars", key)) for key in play_vars}
     serial = raw.get("serial", "100%")
     return Play(
-        name=raw.get("name") or hosts,
+        name=raw.get("name") or written,
         hosts=hosts,
         profiles=[r[0] for r in refs],
         vars=play_vars,
@@ -177,6 +192,7 @@ def _play(parsed: Parsed, index: int, path: str) -> Play:
         max_fail_percentage=_percent(raw.get("max_fail_percentage", 0)),
         source=f"{file}:{line}",
         overrides=overrides,
+        vars_where=vars_where,
         _refs=refs,
     )
 

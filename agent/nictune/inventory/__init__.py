@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from .errors import InventoryError
 from .loader import load_inventory
-from .model import Group, Host, Inventory
-from .yamlinv import Unsafe, Vaulted
+from .model import Group, Host, Inventory, Unsafe, Vaulted
 
 __all__ = ["Group", "Host", "Inventory", "InventoryError", "Unsafe", "Vaulted", "load_inventory"]

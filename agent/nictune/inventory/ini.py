@@ -123,7 +123,7 @@ class _IniReader:
             # [g:vars] alone does not declare g; it must be declared somewhere.
             if kind == "vars" and name not in self.pending:
                 self.pending[name] = _Pending(number, kind)
-            self.inv.add_group(name)
+            self.inv.add_group(name, (self.file, number))
         if name in self.pending and kind != "vars":
             if self.pending[name].kind == "children":
                 self.resolve_children(name, number)

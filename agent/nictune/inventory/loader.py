@@ -46,14 +46,18 @@ def load_inventory(path: str) -> Inventory:
 
 
 def _host_list(text: str) -> Inventory:
+    # As Ansible's host_list plugin: "name", "name:port" or "[v6 address]:port";
+    # anything else, ranges included, is one host named as written.
     inv = Inventory(text)
     for item in text.split(","):
         item = item.strip()
         if not item:
             continue
         try:
-            name, port = split_port(item) if "[" not in item else (item, None)
+            name, port = split_port(item)
         except ValueError:
+            name, port = item, None
+        if "[" in name:
             name, port = item, None
         inv.add_host(name, "ungrouped", port, ("host list", None))
     inv.finish()

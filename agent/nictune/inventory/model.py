@@ -5,11 +5,15 @@ order; finish() then does what Ansible's reconcile_inventory does (every
 top-level group under "all", hosts that belong nowhere else in
 "ungrouped", and no longer in it once they belong somewhere else) and
 computes group depths.  Host.precedence lists the levels of a host's
-variables in Ansible's order.
+variables in Ansible's order; Host.with_play_vars adds a play's on top.
+An inventory holds at most MAX_HOSTS hosts and MAX_GROUPS groups, whatever
+the number of files and patterns they come from.
 """
 
 from __future__ import annotations
 
+import copy
+import decimal
 import os
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -21,6 +25,32 @@ Where = Tuple[str, Optional[int]]
 Layer = Tuple[Dict[str, Any], Dict[str, Where]]
 
 NICTUNE_VAR = "nictune"
+# Far beyond one fleet: a few ranged lines can name a million hosts, which
+# would take the controller a gigabyte and half a minute to refuse.
+MAX_HOSTS = 100_000
+MAX_GROUPS = 100_000
+VAULT_ADVICE = ("nictune does not decrypt Ansible Vault: set it in plain text (`ansible-vault decrypt` "
+                "reads the vaulted value on stdin)")
+
+
+class Unsafe(str):
+    """A `!unsafe` string: Ansible never templates it."""
+
+
+class Vaulted:
+    """A `!vault` value: Ansible Vault ciphertext, kept as is and never shown."""
+
+    def __init__(self, ciphertext: str):
+        self.ciphertext = ciphertext
+
+    def __repr__(self) -> str:
+        return "Vaulted(<encrypted>)"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Vaulted) and other.ciphertext == self.ciphertext
+
+    def __hash__(self) -> int:
+        return hash(self.ciphertext)
 
 
 def where_text(where: Optional[Where]) -> str:
@@ -174,8 +204,11 @@ class Host:
             if NICTUNE_VAR in values:
                 value = values[NICTUNE_VAR]
                 spot = where.get(NICTUNE_VAR)
+                file, line = spot if spot else (None, None)
+                if _holds_vaulted(value):
+                    raise InventoryError(file, line, f"variable 'nictune' of host {self.name!r} holds an Ansible "
+                                         f"Vault value (!vault); {VAULT_ADVICE}")
                 if not isinstance(value, dict):
-                    file, line = spot if spot else (None, None)
                     raise InventoryError(file, line, f"variable 'nictune' of host {self.name!r} must be a mapping "
                                          f"of profile overrides, not {type(value).__name__}")
                 out.append((value, where_text(spot)))
@@ -193,6 +226,9 @@ class Host:
         name, value = self._connection_var(*names)
         if value is None:
             return None
+        self._not_vaulted(name, value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = str(value)  # Ansible's string options take numbers as their text: ansible_user=1000
         if not isinstance(value, str) or not value.strip():
             raise self._bad(name, "must be non-empty text")
         if "{{" in value or "{%" in value:
@@ -200,6 +236,10 @@ class Host:
         if any(c.isspace() for c in value) or "\x00" in value:
             raise self._bad(name, "must not contain blanks")
         return value
+
+    def _not_vaulted(self, name: str, value: Any) -> None:
+        if isinstance(value, Vaulted):
+            raise self._bad(name, f"is an Ansible Vault value (!vault); {VAULT_ADVICE}")
 
     def _bad(self, name: str, why: str) -> InventoryError:
         file, line = self.where_of(name) or (None, None)
@@ -215,11 +255,11 @@ class Host:
         name, value = self._connection_var("ansible_port", "ansible_ssh_port")
         if value is None:
             return None
-        if isinstance(value, str) and value.strip().isdigit():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
+        self._not_vaulted(name, value)
+        port = _whole_number(value)
+        if port is None or not 0 < port < 65536:
             raise self._bad(name, f"must be a port number (1-65535), not {shown(value)}")
-        return value
+        return port
 
     @property
     def user(self) -> Optional[str]:
@@ -229,6 +269,40 @@ class Host:
     def key_file(self) -> Optional[str]:
         path = self._text_var("ansible_private_key_file", "ansible_ssh_private_key_file")
         return None if path is None else os.path.expanduser(path)
+
+    def with_play_vars(self, layer: Layer) -> Host:
+        """This host as a play sees it: the play's variables over every inventory level
+        (Ansible's precedence), for its connection settings as for the rest."""
+        view = copy.copy(self)
+        view._layers = self.precedence() + [layer]
+        view._vars = None
+        return view
+
+
+def _whole_number(value: Any) -> Optional[int]:
+    """An int option's value as Ansible's ensure_type makes it: 2222, 2222.0 and "2222" are 2222."""
+    if isinstance(value, bool):
+        return None  # Ansible would take True as 1; no port is meant that way
+    if isinstance(value, int):
+        return value
+    if isinstance(value, (float, str)):
+        try:
+            number = decimal.Decimal(value)
+            if number == int(number):
+                return int(number)
+        except (decimal.DecimalException, ValueError, OverflowError):
+            pass
+    return None
+
+
+def _holds_vaulted(value: Any) -> bool:
+    if isinstance(value, Vaulted):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_vaulted(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_holds_vaulted(v) for v in value)
+    return False
 
 
 VarsFileLoader = Callable[[str, str], List[Layer]]
@@ -266,9 +340,12 @@ class Inventory:
 
     # -- building, in file order (the parsers call these) --
 
-    def add_group(self, name: str) -> Group:
+    def add_group(self, name: str, where: Optional[Where] = None) -> Group:
         group = self.groups.get(name)
         if group is None:
+            if len(self.groups) >= MAX_GROUPS:
+                file, line = where or (self.source, None)
+                raise InventoryError(file, line, f"the inventory declares more than {MAX_GROUPS} groups")
             group = self.groups[name] = Group(name)
         return group
 
@@ -277,6 +354,9 @@ class Inventory:
             raise InventoryError(where[0], where[1], "a host name is empty")
         host = self.hosts.get(name)
         if host is None:
+            if len(self.hosts) >= MAX_HOSTS:
+                raise InventoryError(where[0], where[1], f"the inventory names more than {MAX_HOSTS} hosts, "
+                                     "nictune's limit (is a range too wide?)")
             host = self.hosts[name] = Host(name, self)
             if port is not None:  # only the first mention's port counts, as in Ansible
                 self._set(host.inline, host.inline_where, "ansible_port", port, where)

@@ -10,7 +10,8 @@ are applied first, then "&", then "!", whatever their order.
 One deliberate difference: Ansible warns about a part that matches nothing
 and carries on; nictune refuses, because a typo in a pattern for a tool that
 changes hosts should stop it, not shrink its target.  An empty final
-selection is refused too (Ansible's --limit does the same).
+selection is refused too (Ansible's --limit does the same), and so is an
+empty --limit (Ansible ignores `--limit ""` and targets every host).
 """
 
 from __future__ import annotations
@@ -47,11 +48,19 @@ def split_pattern(pattern: str) -> List[str]:
 def select(inv: Inventory, pattern: Optional[str], limit: Optional[str] = None) -> List[Host]:
     """The hosts a pattern selects, in Ansible's order, narrowed by a --limit pattern.
 
-    limit may name a file with "@path": one pattern per line.
+    limit may name a file with "@path": one pattern per line.  The order is
+    the pattern's, whatever the limit's, as in Ansible.
     """
-    chosen = _evaluate(inv, split_pattern(pattern if pattern is not None else "all"))
+    parts = split_pattern(pattern if pattern is not None else "all")
+    if not parts:
+        raise InventoryError(inv.source, None, f"pattern {shown(pattern, 80)} names no host or group")
+    chosen = _evaluate(inv, parts)
     if limit is not None:
-        allowed = {h.name for h in _evaluate(inv, _limit_parts(limit))}
+        parts = _limit_parts(limit)
+        if not parts:
+            raise InventoryError(inv.source, None, f"--limit {shown(limit, 80)} names no host or group; "
+                                 "leave --limit out to target every host")
+        allowed = {h.name for h in _evaluate(inv, parts)}
         chosen = [h for h in chosen if h.name in allowed]
     if not chosen:
         what = f"pattern {shown(pattern or 'all', 80)}" + (f" with --limit {shown(limit, 80)}" if limit else "")
@@ -68,7 +77,7 @@ def _limit_parts(limit: str) -> List[str]:
                 raise InventoryError(path, None, "the --limit file does not exist or is not a file")
             try:
                 with open(path, encoding="utf-8") as f:
-                    parts += [line.strip() for line in f.read().split("\n")]
+                    parts += [line.strip() for line in f.read().split("\n") if line.strip()]
             except (OSError, UnicodeDecodeError) as e:
                 raise InventoryError(path, None, f"cannot read the --limit file: {e}") from None
         else:

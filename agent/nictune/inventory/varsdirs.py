@@ -13,7 +13,7 @@ import os
 from typing import Dict, List, Optional
 
 from nictune.profile.errors import ProfileError
-from nictune.profile.yamlpos import read_file
+from nictune.profile.yamlpos import VAULT_HEADER, read_file
 
 from .errors import InventoryError
 from .model import Layer, Warn
@@ -23,11 +23,17 @@ EXTENSIONS = (".yml", ".yaml", ".json")
 
 
 def read_text(path: str) -> str:
-    """A file's text (UTF-8, at most 16 MiB), or an InventoryError saying why not."""
+    """A file's text (UTF-8, at most 16 MiB, not vault-encrypted), or an InventoryError saying why not."""
     try:
-        return read_file(path)
+        text = read_file(path)
     except ProfileError as e:
         raise InventoryError(e.file, e.line, e.message) from None
+    if text.startswith(VAULT_HEADER):
+        # ansible-inventory decrypts vault files into its output (not !vault values in a file).
+        raise InventoryError(path, 1, "is encrypted with Ansible Vault, which nictune does not decrypt: write "
+                             "the inventory out decrypted with `ansible-inventory -i INVENTORY --list -y "
+                             "--ask-vault-pass > FILE` and point -i at FILE")
+    return text
 
 
 class VarsDirs:

@@ -4,6 +4,11 @@ We convert PyYAML's node graph ourselves instead of calling safe_load so that
 each mapping key and sequence item keeps its line (error messages and the
 plan's "file:line" sources need it), and so that duplicate keys, which
 safe_load silently lets the last one win, are an error.
+
+The node graph is composed here too (compose_document), in one pass over
+the parser's events that stops at the first value past a bound: PyYAML's
+own composer builds the whole graph of a 15 MB flow list (gigabytes)
+before anything can count it, and recurses once per nesting level.
 """
 
 from __future__ import annotations
@@ -12,9 +17,10 @@ import errno
 import os
 import stat
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
+from yaml.composer import ComposerError
 from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
@@ -23,12 +29,15 @@ from .errors import ProfileError, dotted, kind, show
 LOADER = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
 
 MAX_BYTES = 16 * 1024 * 1024
-# Real profiles nest 5 levels deep.  The limits keep the pure-Python
-# composer off its recursion limit and stop alias "billion laughs".
+# Real profiles nest 5 levels deep and hold a few hundred values.  The
+# limits keep the (recursive) converter off the recursion limit, bound the
+# work and memory a file can ask for, and stop alias "billion laughs".
 MAX_DEPTH = 32
 MAX_NODES = 100_000
 # int() on megabytes of digits is slow on Python < 3.11; no knob needs more.
 MAX_NUMBER_CHARS = 100
+# What `ansible-vault encrypt` puts at the start of a file.
+VAULT_HEADER = "$ANSIBLE_VAULT;"
 
 _TAG = "tag:yaml.org,2002:"
 _STR, _SEQ, _MAP = _TAG + "str", _TAG + "seq", _TAG + "map"
@@ -125,16 +134,13 @@ def parse_text(text: str, name: str, kind: str = "profile") -> Parsed:
 
 def read_target(path: str) -> Tuple[str, Parsed]:
     """The TARGET of plan/apply/verify/audit, read once: ("playbook", its
-    plays) or ("profile", its document).  Raises ProfileError with the
-    profile's messages, as a file that is not a playbook is a profile."""
+    plays) when the document is a list, else ("profile", its document).
+    Raises ProfileError; a list whose values do not convert (a !vault tag,
+    a repeated key) gets that value's error, not "a profile must be a
+    mapping"."""
     root = _compose(read_file(path), path)
     if isinstance(root, SequenceNode):
-        try:
-            return "playbook", _document(root, path, "playbook")
-        except ProfileError:
-            # A list that does not convert has always been reported as a
-            # broken profile (the top-level error below), not as a playbook.
-            pass
+        return "playbook", _document(root, path, "playbook")
     return "profile", _document(root, path, "profile")
 
 
@@ -142,11 +148,109 @@ def _compose(text: str, name: str) -> Optional[Node]:
     """The node graph of one YAML document (None if it is empty)."""
     if len(text) > MAX_BYTES:
         raise ProfileError(name, None, "", "is too large (the limit is 16 MiB)")
-    _check_depth(text, name)
+    if text.startswith(VAULT_HEADER):
+        raise ProfileError(name, 1, "", "is encrypted with Ansible Vault, which nictune does not decrypt; "
+                           "profiles and playbooks hold no secrets: keep them in plain text "
+                           "(`ansible-vault decrypt FILE`)")
     try:
-        return yaml.compose(text, Loader=LOADER)
+        return compose_document(LOADER(text))
+    except OverLimit as e:
+        raise ProfileError(name, e.line, "", e.message) from None
     except yaml.YAMLError as e:
         raise _yaml_error(e, name, text) from None
+
+
+class OverLimit(Exception):
+    """A YAML document past a bound of compose_document: where (1-based line) and why."""
+
+    def __init__(self, line: int, message: str):
+        super().__init__(message)
+        self.line = line
+        self.message = message
+
+
+def compose_document(loader: Any, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH) -> Optional[Node]:
+    """The node graph of the single YAML document `loader` reads (None if there is none).
+
+    loader is a fresh PyYAML loader (C or Python) of the text.  Raises
+    OverLimit at the first value past max_nodes (sequence items and mapping
+    values; a key comes with its value) or level past max_depth, having
+    built only that much, and yaml.YAMLError for what PyYAML's composer
+    would refuse.  Aliases are not expanded here: the node they name is
+    shared, and whoever walks the graph bounds what they expand to.
+    """
+    try:
+        loader.get_event()  # stream start
+        if loader.check_event(yaml.StreamEndEvent):
+            return None
+        document = loader.get_event()
+        root = _compose_nodes(loader, max_nodes, max_depth)
+        loader.get_event()  # document end
+        if not loader.check_event(yaml.StreamEndEvent):
+            raise ComposerError("expected a single document in the stream", document.start_mark,
+                                "but found another document", loader.get_event().start_mark)
+        return root
+    finally:
+        loader.dispose()
+
+
+def _compose_nodes(loader: Any, max_nodes: int, max_depth: int) -> Node:
+    anchors: Dict[str, Node] = {}
+    # The collections being filled, innermost last, each with the key node
+    # waiting for its value (mappings only).
+    filling: List[List[Any]] = []
+    count = 0
+    while True:
+        event = loader.get_event()
+        if isinstance(event, yaml.CollectionEndEvent):
+            node = filling.pop()[0]
+            node.end_mark = event.end_mark
+            if not filling:
+                return node
+            continue
+        node = _node(loader, event, anchors)
+        if filling:
+            parent = filling[-1]
+            if isinstance(parent[0], SequenceNode):
+                parent[0].value.append(node)
+                count += 1
+            elif parent[1] is None:
+                parent[1] = node
+            else:
+                parent[0].value.append((parent[1], node))
+                parent[1] = None
+                count += 1
+            if count > max_nodes:
+                raise OverLimit(_line(event), f"has more than {max_nodes} values")
+        if isinstance(event, yaml.CollectionStartEvent):
+            filling.append([node, None])
+            if len(filling) > max_depth:
+                raise OverLimit(_line(event), f"is nested more than {max_depth} levels deep")
+        elif not filling:
+            return node  # the document is one scalar or alias
+
+
+def _node(loader: Any, event: Any, anchors: Dict[str, Node]) -> Node:
+    """The node an alias, scalar or collection-start event stands for, as PyYAML's composer makes it."""
+    if isinstance(event, yaml.AliasEvent):
+        if event.anchor not in anchors:
+            raise ComposerError(None, None, f"found undefined alias {event.anchor!r}", event.start_mark)
+        return anchors[event.anchor]
+    if event.anchor is not None and event.anchor in anchors:
+        raise ComposerError(f"found duplicate anchor {event.anchor!r}; first occurrence",
+                            anchors[event.anchor].start_mark, "second occurrence", event.start_mark)
+    node_type = (ScalarNode if isinstance(event, yaml.ScalarEvent)
+                 else SequenceNode if isinstance(event, yaml.SequenceStartEvent) else MappingNode)
+    tag = event.tag
+    if tag is None or tag == "!":
+        tag = loader.resolve(node_type, event.value if node_type is ScalarNode else None, event.implicit)
+    if node_type is ScalarNode:
+        node: Node = ScalarNode(tag, event.value, event.start_mark, event.end_mark, style=event.style)
+    else:
+        node = node_type(tag, [], event.start_mark, None, flow_style=event.flow_style)
+    if event.anchor is not None:
+        anchors[event.anchor] = node
+    return node
 
 
 def _document(root: Optional[Node], name: str, kind: str) -> Parsed:
@@ -159,23 +263,6 @@ def _document(root: Optional[Node], name: str, kind: str) -> Parsed:
     conv.positions[()] = (name, _line(root))
     doc = conv.convert(root, (), 0)
     return Parsed(doc, conv.positions, conv.plain)
-
-
-def _check_depth(text: str, name: str) -> None:
-    # The event parser is iterative, so this catches deep nesting before
-    # the (recursive) composer sees it.
-    depth = 0
-    try:
-        for event in yaml.parse(text, Loader=LOADER):
-            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-                depth += 1
-                if depth > MAX_DEPTH:
-                    raise ProfileError(name, event.start_mark.line + 1, "",
-                                       f"is nested more than {MAX_DEPTH} levels deep")
-            elif isinstance(event, yaml.CollectionEndEvent):
-                depth -= 1
-    except yaml.YAMLError as e:
-        raise _yaml_error(e, name, text) from None
 
 
 def _yaml_error(e: yaml.YAMLError, name: str, text: str) -> ProfileError:
@@ -193,6 +280,13 @@ def _yaml_error(e: yaml.YAMLError, name: str, text: str) -> ProfileError:
         char = e.character if isinstance(e.character, int) else ord(str(e.character)[:1] or "?")
         return ProfileError(name, line, "", f"invalid YAML: character U+{char:04X} is not allowed in YAML")
     return ProfileError(name, None, "", f"invalid YAML: {' '.join(str(e).split())[:200]}")
+
+
+def _unsupported(tag: str) -> str:
+    if tag == "!vault":
+        return ("is an Ansible Vault value (!vault), which nictune does not decrypt: leave it out, or write "
+                "it in plain text if nictune needs it (`ansible-vault decrypt` reads the vaulted value on stdin)")
+    return f"the YAML tag {show(tag)} is not supported"
 
 
 def _line(node: Any) -> int:
@@ -226,7 +320,7 @@ class _Converter:
                 return self.sequence(node, path, depth)
             if isinstance(node, MappingNode) and node.tag == _MAP:
                 return self.mapping(node, path, depth)
-            raise self.fail(node, path, f"the YAML tag {show(node.tag)} is not supported")
+            raise self.fail(node, path, _unsupported(node.tag))
         finally:
             self.active.discard(id(node))
 
@@ -269,7 +363,7 @@ class _Converter:
         build = _BUILD.get(node.tag)
         where = path if path is not None else ()
         if build is None:
-            raise self.fail(node, where, f"the YAML tag {show(node.tag)} is not supported")
+            raise self.fail(node, where, _unsupported(node.tag))
         if node.tag != _TAG + "null" and len(node.value) > MAX_NUMBER_CHARS:
             raise self.fail(node, where, f"a {node.tag[len(_TAG):]} of {len(node.value)} characters is too long")
         try:
