@@ -69,3 +69,20 @@ def make_fleet(tmp_path_factory):
     finally:
         for record in made:
             fleetlab.down(record)
+
+
+# A profile the sshd hosts' rails match (modules may define their own).
+RAILS_PROFILE = """\
+nictune: 1
+interfaces:
+  rails:
+    match: {name: "rail*"}
+    mtu: 9000
+"""
+
+
+@pytest.fixture
+def profile(tmp_path):
+    path = tmp_path / "rails.yaml"
+    path.write_text(RAILS_PROFILE)
+    return str(path)

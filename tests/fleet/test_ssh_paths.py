@@ -23,22 +23,8 @@ from nictune.lab.fleet import run_in
 
 pytestmark = pytest.mark.netns
 
-PROFILE = """\
-nictune: 1
-interfaces:
-  rails:
-    match: {name: "rail*"}
-    mtu: 9000
-"""
 OPS_USER = "ntops"
 OPS_UID = 4242  # the first free uid from here on is used
-
-
-@pytest.fixture
-def profile(tmp_path):
-    path = tmp_path / "rails.yaml"
-    path.write_text(PROFILE)
-    return str(path)
 
 
 def logins(fleet, host, user="root") -> list:

@@ -93,7 +93,7 @@ def test_junit_escapes_markup_quotes_and_control_characters():
     text = junit(envelope("verify", [host(name, keys)]))
     root = ET.fromstring(text.encode())   # well-formed, whatever the host was called
     case = root.find(".//testcase")
-    assert case.get("name") == 'h<1>&"\'\nx\\u0001\\u001b'
+    assert case.get("name") == 'h<1>&"\'\\x0ax\\x01\\x1b'  # control characters visible (item 10)
     assert "net.a]]>b" in case.find("failure").get("message")
     assert 'expected "\\u0000", actual "<&>"' in case.find("failure").text
 
@@ -169,9 +169,10 @@ def test_prometheus_label_values_are_escaped():
     name = 'we"ird\\host\nname'
     keys = [change("sysctl", "host", 'net.a"b\\c', 0, 1, "drift")]
     text = prometheus(envelope("verify", [host(name, keys)]), NOW)
-    assert 'host="we\\"ird\\\\host\\nname"' in text
+    assert 'host="we\\"ird\\\\host\\\\x0aname"' in text  # the newline made visible (item 10)
     samples = parse_exposition(text)
-    assert samples["nictune_audit_drift"] == [({"host": name, "family": "sysctl", "target": "host", "key": 'net.a"b\\c'}, 1)]
+    shown = 'we"ird\\host\\x0aname'
+    assert samples["nictune_audit_drift"] == [({"host": shown, "family": "sysctl", "target": "host", "key": 'net.a"b\\c'}, 1)]
 
 
 def test_prometheus_duplicate_host_is_written_once():
@@ -186,9 +187,10 @@ def test_prometheus_client_reads_it():
     families = {f.name: f for f in parser.text_string_to_metric_families(prometheus(report, NOW))}
     assert {f.type for f in families.values()} == {"gauge"}
     up = {s.labels["host"]: s.value for s in families["nictune_audit_up"].samples}
-    assert up == {name: 1.0, "b": 0.0}
+    shown = 'we"ird\\host\\x0aname'  # the newline made visible (item 10)
+    assert up == {shown: 1.0, "b": 0.0}
     (drift,) = families["nictune_audit_drift"].samples
-    assert drift.labels == {"host": name, "family": "link", "target": "e", "key": "mtu"} and drift.value == 1.0
+    assert drift.labels == {"host": shown, "family": "link", "target": "e", "key": "mtu"} and drift.value == 1.0
 
 
 # -- writing the files ---------------------------------------------------------------

@@ -81,14 +81,35 @@ def test_a_state_dir_that_is_not_absolute_and_normalised_is_refused():
         ssh.SshTarget(ssh.SshHost("h", "198.18.1.1", state_dir="/var/../etc"), ssh.SshOptions())
 
 
-def test_play_vars_win_over_the_inventory_for_connection_settings():
+def test_play_vars_win_over_the_inventory_for_connection_settings(tmp_path):
     from nictune.control.fleet import jobs_for
     from nictune.control.playbook import Play
+    from nictune.inventory import load_inventory
 
+    path = tmp_path / "hosts.ini"
+    path.write_text("h ansible_host=198.18.1.1 nictune_state_dir=/srv/inventory\n")
+    host = load_inventory(str(path)).hosts["h"]
     play = Play(name="p", hosts="all", profiles=[], vars={"nictune_state_dir": "/srv/play"},
                 serial=["100%"], max_fail_percentage=0.0, source="pb.yaml:1")
-    host = InvHost(nictune_state_dir="/srv/inventory", ansible_user="root")
-    [job] = jobs_for("rollback", [host], None, ssh.SshOptions(), play)
+    [job] = jobs_for("rollback", [play.host(host)], None, ssh.SshOptions())
     assert job.target.host.state_dir == "/srv/play"
     [job] = jobs_for("rollback", [host], None, ssh.SshOptions())
     assert job.target.host.state_dir == "/srv/inventory"
+
+
+@pytest.mark.parametrize("name", ["nictune_state_dir", "nictune_python", "ansible_ssh_common_args"])
+def test_a_vaulted_setting_nictune_reads_itself_is_refused_by_name(tmp_path, name):
+    # Read as text it was "Vaulted(<encrypted>)": a state directory refused
+    # for its shape, or ssh arguments silently dropped.
+    from nictune.control.fleet import jobs_for
+    from nictune.inventory import load_inventory
+
+    path = tmp_path / "hosts.yml"
+    path.write_text("all:\n  hosts:\n    h:\n"
+                    f"      {name}: !vault |\n"
+                    "        $ANSIBLE_VAULT;1.1;AES256\n"
+                    "        6231\n")
+    [job] = jobs_for("plan", [load_inventory(str(path)).hosts["h"]], None, ssh.SshOptions())
+    assert job.target is None
+    message = job.error["message"]
+    assert f"{path}:4" in message and name in message and "Ansible Vault" in message

@@ -11,7 +11,10 @@ from nictune import __version__
 from nictune.cli import host_cmds, lab_cmds, lint_cmds, profile_cmds
 from nictune.host.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
 
-# What a shell reports for a command that SIGINT ended.
+# Typer's usage errors (an unknown option, a missing argument, a bad value)
+# and its other click errors: the click exception class typer.BadParameter
+# derives from, whichever click this typer carries (typer >= 0.28 vendors it).
+_CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
 app = typer.Typer(
     name="nictune",
@@ -46,11 +49,23 @@ app.add_typer(lab_cmds.lab, name="lab")
 
 def run() -> int:
     """The whole command; returns its exit code and never raises, unless
-    debugging."""
+    debugging.
+
+    Typer runs in non-standalone mode, so that a usage error comes here and
+    exits 1 (click's 2 is nictune's "changes pending / drift": a typo in a
+    cron job must not read as drift); a command's own exit code comes back
+    as the return value."""
     debug = "--debug" in sys.argv[1:] or os.environ.get("NICTUNE_DEBUG") == "1"
     code = EXIT_OK
     try:
-        app()
+        result = app(standalone_mode=False)
+        code = result if isinstance(result, int) else EXIT_OK
+    except _CLICK_ERROR as e:
+        e.show()  # click's own words: usage line, hint, error
+        code = EXIT_ERROR
+    except typer.Abort:
+        sys.stderr.write("Aborted!\n")
+        code = EXIT_ERROR
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (EXIT_OK if e.code is None else EXIT_ERROR)
     except KeyboardInterrupt:

@@ -1,7 +1,11 @@
 """Everything the CLI prints: human tables and diffs, or the JSON report.
 
 On a terminal, rich tables with coloured before/after; otherwise the same
-rows as plain text, so logs and change reviews stay readable.
+rows as plain text, so logs and change reviews stay readable.  Every field
+printed, whoever wrote it (a host, an inventory, a profile), has its control
+characters made visible first (host/text.py): nothing reaches the terminal
+that could move its cursor or fake a line of nictune's own.  JSON is JSON,
+which escapes them itself.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Optional
 
 from nictune import REPORT_FORMAT, __version__
 from nictune.host.errors import EXIT_ERROR, combined_exit
+from nictune.host.text import printable
 
 STYLE = {"pending": "yellow", "drift": "yellow", "applied": "green", "ok": "dim",
          "reverted": "cyan", "failed": "bold red", "unsupported": "red", "revert-failed": "bold red",
@@ -44,7 +49,7 @@ class Printer:
         if self._console is None:
             from rich.console import Console
 
-            self._console = Console(highlight=False, soft_wrap=True)
+            self._console = Console(highlight=False, soft_wrap=True, emoji=False)
         return self._console
 
     @property
@@ -56,16 +61,17 @@ class Printer:
         sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
     def line(self, text: str = "", style: Optional[str] = None) -> None:
+        text = printable(text)
         if self.rich and style:
             self.console.print(text, style=style, markup=False)
         else:
             sys.stdout.write(text + "\n")
 
     def warn(self, text: str) -> None:
-        sys.stderr.write(f"warning: {text}\n")
+        sys.stderr.write(f"warning: {printable(text)}\n")
 
     def error(self, text: str) -> None:
-        sys.stderr.write(f"error: {text}\n")
+        sys.stderr.write(f"error: {printable(text)}\n")
 
     # -- reports ----------------------------------------------------------
     def _printed_whole(self, report: dict) -> bool:
@@ -101,8 +107,9 @@ class Printer:
 
     def _table(self, rows: list, values: tuple) -> None:
         header = ("target", "setting", *values, "status", "source", "note")
-        cells = [(c["key"]["target"], f"{c['key']['family']} {_name(c)}", _value(c["before"]), _after(c),
-                  c["status"], c.get("source", ""), c.get("note", "")) for c in rows]
+        cells = [tuple(printable(v) for v in (
+            c["key"]["target"], f"{c['key']['family']} {_name(c)}", _value(c["before"]), _after(c),
+            c["status"], c.get("source") or "", c.get("note") or "")) for c in rows]
         if not any(c[6] for c in cells):
             header, cells = header[:6], [c[:6] for c in cells]
         if self.rich:
@@ -115,15 +122,15 @@ class Printer:
             for row in cells:
                 status = row[4]
                 style = STYLE.get(status, "")
-                table.add_row(row[0], row[1],
+                table.add_row(_esc(row[0]), _esc(row[1]),
                               f"[red]{_esc(row[2])}[/]" if status != "ok" else _esc(row[2]),
-                              f"[green]{_esc(row[3])}[/]", f"[{style}]{status}[/]" if style else status,
+                              f"[green]{_esc(row[3])}[/]", f"[{style}]{status}[/]" if style else _esc(status),
                               *(_esc(v) for v in row[5:]))
             self.console.print(table)
             return
-        widths = [max(len(str(r[i])) for r in cells + [header]) for i in range(len(header))]
+        widths = [max(len(r[i]) for r in cells + [header]) for i in range(len(header))]
         for r in [header] + cells:
-            self.line("  " + "  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip())
+            self.line("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
 
     def _text_diff(self, c: dict, command: str = "") -> None:
         before, after = c["before"], c["after"]
@@ -155,7 +162,7 @@ class Printer:
 
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
-            task = bar.add_task(what, total=total)
+            task = bar.add_task(_esc(what), total=total)
             yield lambda report: bar.advance(task)
 
     def batch_done(self, batch: dict) -> None:
@@ -163,8 +170,8 @@ class Printer:
         if self.as_json:
             return
         names = batch.get("hosts", [])
-        sys.stderr.write(f"batch {batch.get('number', '?')}: {len(names)} host(s) "
-                         f"{_listing(names)}: {batch.get('result', '')}\n")
+        sys.stderr.write(printable(f"batch {batch.get('number', '?')}: {len(names)} host(s) "
+                                   f"{_listing(names)}: {batch.get('result', '')}") + "\n")
 
     def fleet(self, report: dict, show_ok: bool = False, target: str = "") -> None:
         if self._printed_whole(report):
@@ -178,6 +185,7 @@ class Printer:
                 self._text_diff(c, command)
         for rollout in report.get("rollouts", []):
             self._rollout(rollout)
+        self._fleet_warnings(report["hosts"])
         self._host_table(report["hosts"])
         self.line(_fleet_summary(report), "bold")
 
@@ -188,10 +196,20 @@ class Printer:
             if hosts:
                 self.line(f"  {name.replace('_', ' ')}: {_listing(hosts, 20)}")
 
+    def _fleet_warnings(self, hosts: list) -> None:
+        """Each distinct warning once, with the hosts that gave it."""
+        hosts_of: dict = {}
+        for h in hosts:
+            for w in h.get("warnings") or []:
+                hosts_of.setdefault(w, []).append(h["host"])
+        for text, names in hosts_of.items():
+            self.warn(f"{text} ({len(names)} host(s): {_listing(names)})")
+
     def _host_table(self, hosts: list) -> None:
         header = ("host", "result", "changes", "seconds", "error")
-        cells = [(h["host"], _result(h), _counts(h), f"{h.get('seconds', 0):.2f}",
-                  (h.get("error") or {}).get("message", "")) for h in hosts]
+        cells = [tuple(printable(v) for v in (
+            h["host"], _result(h), _counts(h), f"{h.get('seconds', 0):.2f}",
+            (h.get("error") or {}).get("message", ""))) for h in hosts]
         if self.rich:
             from rich.table import Table
 
@@ -203,9 +221,9 @@ class Printer:
                 table.add_row(*(_esc(v) for v in row), style=style)
             self.console.print(table)
             return
-        widths = [max(len(str(r[i])) for r in cells + [header]) for i in range(4)]
+        widths = [max(len(r[i]) for r in cells + [header]) for i in range(4)]
         for r in [header] + cells:
-            self.line("  " + "  ".join(str(v).ljust(w) for v, w in zip(r[:4], widths)) + "  " + r[4])
+            self.line("  " + "  ".join(v.ljust(w) for v, w in zip(r[:4], widths)) + "  " + r[4])
 
 
 def _groups(hosts: list, show_ok: bool) -> list:
@@ -251,10 +269,11 @@ def _fleet_summary(report: dict) -> str:
     return f"{len(hosts)} host(s): {parts or 'none selected'}."
 
 
-def _esc(text: str) -> str:
+def _esc(text) -> str:
+    """A field for rich markup: control characters visible, brackets literal."""
     from rich.markup import escape
 
-    return escape(str(text))
+    return escape(printable(text))
 
 
 def _name(c: dict) -> str:

@@ -17,6 +17,8 @@ testcase per host also keeps testcase names unique, which GitLab needs.
 
 Prometheus: no values in labels at all (a value may be a secret, and would
 make a new series at every change); keys are labels (family, target, key).
+Both formats show control characters in names as \\xNN (host/text.py): a
+host name or key must not put escapes on a dashboard or a CI page.
 node_exporter refuses sample timestamps in textfiles, so the audit time is
 a gauge.  Samples carry the host label, so several audits can each write
 their own *.prom file into one textfile directory as long as their hosts
@@ -33,6 +35,7 @@ from typing import Iterable, List
 
 from nictune.host.errors import INVALID_INPUT, NictuneError
 from nictune.host.files import write_atomic
+from nictune.host.text import printable
 
 DRIFTED = ("drift", "pending")
 
@@ -74,7 +77,9 @@ def _hosts_or_error(envelope: dict) -> List[dict]:
 # -- JUnit -------------------------------------------------------------------
 
 def _xml_text(text: str) -> str:
-    return _NOT_XML.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    """One field: control characters visible (host/text.py), and what XML
+    1.0 cannot carry at all as \\uXXXX."""
+    return _NOT_XML.sub(lambda m: f"\\u{ord(m.group()):04x}", printable(text))
 
 
 def junit(envelope: dict) -> str:
@@ -98,7 +103,7 @@ def junit(envelope: dict) -> str:
             if keys:
                 failures += 1
                 ET.SubElement(case, "failure", type="drift", message=_xml_text(_failure_message(keys))).text = \
-                    _xml_text(_failure_body(keys))
+                    _failure_body(keys)
         cases.append(case)
     counts = {"tests": str(len(cases)), "failures": str(failures), "errors": str(errors)}
     root = ET.Element("testsuites", name=suite_name, **counts, time=f"{seconds:.3f}")
@@ -119,7 +124,7 @@ def _failure_body(keys: List[dict]) -> str:
     for c in keys:
         actual = json.dumps(c.get("before"), ensure_ascii=False)
         source = f" ({c['source']})" if c.get("source") else ""
-        lines.append(f"{_key_words(c)}: expected {_expected(c)}, actual {actual}{source}")
+        lines.append(_xml_text(f"{_key_words(c)}: expected {_expected(c)}, actual {actual}{source}"))
     return "\n".join(lines)
 
 
@@ -134,11 +139,13 @@ _METRICS = {
 
 
 def _label_value(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    """A label value in the exposition format: printable (so no newline is
+    left to escape), then backslashes and quotes escaped."""
+    return printable(value).replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _sample(metric: str, labels: dict, value: str) -> str:
-    inner = ",".join(f'{name}="{_label_value(str(text))}"' for name, text in labels.items())
+    inner = ",".join(f'{name}="{_label_value(text)}"' for name, text in labels.items())
     return f"{metric}{{{inner}}} {value}"
 
 
@@ -149,7 +156,7 @@ def prometheus(envelope: dict, now: float) -> str:
     stamp = repr(round(float(now), 3))
     seen_hosts: set = set()
     for host in envelope.get("hosts") or []:
-        name = str(host["host"])
+        name = printable(host["host"])
         # A series twice in one file makes node_exporter drop the whole file.
         if name in seen_hosts:
             continue
@@ -178,7 +185,8 @@ def _drift_samples(host: str, changes: Iterable[dict]) -> List[str]:
         if c.get("status") not in DRIFTED + ("ok",):
             continue  # unsupported, skipped: not a statement about drift
         key = c["key"]
-        labels = {"host": host, "family": key["family"], "target": key["target"], "key": key["name"]}
+        labels = {"host": host, "family": printable(key["family"]),
+                  "target": printable(key["target"]), "key": printable(key["name"])}
         ident = tuple(labels.values())
         if ident in seen:
             continue

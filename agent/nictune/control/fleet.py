@@ -9,17 +9,18 @@ with an error like any other failure; it never stops the others.
 
 from __future__ import annotations
 
-import json
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
+from nictune.control.hostreport import ProtocolError
 from nictune.control.request import build_request
 from nictune.control.ssh import SshHost, SshOptions, SshTarget
 from nictune.host import errors
 from nictune.host.errors import InvalidInput, NictuneError
 from nictune.host.journal import DEFAULT_STATE_DIR
+from nictune.inventory.errors import InventoryError
 
 DEFAULT_FORKS = 50
 
@@ -36,14 +37,14 @@ class Job:
     error: Optional[dict] = None  # set when the host could not even be prepared
 
 
-def ssh_host(host, variables: Optional[dict] = None) -> SshHost:
-    """The connection settings of an inventory host (Ansible variable names);
-    `variables` as a play sees them, if not the host's own."""
-    v = host.vars if variables is None else variables
-    python = v.get("nictune_python") or v.get("ansible_python_interpreter") or "python3"
+def ssh_host(host) -> SshHost:
+    """The connection settings of an inventory host (Ansible variable names),
+    as its play sees them when it comes from one (playbook.Play.host)."""
+    v = {name: _plain(host, name) for name in _READ_AS_IS}
+    python = v["nictune_python"] or v["ansible_python_interpreter"] or "python3"
     if python in _DISCOVER:
         python = "python3"
-    opts = ssh_args_options(" ".join(str(v.get(k) or "") for k in
+    opts = ssh_args_options(" ".join(str(v[k] or "") for k in
                                      ("ansible_ssh_common_args", "ansible_ssh_extra_args")))
     return SshHost(
         label=host.name,
@@ -52,11 +53,29 @@ def ssh_host(host, variables: Optional[dict] = None) -> SshHost:
         user=host.user,
         key_files=[host.key_file] if host.key_file else [],
         python=str(python),
-        state_dir=str(v.get("nictune_state_dir") or DEFAULT_STATE_DIR),
+        state_dir=str(v["nictune_state_dir"] or DEFAULT_STATE_DIR),
         known_hosts=opts.get("userknownhostsfile", "").split(),
         proxy_jump=opts.get("proxyjump"),
         identities_only=opts.get("identitiesonly", "").lower() == "yes",
     )
+
+
+# The variables ssh_host() reads itself (the inventory Host checks the others).
+_READ_AS_IS = ("nictune_python", "ansible_python_interpreter", "nictune_state_dir",
+               "ansible_ssh_common_args", "ansible_ssh_extra_args")
+
+
+def _plain(host, name: str):
+    """A variable's value, refused when it is Ansible Vault ciphertext, which
+    would otherwise be read as the text of its placeholder."""
+    from nictune.inventory.model import VAULT_ADVICE, Vaulted
+
+    value = host.vars.get(name)
+    if isinstance(value, Vaulted):
+        file, line = host.where_of(name) or (None, None)
+        raise InventoryError(file, line, f"{name} of host {host.name!r} is an Ansible Vault "
+                                         f"value (!vault); {VAULT_ADVICE}")
+    return value
 
 
 def ssh_args_options(args: str) -> Dict[str, str]:
@@ -100,7 +119,9 @@ class Profiles:
 
     def for_host(self, host):
         layers = list(host.nictune_overrides())
-        key = json.dumps(layers, sort_keys=True, default=str)
+        # repr, not json.dumps(sort_keys=True): an inventory may give a mapping
+        # keys of mixed types, which sort_keys cannot order (the merge refuses them).
+        key = repr(layers)
         if key not in self._cache:
             try:
                 profile = self._build(layers)
@@ -138,14 +159,14 @@ class PlayProfiles(Profiles):
 
 
 def jobs_for(command: str, hosts: list, profiles: Optional[Profiles], options: SshOptions,
-             play=None) -> List[Job]:
-    """play: its vars win over the inventory's (nictune_state_dir, ...), as in Ansible."""
+             show_file_content: bool = False) -> List[Job]:
+    """hosts: inventory hosts, as their play sees them if they come from one."""
     jobs = []
     for host in hosts:
         try:
-            target = SshTarget(ssh_host(host, play.vars_for(host.vars) if play else None), options)
+            target = SshTarget(ssh_host(host), options)
             profile = profiles.for_host(host) if profiles else None
-            jobs.append(Job(host.name, target, build_request(command, profile)))
+            jobs.append(Job(host.name, target, build_request(command, profile, show_file_content)))
         except InvalidInput as e:  # a bad nictune_state_dir...: its message names no host
             jobs.append(Job(host.name, None, None, errors.error(errors.INVALID_INPUT,
                                                                 f"{host.name}: {e}")))
@@ -176,6 +197,9 @@ def run_jobs(command: str, jobs: List[Job], forks: int = DEFAULT_FORKS,
             return failed_report(job.label, command, job.error)
         try:
             return job.target.run(job.request)
+        except ProtocolError as e:  # the host answered, with nonsense: reached, not trusted
+            return dict(failed_report(job.label, command, e.as_dict(), time.monotonic() - started),
+                        unreachable=False)
         except NictuneError as e:
             return failed_report(job.label, command, e.as_dict(), time.monotonic() - started)
         except Exception as e:  # noqa: BLE001 - one host's surprise is that host's error

@@ -2,8 +2,11 @@
 
 Per host and command: one TCP connection, one exec channel running the
 bootstrap (control/agentzip.py), the archive sent only if the host lacks it,
-the request as one JSON line, the report as one JSON line back, and for an
-apply the "confirm" exchange of nictune/host/watchdog.py.
+the request as one JSON line, the report as one JSON line back (taken as
+control/hostreport.py says: under the inventory's name, exit code worked
+out again, every field checked), and for an apply the "confirm" exchange of
+nictune/host/watchdog.py.  A cached agent that fails the bootstrap's check
+is sent again, with a warning in the report.
 
 Connection settings follow OpenSSH and Ansible: inventory variables first
 (ansible_host, ansible_port, ansible_user, ansible_ssh_private_key_file),
@@ -28,7 +31,7 @@ from typing import Dict, List, Optional
 
 import paramiko
 
-from nictune.control import agentzip
+from nictune.control import agentzip, hostreport
 from nictune.host import errors
 from nictune.host.errors import TransportError
 from nictune.host.journal import DEFAULT_STATE_DIR
@@ -41,6 +44,9 @@ logging.getLogger("paramiko").propagate = False
 
 PYTHON = re.compile(r"^(/[A-Za-z0-9._+/-]{1,255}|python3(\.[0-9]{1,2})?)$")
 SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
+# The longest line a host may send: a report with every owned file whole
+# fits many times over.
+MAX_LINE = 64 * 2**20
 
 
 @dataclass
@@ -350,6 +356,9 @@ class _Lines:
             if not chunk:
                 return b""
             self.buf += chunk
+            if len(self.buf) > MAX_LINE:  # a host must not exhaust the controller's memory
+                raise hostreport.ProtocolError(f"{self.label}: the {what} is longer than "
+                                               f"{MAX_LINE // 2**20} MiB")
         line, _, self.buf = self.buf.partition(b"\n")
         return line + b"\n"
 
@@ -396,10 +405,11 @@ class SshTarget:
         lines = _Lines(chan, time.monotonic() + self.options.command_timeout, self.label)
         chan.exec_command(agentzip.remote_command(self.host.python, bundle.sha256,
                                                   self.host.state_dir, sudo=user != "root"))
-        answer = lines.readline("answer from the agent bootstrap")
-        if answer == b"need\n":
+        # "have", "need", or "need WHY" when the cached copy failed its check.
+        answer, _, damaged = lines.readline("answer from the agent bootstrap").rstrip(b"\n").partition(b" ")
+        if answer == b"need":
             chan.sendall(b"%d\n" % len(bundle.data) + bundle.data)
-        elif answer != b"have\n":
+        elif answer != b"have" or damaged:
             raise self._failed(chan, "the agent did not start")
         chan.sendall(json.dumps(request).encode() + b"\n")
         line = lines.readline("report")
@@ -407,8 +417,15 @@ class SshTarget:
             report = json.loads(line)
         except ValueError:
             raise self._failed(chan, "the agent sent no report") from None
-        report["transport"] = {"agent_sent": answer == b"need\n"}
-        if confirm and report.get("ok") and report.get("changed"):
+        report = hostreport.accept(report, self.label, request["command"])
+        report["transport"] = {"agent_sent": answer == b"need"}
+        if damaged:
+            why = damaged.decode("ascii", "replace")
+            report["transport"]["cache_damaged"] = why
+            report["warnings"] = report["warnings"] + [
+                f"the agent cached in {self.host.state_dir}/agent failed its check ({why}): "
+                "it was removed and a fresh copy sent"]
+        if confirm and report["ok"] and report["changed"]:
             state = self._confirm(chan, lines)
             if state != "confirmed":
                 report.update(ok=False, exit_code=errors.EXIT_ROLLED_BACK, error=errors.error(
@@ -424,10 +441,11 @@ class SshTarget:
     def _confirm(self, chan, lines: _Lines) -> str:
         chan.sendall(b"confirm\n")
         try:
-            state = json.loads(lines.readline("confirmation")).get("nictune_confirm", "")
+            answer = json.loads(lines.readline("confirmation"))
         except ValueError:
-            state = ""
-        return state
+            return ""
+        state = answer.get("nictune_confirm") if isinstance(answer, dict) else None
+        return state if state in ("confirmed", "expired") else ""
 
     def _failed(self, chan, what: str) -> TransportError:
         deadline = time.monotonic() + 2

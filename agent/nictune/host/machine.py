@@ -12,6 +12,9 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
+from nictune.host.text import shown_name
+from nictune.host.validate import IFNAME, WORDS, matches
+
 
 @dataclass
 class Interface:
@@ -43,16 +46,28 @@ class Interface:
         return True
 
 
+def _skipped(name) -> str:
+    shown = shown_name(name)
+    escaped = " (escaped)" if shown != f"'{name}'" else ""
+    return (f"skipped interface {shown}{escaped}: a name nictune does not handle "
+            f"(it takes {WORDS[IFNAME]})")
+
+
 class Host:
     """Lazily opened kernel handles, shared by all knob families of one run."""
 
     def __init__(self, root: str = "/"):
         self.root = root
+        # The network namespace the agent was started in by `ip netns exec`,
+        # as the request names it (None: not one): its /etc/netns/NAME files.
+        self.netns: Optional[str] = None
         self._rtnl = None
         self._ethtool = None
         self._dcb = None
         self._dcb_sock = None
         self._interfaces: Optional[list] = None
+        # Why links left out of interfaces() were, for the command's warnings.
+        self.skipped_interfaces: list = []
         self._links: Optional[list] = None
         self._ioctl_sock = None
 
@@ -100,11 +115,19 @@ class Host:
         return self._dcb
 
     def interfaces(self) -> list:
-        """Every link but loopback, with the facts selectors need (read once)."""
+        """Every link but loopback, with the facts selectors need (read once).
+
+        A name the kernel accepts but nictune's checks refuse ('rt#1', one
+        with an escape character, bytes that are not UTF-8) is left out and
+        listed in skipped_interfaces: every write path checks names again,
+        and one odd link must not stop the profile on every other."""
         if self._interfaces is None:
-            found = []
+            found, skipped = [], []
             for link in self.links():
                 if link.name == "lo":
+                    continue
+                if not matches(IFNAME, link.name):
+                    skipped.append(_skipped(link.name))
                     continue
                 info = self._drvinfo(link.name)
                 found.append(
@@ -118,7 +141,7 @@ class Host:
                         firmware=(info.fw_version if info else None) or None,
                     )
                 )
-            self._interfaces = found
+            self._interfaces, self.skipped_interfaces = found, skipped
         return self._interfaces
 
     def links(self) -> list:
@@ -133,6 +156,7 @@ class Host:
         self._links = None
         if facts:
             self._interfaces = None
+            self.skipped_interfaces = []
 
     def _drvinfo(self, ifname: str):
         """ethtool -i of one device (a seam: tests stand in recorded state)."""
