@@ -14,6 +14,7 @@ import sys
 import time
 
 import pytest
+from netns_helpers import wait_for
 
 import nictune
 from nictune.control.request import build_request
@@ -67,15 +68,6 @@ def _journal(state) -> dict:
     return json.loads((state / "journal.json").read_text())
 
 
-def _wait_for(predicate, seconds=10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
-
-
 def test_unconfirmed_apply_is_rolled_back_by_the_watchdog(veth_pair, tmp_path):
     state = tmp_path / "state"
     agent = _agent(veth_pair)
@@ -83,7 +75,7 @@ def test_unconfirmed_apply_is_rolled_back_by_the_watchdog(veth_pair, tmp_path):
     out, _ = agent.communicate(_request(state), timeout=60)
     report = json.loads(out.splitlines()[0])
     assert report["ok"] and report["changed"], report
-    assert _wait_for(lambda: _journal(state)["status"] == "rolled-back")
+    assert wait_for(lambda: _journal(state)["status"] == "rolled-back")
     assert _mtu(veth_pair) == 1500
     assert _journal(state)["confirm"]["state"] == "expired"
 

@@ -109,3 +109,12 @@ class Interrupted(NictuneError):
 
 class TransportError(NictuneError):
     kind = TRANSPORT
+
+
+class StateDirError(NictuneError):
+    """The state directory (or the per-target lock directory) cannot be
+    trusted, created or written; the message names the path."""
+
+
+class JournalDamaged(StateDirError):
+    """A journal or history record that is not a well-formed record."""

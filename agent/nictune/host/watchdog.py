@@ -8,7 +8,10 @@ on the same session, which proves the path still carries traffic; the agent
 then marks the journal confirmed.  If that does not happen within the
 timeout after the apply finished (the session died, the controller crashed,
 the report never got through), the watchdog rolls that apply back, and only
-that one: the check and the restore happen under the journal lock.
+that one: the check and the restore happen under the journal lock.  A
+journal damaged meanwhile does not stop it: it reads the history copy (see
+journal.py), or, when that is unusable too, restores from the record it read
+before.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import secrets
 import select
 import time
 
-from nictune.host.errors import Locked
+from nictune.host.errors import Locked, StateDirError
 from nictune.host.journal import APPLYING, COMMITTED, CONFIRM_PENDING, Journal
 
 # The agent is given this long to finish before the watchdog stops waiting
@@ -59,23 +62,39 @@ def _detach(keep: int) -> None:
 def _watch(state_dir: str, token: str, timeout: float, agent_fd: int) -> None:
     select.select([agent_fd], [], [], AGENT_BOUND)
     journal = Journal(state_dir)
+    seen = None  # this apply's record as last read: the fallback if the journal goes bad
     while True:
-        record = journal.load()
+        try:
+            record = journal.load()
+        except StateDirError:
+            if seen is None:
+                return  # never read this apply's record: nothing known to undo
+            # Nobody can confirm through an unreadable journal; its deadline
+            # still stands, in case someone repairs it meanwhile.
+            if _deadline(seen, timeout) <= time.time():
+                break
+            time.sleep(0.25)
+            continue
         confirm = (record or {}).get("confirm") or {}
         if confirm.get("token") != token or confirm.get("state") != CONFIRM_PENDING:
             return  # nothing applied under this token, or already settled
+        seen = record
         if record["status"] == APPLYING:
             break  # the agent died mid-apply: nobody will confirm
         if record["status"] != COMMITTED:
             return  # the apply failed and rolled itself back
-        left = record["finished"] + timeout - time.time()
+        left = _deadline(record, timeout) - time.time()
         if left <= 0:
             break
         time.sleep(min(left, 0.25))
-    _roll_back(state_dir, record["id"])
+    _roll_back(state_dir, seen)
 
 
-def _roll_back(state_dir: str, journal_id: str) -> None:
+def _deadline(record: dict, timeout: float) -> float:
+    return record.get("finished", record.get("started", 0.0)) + timeout
+
+
+def _roll_back(state_dir: str, seen: dict) -> None:
     from nictune.host.engine import Engine
     from nictune.host.machine import Host
 
@@ -83,7 +102,7 @@ def _roll_back(state_dir: str, journal_id: str) -> None:
     try:
         for _ in range(120):  # a manual rollback may hold the lock for a moment
             try:
-                Engine(host, state_dir).rollback(only=journal_id)
+                Engine(host, state_dir).rollback(only=seen["id"], seen=seen)
                 return
             except Locked:
                 time.sleep(0.25)
