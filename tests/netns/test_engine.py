@@ -12,6 +12,7 @@ import json
 import textwrap
 
 import pytest
+from netns_helpers import nictune
 from typer.testing import CliRunner
 
 from nictune.cli.app import app
@@ -30,7 +31,7 @@ def lab(veth_pair, tmp_path):
 
 def write_profile(lab, body: str, name: str = "p.yaml") -> str:
     path = lab.dir / name
-    path.write_text(body.replace("@NCCL@", str(lab.nccl)))
+    path.write_text(body.replace("@NCCL@", str(lab.nccl)).replace("@DIR@", str(lab.dir)))
     return str(path)
 
 
@@ -42,6 +43,7 @@ FULL = textwrap.dedent("""\
         net.ipv4.tcp_rmem: [4096, 131072, 6291456]
       nccl:
         path: @NCCL@
+        allowed_dirs: ["@DIR@"]
         env:
           NCCL_IB_TC: 106
           NCCL_SOCKET_IFNAME: "=ntv0"
@@ -54,17 +56,6 @@ FULL = textwrap.dedent("""\
         features: {gro: on, rx-udp-gro-forwarding: on, tso: off}
         sysctl: {ipv4.arp_ignore: 1, ipv4.rp_filter: 2}
 """)
-
-
-def nictune(lab, *args: str) -> tuple:
-    """Run the CLI against namespace A; returns (exit code, JSON report)."""
-    result = CliRunner().invoke(
-        app, [*args, "--netns", lab.ns_a, "--state-dir", str(lab.state), "--json"])
-    try:
-        report = json.loads(result.stdout)
-    except ValueError:
-        raise AssertionError(f"no JSON report: {result.output}")
-    return result.exit_code, report
 
 
 def snapshot(lab) -> dict:
@@ -110,7 +101,7 @@ def test_plan_shows_diff_and_changes_nothing(lab):
     changes = {(c["key"]["family"], c["key"]["name"]): c for c in host["changes"]}
     assert changes[("link", "mtu")]["before"] == 1500
     assert changes[("link", "mtu")]["after"] == 9000
-    assert changes[("link", "mtu")]["source"].endswith("p.yaml:14")
+    assert changes[("link", "mtu")]["source"].endswith("p.yaml:15")
     assert changes[("features", "rx-gro")]["status"] == "pending"
     assert snapshot(lab) == before
 
@@ -270,7 +261,7 @@ def test_unknown_key_is_a_profile_error(lab):
     code, report = nictune(lab, "apply", profile)
     assert code == 1 and report["error"]["kind"] == "profile"
     message = report["error"]["message"]
-    assert "chanels" in message and "channels" in message and "p.yaml:17" in message
+    assert "chanels" in message and "channels" in message and "p.yaml:18" in message
     assert snapshot(lab) == before
 
 

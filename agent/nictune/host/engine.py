@@ -3,8 +3,10 @@
     profile doc + host facts --expand--> desired {Key: Want}
     knob families read the host -------> current {Key: value}
     desired x current --diff--> [Change]
-    apply: journal(before) -> write -> read back -> commit,
-           any failure -> restore every touched key, newest first.
+    apply: journal(before, and what the changes take with them: aside.py)
+           -> write -> read back -> commit,
+           any failure -> restore every touched key, newest first, then
+           put back what the changes took with them.
 
 `plan` and `verify` never reach a family's apply(): only `apply` and
 `rollback` write.
@@ -15,9 +17,18 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from nictune.host import errors
+from nictune.host import aside, errors
 from nictune.host import model as m
-from nictune.host.errors import Conflict, Interrupted, InvalidInput, Locked, NictuneError, NoJournal
+from nictune.host.errors import (
+    Conflict,
+    Interrupted,
+    InvalidInput,
+    JournalDamaged,
+    Locked,
+    NictuneError,
+    NoJournal,
+    StateDirError,
+)
 from nictune.host.health import Health
 from nictune.host.machine import Host
 from nictune.host.journal import (
@@ -104,7 +115,10 @@ def expand(host: Host, fams: Families, doc: dict, sources: dict) -> Desire:
         for d in fam.expand(HOST, sections, source_in("host")) if sections else ():
             desire.add(d, default_policy, "host")
 
-    interfaces = host.interfaces() if doc.get("interfaces") else []
+    interfaces: list = []
+    if doc.get("interfaces"):
+        interfaces = host.interfaces()
+        desire.warnings.extend(host.skipped_interfaces)
     for entry_name, entry in (doc.get("interfaces") or {}).items():
         policy = entry.get("on_unsupported", default_policy)
         matched = [i for i in interfaces if i.matches(entry.get("match", {}))]
@@ -212,7 +226,8 @@ class Engine:
     def __init__(self, host: Host, state_dir: str):
         self.host = host
         self.fams = Families(host)
-        self.journal = Journal(state_dir)
+        # With the host's root, the journal's lock also locks the target.
+        self.journal = Journal(state_dir, root=host.root)
 
     @property
     def _health(self) -> Health:
@@ -235,6 +250,8 @@ class Engine:
         desire, changes = self._plan(doc, sources)
         out = Outcome(command, changes, list(desire.warnings))
         _report_unsupported(out, desire)
+        if command == "plan":
+            out.warnings += aside.warnings([c for c in changes if c.status == m.PENDING])
         if command == "verify":
             for c in changes:
                 if c.status == m.PENDING:
@@ -247,22 +264,15 @@ class Engine:
 
     def apply(self, doc: dict, sources: dict, profile: Optional[str]) -> Outcome:
         with self.journal.lock():
-            last = self.journal.load()
-            if last is not None and last["status"] == APPLYING:
-                # Its journal holds the only record of the values it overwrote.
-                raise Interrupted(f"apply {last['id']} did not finish (the agent was stopped "
-                                  "mid-write); run `nictune rollback` to restore what it changed, "
-                                  "then apply again")
-            awaiting = unconfirmed(last)
-            if awaiting:
-                raise Locked(awaiting)
+            self._refuse_unfinished()
             desire, changes = self._plan(doc, sources)
-            out = Outcome("apply", changes, list(desire.warnings))
+            out = Outcome("apply", changes, list(desire.warnings) + self.journal.warnings)
             _report_unsupported(out, desire)
             pending = [c for c in changes if c.status == m.PENDING]
             if out.error or not pending:
                 return out
-            self.journal.begin(pending, profile)
+            # Both raise before the first write, not after.
+            self.journal.begin(pending, profile, aside.snapshot(self.host, aside.affected(pending)))
             touched: list = []
             try:
                 for fam in self.fams.ordered:
@@ -281,42 +291,83 @@ class Engine:
                 if group:  # empty when the final whole-plan check failed
                     _sort_out_group(self.fams, desire, group)
                 e.change.status, e.change.note = m.FAILED, e.note
-                self._roll_back(out, pending, touched, e.change)
+                self._roll_back(out, pending, touched, _failed(e.change))
             except Exception as e:  # noqa: BLE001 - whatever broke, the host goes back
                 # touched is never empty here: a group joins it before its write.
                 group = [c for c in touched if c.status == m.PENDING] or touched
                 failed = _sort_out_group(self.fams, desire, group)
                 failed.status, failed.note = m.FAILED, f"write refused: {e}"
-                self._roll_back(out, pending, touched, failed)
+                self._roll_back(out, pending, touched, _failed(failed))
             else:
-                self.journal.finish(COMMITTED)
+                try:
+                    self.journal.finish(COMMITTED)
+                except StateDirError as e:
+                    # The host took the apply, but no journal says so: a later
+                    # rollback could not undo it.
+                    self._roll_back(out, pending, touched, f"recording the apply failed ({e})")
             return out
 
-    def _roll_back(self, out: Outcome, pending: list, touched: list, failed: Change) -> None:
+    def _refuse_unfinished(self) -> None:
+        """No apply while the last one on this target has not finished or
+        awaits its confirmation, in this state directory or another."""
+        last = self.journal.load()
+        # A damaged journal.json stood in for by its history copy: say so.
+        _refuse_if_unfinished(last, "".join(f" ({w})" for w in self.journal.warnings))
+        other = self.journal.other_state_dir()
+        if other:
+            _refuse_if_unfinished(Journal(other).load(),
+                                  f" (its journal is in {other}, another state directory)")
+
+    def _roll_back(self, out: Outcome, pending: list, touched: list, why: str) -> None:
         for c in pending:
             if c not in touched:
                 c.status = m.NOT_APPLIED
         ok = restore(self.fams, touched)
-        self.journal.finish(ROLLED_BACK if ok else ROLLBACK_FAILED)
-        what = f"{failed.key.family} {failed.key.name} on {failed.key.target}"
+        # What the changes took with them goes back after their keys.
+        lost = aside.restore(self.host, self.journal.record.get("aside"))
+        ok = ok and not lost
+        unrecorded = self._record_end(ROLLED_BACK if ok else ROLLBACK_FAILED, ok)
         if ok:
             out.error = errors.error(errors.ROLLED_BACK,
-                                     f"{what} failed ({failed.note}); every change was restored")
+                                     f"{why}; every change was restored{unrecorded}")
         else:
-            bad = [str(c.key) for c in touched if c.status == m.REVERT_FAILED]
+            bad = [str(c.key) for c in touched if c.status == m.REVERT_FAILED] + lost
             out.error = errors.error(errors.ROLLBACK_FAILED,
-                                     f"{what} failed ({failed.note}); could not restore "
-                                     + ", ".join(bad) + ": a human must look")
+                                     f"{why}; could not restore " + "; ".join(bad)
+                                     + f": a human must look{unrecorded}")
 
-    def rollback(self, only: Optional[str] = None) -> Outcome:
+    def _record_end(self, status: str, restored: bool) -> str:
+        """Record how an apply or rollback ended.  Returns '', or what the
+        reader must know when the journal could not take it."""
+        try:
+            self.journal.finish(status)
+        except StateDirError as e:
+            then = ("finds nothing left to restore and clears it" if restored
+                    else "retries the restore from it")
+            return (f"; but the journal could not record that ({e}) and still says "
+                    f"'{self.journal.saved}': once {self.journal.dir} is writable, "
+                    f"`nictune rollback` {then}")
+        return ""
+
+    def rollback(self, only: Optional[str] = None, seen: Optional[dict] = None) -> Outcome:
         """Restore the last apply.  With `only` (the confirm watchdog), just if
         it is still that apply and its controller has not confirmed it: the
-        check and the restore happen under one lock."""
+        check and the restore happen under one lock.  `seen` is that apply's
+        record as the watchdog last read it: what to restore from when the
+        journal and its history copy are both unusable now."""
         with self.journal.lock():
-            record = self.journal.load()
+            try:
+                record = self.journal.load()
+            except StateDirError as e:
+                if seen is None or seen["id"] != only:
+                    raise
+                record = self.journal.record = seen
+                self.journal.warnings.append(f"{e}; restored from the record the watchdog "
+                                             "read before")
             if record is None:
                 raise NoJournal(f"no apply journal in {self.journal.dir}: nothing to roll back")
-            out = Outcome("rollback", extra={"journal": record["id"]})
+            out = Outcome("rollback", warnings=list(self.journal.warnings),
+                          extra={"journal": record["id"]})
             if only is not None:
                 confirm = record.get("confirm") or {}
                 if record["id"] != only or confirm.get("state") != CONFIRM_PENDING:
@@ -327,18 +378,35 @@ class Engine:
             if record["status"] in (ROLLED_BACK,):
                 out.warnings.append(f"apply {record['id']} was already rolled back")
                 return out
-            changes = [Change(Key.from_dict(c["key"]), c["before"], c["after"], m.APPLIED,
-                              c.get("source", "")) for c in record["changes"]]
+            changes = self._journalled(record)
             out.changes = changes
             interrupted = record["status"] == APPLYING  # finish() overwrites it
-            ok = restore(self.fams, changes)
-            self.journal.finish(ROLLED_BACK if ok else ROLLBACK_FAILED)
+            keys_ok = restore(self.fams, changes)
+            # What the changes took with them goes back after their keys.
+            lost = aside.restore(self.host, record.get("aside"))
+            ok = keys_ok and not lost
+            unrecorded = self._record_end(ROLLED_BACK if ok else ROLLBACK_FAILED, ok)
             if not ok:
+                bad = ([] if keys_ok else ["some keys could not be restored"]) + (
+                    ["could not put back what the apply took with it: " + "; ".join(lost)] if lost else [])
                 out.error = errors.error(errors.ROLLBACK_FAILED,
-                                         "some keys could not be restored: a human must look")
+                                         "; ".join(bad) + f": a human must look{unrecorded}")
+            elif unrecorded:  # the host is back; its state directory needs a look
+                out.error = errors.error(errors.SYSTEM, f"every change was restored{unrecorded}")
             if interrupted:
                 out.warnings.append(f"apply {record['id']} had not finished; restored what it wrote")
             return out
+
+    def _journalled(self, record: dict) -> list:
+        changes = []
+        for n, c in enumerate(record["changes"], 1):
+            key = Key.from_dict(c["key"])
+            if key.family not in self.fams.by_name:
+                raise JournalDamaged(f"apply {record['id']} in {self.journal.dir}: its change {n} "
+                                     f"is of the knob family {key.family!r}, which this nictune "
+                                     "does not know")
+            changes.append(Change(key, c["before"], c["after"], m.APPLIED, c.get("source", "")))
+        return changes
 
     def show(self) -> Outcome:
         self._fresh()
@@ -363,7 +431,25 @@ class Engine:
                                  **health.of(iface)}
         if entries:
             doc["interfaces"] = entries
-        return Outcome("show", facts=facts, extra={"profile": doc})
+        return Outcome("show", warnings=list(self.host.skipped_interfaces), facts=facts,
+                       extra={"profile": doc})
+
+
+def _refuse_if_unfinished(record: Optional[dict], where: str) -> None:
+    if record is None:
+        return
+    if record["status"] == APPLYING:
+        # Its journal holds the only record of the values it overwrote.
+        raise Interrupted(f"apply {record['id']}{where} did not finish (the agent was stopped "
+                          "mid-write); run `nictune rollback` to restore what it changed, "
+                          "then apply again")
+    awaiting = unconfirmed(record, where)
+    if awaiting:
+        raise Locked(awaiting)
+
+
+def _failed(change: Change) -> str:
+    return f"{change.key.family} {change.key.name} on {change.key.target} failed ({change.note})"
 
 
 def _sort_out_group(fams: Families, desire: Desire, group: list) -> Change:

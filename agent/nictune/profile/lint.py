@@ -8,6 +8,10 @@ different places, and nothing stops them from disagreeing:
     priority --ets.prio_tc--> traffic class --tc_bw / tc_tsa--> a share of the link
     CNPs: their DSCP and priority; NCCL_IB_GID_INDEX vs RoCE mode; MTU vs RoCE MTU
 
+It also warns about settings whose kernel side effects a rollback can undo
+only in part (nictune/host/aside.py): an MTU below 1280, `state: down`,
+disable_ipv6 and the sysctls the kernel copies to every interface.
+
 Each finding names both sides with file:line.  Lint sees the merged
 profile, so per-host overrides must be merged before it runs.  Host-side
 facts (which GID index is RoCE v2 here, which HCAs exist) are the agent's
@@ -21,7 +25,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..host.aside import IPV6_MIN_MTU
 from ..host.knobs.nccl import HCA_ITEM, nccl_list
+from ..host.knobs.sysctl import SPREAD, normalise, spread_note
 from .loader import Profile, load_profile
 
 ERROR, WARNING = "error", "warning"
@@ -35,6 +41,11 @@ IB_MTUS = (4096, 2048, 1024, 512, 256)
 # NVIDIA's usual RoCE recipe puts CNPs on DSCP 48 / priority 6, a class of
 # their own that no PFC pause can hold back.
 CNP_PRIO_RECOMMENDED = 6
+
+# What every side-effect finding adds: what a rollback puts back, and what not.
+ROLLBACK_PART = ("nictune rollback puts back the addresses, routes and sysctls it records before "
+                 "the apply, not neighbour entries, multicast memberships, sockets bound to a "
+                 "removed address or what router advertisements taught the host")
 
 _HCA_ITEM = re.compile(HCA_ITEM)
 
@@ -118,8 +129,45 @@ class _Linter:
             roce = entry.get("roce")
             if isinstance(roce, dict):
                 _Entry(self, name, entry, roce).run()
+            self.entry_side_effects(name, entry)
+        self.host_side_effects()
         self.nccl_rules(entries)
         return self.findings
+
+    # -- kernel side effects a rollback undoes only in part -------------------
+    def entry_side_effects(self, name: str, entry: dict) -> None:
+        mtu = _wanted_number(entry.get("mtu"))
+        if mtu is not None and mtu < IPV6_MIN_MTU:
+            self.add("mtu-drops-ipv6", WARNING,
+                     f"interfaces.{name}: MTU {mtu} is below {IPV6_MIN_MTU}, the IPv6 minimum: the "
+                     "kernel removes IPv6 from the interface and the devices stacked on it "
+                     f"(addresses, routes, IPv6 sysctls); {ROLLBACK_PART}",
+                     self.p.source("interfaces", name, "mtu"))
+        if entry.get("state") == "down":
+            self.add("state-down-drops-routes", WARNING,
+                     f"interfaces.{name}: state down makes the kernel remove the interface's routes "
+                     f"and IPv6 addresses and take its VLANs down; {ROLLBACK_PART}",
+                     self.p.source("interfaces", name, "state"))
+        if normalise((entry.get("sysctl") or {}).get("ipv6.disable_ipv6", 0)) == 1:
+            self.add("disable-ipv6-drops-addresses", WARNING,
+                     f"interfaces.{name}: disable_ipv6 1 makes the kernel remove the interface's IPv6 "
+                     f"addresses and routes; {ROLLBACK_PART}",
+                     self.p.source("interfaces", name, "sysctl", "ipv6.disable_ipv6"))
+
+    def host_side_effects(self) -> None:
+        for key, value in ((self.doc.get("host") or {}).get("sysctl") or {}).items():
+            at = self.p.source("host", "sysctl", key)
+            if key in SPREAD:
+                lro = (", not LRO, which the kernel switches off on every device when forwarding "
+                       "goes on") if SPREAD[key][1] == "forwarding" else ""
+                self.add("sysctl-spreads-to-interfaces", WARNING,
+                         f"host sysctl {key}: {spread_note(key)}, over each interface's own value; "
+                         f"nictune rollback puts back the values it records before the apply{lro}", at)
+            where = _disabled_ipv6_on(key)
+            if where and normalise(value) == 1:
+                self.add("disable-ipv6-drops-addresses", WARNING,
+                         f"host sysctl {key} 1 makes the kernel remove the IPv6 addresses and routes "
+                         f"of {where}; {ROLLBACK_PART}", at)
 
     # -- NCCL, whole profile -------------------------------------------------
     def nccl_rules(self, entries: dict) -> None:
@@ -161,6 +209,15 @@ class _Linter:
                      f"by name ({', '.join(sorted(globs))}): NCCL's bootstrap would use an interface "
                      "this profile does not tune", self.nccl("NCCL_SOCKET_IFNAME"),
                      *(self.p.source("interfaces", e, "match", "name") for e in sorted(globs)))
+
+
+def _disabled_ipv6_on(key: str) -> str:
+    """Which interfaces host sysctl `key` disables IPv6 on, or ''."""
+    prefix, suffix = "net.ipv6.conf.", ".disable_ipv6"
+    if not (key.startswith(prefix) and key.endswith(suffix)) or len(key) <= len(prefix + suffix):
+        return ""
+    ifname = key[len(prefix):-len(suffix)]
+    return {"all": "every interface", "default": ""}.get(ifname, ifname)
 
 
 def _as_list(value: Any) -> List[str]:

@@ -3,7 +3,8 @@
 /proc/sys/net follows the network namespace of the reading process, but a
 few keys are global: the kernel shows them read-only (or not at all) inside
 a child namespace, and writing them from the initial namespace changes the
-whole machine.  Those are flagged in every plan.
+whole machine.  Those are flagged in every plan, and so are the conf.all
+keys the kernel copies to every interface (SPREAD).
 """
 
 from __future__ import annotations
@@ -30,6 +31,35 @@ GLOBAL_SYSCTLS = frozenset({
     "net.ipv4.neigh.default.gc_thresh3",
 })
 GLOBAL_NOTE = "global: one value for every network namespace on the machine"
+
+# Keys whose write the kernel copies to the same leaf of every interface
+# (and, but for force_forwarding, of conf.default), so that writing the old
+# value back leaves every interface with that value, not its own: net/ipv4/devinet.c
+# inet_forward_change() (ip_forward is conf.all.forwarding, and it also sets
+# conf.all.accept_redirects to the opposite), net/ipv6/addrconf.c
+# addrconf_fixup_forwarding(), addrconf_disable_ipv6(), addrconf_fixup_linkdown()
+# and the addr_gen_mode and force_forwarding handlers, as of kernel 6.18.
+# nictune/host/aside.py records the interfaces' own values before an apply
+# writes one of these, and puts them back after a rollback.
+SPREAD = {
+    "net.ipv4.ip_forward": ("ipv4", "forwarding"),
+    "net.ipv4.conf.all.forwarding": ("ipv4", "forwarding"),
+    "net.ipv6.conf.all.forwarding": ("ipv6", "forwarding"),
+    "net.ipv6.conf.all.force_forwarding": ("ipv6", "force_forwarding"),
+    "net.ipv6.conf.all.disable_ipv6": ("ipv6", "disable_ipv6"),
+    "net.ipv6.conf.all.addr_gen_mode": ("ipv6", "addr_gen_mode"),
+    "net.ipv6.conf.all.ignore_routes_with_linkdown": ("ipv6", "ignore_routes_with_linkdown"),
+}
+# What a SPREAD write sets besides the leaf of every interface.
+SPREAD_ALSO = {("ipv4", "forwarding"): ("net.ipv4.conf.all.accept_redirects",)}
+
+
+def spread_note(name: str) -> str:
+    """What writing SPREAD key `name` does besides, for plans."""
+    fam, leaf = SPREAD[name]
+    also = "".join(f" and {n}" for n in SPREAD_ALSO.get((fam, leaf), ()))
+    return f"writing it also sets net.{fam}.conf.<every interface>.{leaf}{also}"
+
 
 # What `nictune show` reports when no profile names the keys.
 SHOW_HOST = ("net.core.rmem_max", "net.core.wmem_max", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem",
@@ -141,6 +171,8 @@ class SysctlFamily(Family):
         return None
 
     def note(self, key: Key) -> str:
+        if key.target == HOST and key.name in SPREAD:
+            return spread_note(key.name)
         return GLOBAL_NOTE if key.name in GLOBAL_SYSCTLS else ""
 
     def apply(self, items):
