@@ -38,7 +38,8 @@ def test_agent_plans_and_applies_on_other_pythons(veth_pair, tmp_path, python):
         "profile": {"path": "p.yaml", "sources": {}, "doc": {
             "nictune": 1,
             "host": {"sysctl": {"net.ipv4.tcp_ecn": 1},
-                     "nccl": {"path": str(tmp_path / "nccl.conf"), "env": {"NCCL_IB_TC": 106}}},
+                     "nccl": {"path": str(tmp_path / "nccl.conf"), "allowed_dirs": [str(tmp_path)],
+                              "env": {"NCCL_IB_TC": 106}}},
             "interfaces": {"rail": {"match": {"name": "ntv0"}, "mtu": 9000,
                                     "features": {"gro": True}, "channels": {"rx": 2}}}}}}
     bundle = agentzip.build()

@@ -94,7 +94,7 @@ def test_apply_writes_verifies_and_commits(cx7):
     assert record["status"] == "committed" and record["profile"] == CX7.path
     befores = {(c["key"]["target"], c["key"]["name"]): c["before"] for c in record["changes"]}
     assert befores[(P1, "mtu")] == 1500 and befores[(P1, "state")] == "down"
-    assert befores[("host", "/etc/nccl.conf")].startswith("NCCL_DEBUG=INFO")
+    assert "\nNCCL_DEBUG=INFO\n" in befores[("host", "/etc/nccl.conf")]
     # Only pending keys are journalled.
     assert (P0, "state") not in befores
     assert cx7.history() == [record["id"] + ".json"]

@@ -103,12 +103,12 @@ def test_bounds_are_rendered_as_words(cx7, capsys):
 def test_nccl_file_is_a_unified_diff(cx7, capsys):
     out, _ = render(cx7.run("plan", CX7), capsys)
     # In the table, a count of lines; below it, the diff.
-    assert row(out, "host", "nccl /etc/nccl.conf", "(3 lines)", "(11 lines)", "pending")
+    assert row(out, "host", "nccl /etc/nccl.conf", "(4 lines)", "(11 lines)", "pending")
     diff = [line.strip() for line in out.splitlines() if line.startswith("    ")]
     assert diff[:2] == ["--- /etc/nccl.conf (before)", "+++ /etc/nccl.conf (after)"]
     assert diff[2].startswith("@@")
     assert "-NCCL_DEBUG=INFO" in diff and "-NCCL_IB_HCA=mlx5" in diff
-    assert "+# Managed by nictune: edit the profile, not this file." in diff
+    assert "# Managed by nictune: edit the profile, not this file." in diff  # unchanged
     assert "+NCCL_IB_HCA==mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7" in diff
     assert "+NCCL_IB_TC=106" in diff
 

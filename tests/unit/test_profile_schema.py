@@ -60,7 +60,7 @@ def test_every_mapping_is_closed():
 def test_patterns_come_from_validate_and_have_words():
     used = {node["pattern"] for _, node in _nodes(SCHEMA) if isinstance(node.get("pattern"), str)}
     for name in ("IFGLOB", "SYSCTL_KEY", "IF_SYSCTL_KEY", "SYSCTL_VALUE", "NCCL_NAME", "NCCL_VALUE",
-                 "FEATURE_NAME", "MAC", "PCI_ID", "DRIVER", "ABS_PATH"):
+                 "FEATURE_NAME", "MAC", "PCI_ID", "DRIVER", "OWNED_PATH", "OWNED_DIR"):
         assert getattr(validate, name) in used, name
     for pattern in used - {NOT_NORMALISED}:
         assert pattern in PATTERN_WORDS, pattern

@@ -13,8 +13,8 @@ from typing import Optional
 import typer
 
 from nictune.cli.lint_cmds import LINTED, lint_gate
-from nictune.cli.options import (AUDIT_FILES, COMMON, CONFIRM, FLEET, FORCE, SHOW_ALL, SSH, TARGET,
-                                 Options, with_options)
+from nictune.cli.options import (AUDIT_FILES, COMMON, CONFIRM, CONTENT, FLEET, FORCE, SHOW_ALL, SSH,
+                                 TARGET, Options, with_options)
 from nictune.cli.output import Printer, envelope
 from nictune.control.request import build_request
 from nictune.control.targets import target_for
@@ -65,7 +65,7 @@ def _run(command: str, profile_path: Optional[str], opts: Options) -> None:
         if profile is not None and command in LINTED:
             findings = lint_gate(profile, opts.force)
         target = target_for(opts.netns, opts.state_dir)
-        host_report = target.run(build_request(command, profile))
+        host_report = target.run(build_request(command, profile, opts.show_file_content))
     except NictuneError as e:  # ProfileError included
         report = envelope(command, [], error=e.as_dict())
     else:
@@ -98,42 +98,46 @@ def _load_profile(path: str):
 def _print_profile(out: Printer, host: dict) -> None:
     import yaml
 
+    from nictune.host.text import printable
+
     if host.get("error"):
         out.error(host["error"]["message"])
         return
-    sys.stdout.write(f"# Current settings of {host['host']}, as a nictune profile.\n")
+    for w in host.get("warnings", []):
+        out.warn(w)
+    sys.stdout.write(f"# Current settings of {printable(host['host'])}, as a nictune profile.\n")
     for name, facts in sorted(host.get("facts", {}).items()):
-        sys.stdout.write(f"# {name}: " + ", ".join(f"{k} {v}" for k, v in facts.items()) + "\n")
+        sys.stdout.write(printable(f"# {name}: " + ", ".join(f"{k} {v}" for k, v in facts.items())) + "\n")
     sys.stdout.write(yaml.safe_dump(host["profile"], sort_keys=False, default_flow_style=False))
 
 
-@with_options(TARGET, FLEET, COMMON, SHOW_ALL, SSH, FORCE)
+@with_options(TARGET, FLEET, COMMON, SHOW_ALL, CONTENT, SSH, FORCE)
 def plan(target: Optional[str], opts: Options) -> None:
     """Dry run: show each setting's before -> after.  Exit 2 if anything would change."""
     _dispatch("plan", target, opts)
 
 
-@with_options(TARGET, FLEET, COMMON, SHOW_ALL, SSH, CONFIRM, FORCE)
+@with_options(TARGET, FLEET, COMMON, SHOW_ALL, CONTENT, SSH, CONFIRM, FORCE)
 def apply(target: Optional[str], opts: Options) -> None:
     """Apply, verify by reading back, roll everything back on any failure.
     With a playbook: batch by batch, each behind a health gate."""
     _dispatch("apply", target, opts)
 
 
-@with_options(TARGET, FLEET, COMMON, SHOW_ALL, SSH)
+@with_options(TARGET, FLEET, COMMON, SHOW_ALL, CONTENT, SSH)
 def verify(target: Optional[str], opts: Options) -> None:
     """Compare the host(s) with the profile.  Exit 2 on drift."""
     _dispatch("verify", target, opts)
 
 
-@with_options(TARGET, FLEET, AUDIT_FILES, COMMON, SHOW_ALL, SSH)
+@with_options(TARGET, FLEET, AUDIT_FILES, COMMON, SHOW_ALL, CONTENT, SSH)
 def audit(target: Optional[str], opts: Options) -> None:
     """Read-only drift report across a fleet: per host and key, expected and
     actual.  Exit 2 if any host drifted, 1 if any could not be audited."""
     _dispatch("audit", target, opts)
 
 
-@with_options(FLEET, COMMON, SSH)
+@with_options(FLEET, COMMON, CONTENT, SSH)
 def rollback(target: Optional[str], opts: Options) -> None:
     """Restore the before-values of the last apply, from its journal."""
     # Every key it restored is news, so each is listed, as --all would.

@@ -25,6 +25,9 @@ NetnsOpt = Annotated[Optional[str], typer.Option("--netns", "-n", metavar="NS",
 StateDirOpt = Annotated[str, typer.Option("--state-dir", metavar="DIR", envvar="NICTUNE_STATE_DIR",
                                           help="Where journals and the lock live on the target.")]
 AllOpt = Annotated[bool, typer.Option("--all", "-a", help="Also list settings already as wanted.")]
+ContentOpt = Annotated[bool, typer.Option(
+    "--show-file-content",
+    help="Show the text of files nictune did not write (otherwise only their size).")]
 DEFAULT_STATE = DEFAULT_STATE_DIR
 
 # -- fleets (over SSH) ------------------------------------------------------
@@ -66,6 +69,7 @@ class Options:
     state_dir: str = DEFAULT_STATE
     as_json: bool = False
     show_all: bool = False
+    show_file_content: bool = False
     inventory: Optional[str] = None
     limit: Optional[str] = None
     forks: int = 50
@@ -103,6 +107,7 @@ AUDIT_FILES: Group = (_param("junit", JunitOpt), _param("prometheus", Prometheus
 COMMON: Group = (_param("netns", NetnsOpt), _param("state_dir", StateDirOpt),
                  _param("as_json", JsonOpt))
 SHOW_ALL: Group = (_param("show_all", AllOpt),)
+CONTENT: Group = (_param("show_file_content", ContentOpt),)
 SSH: Group = (_param("accept_new", AcceptNewOpt), _param("connect_timeout", ConnectTimeoutOpt),
               _param("timeout", TimeoutOpt), _param("ssh_config", SshConfigOpt))
 CONFIRM: Group = (_param("confirm_timeout", ConfirmOpt, APPLY_CONFIRM_TIMEOUT),)

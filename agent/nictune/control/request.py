@@ -5,8 +5,12 @@ from __future__ import annotations
 from nictune import REQUEST_FORMAT
 
 
-def build_request(command: str, profile=None) -> dict:
+def build_request(command: str, profile=None, show_file_content: bool = False) -> dict:
+    """show_file_content: reports carry the text of files nictune did not
+    write (host/knobs/nccl.py), not a placeholder."""
     request: dict = {"nictune_request": REQUEST_FORMAT, "command": command}
     if profile is not None:
         request["profile"] = {"path": profile.path, "doc": profile.doc, "sources": profile.sources}
+    if show_file_content:
+        request["show_file_content"] = True
     return request

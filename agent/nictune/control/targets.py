@@ -73,7 +73,8 @@ class LocalTarget:
 
 class NetnsTarget:
     """A Target: the agent under `ip netns exec NAME`, with a state
-    directory of the namespace's own."""
+    directory of the namespace's own; the request names the namespace, so
+    that the agent writes its own /etc/netns/NAME files, not the host's."""
 
     def __init__(self, name: str, state_dir: str = DEFAULT_STATE_DIR):
         if not matches(NETNS, name):
@@ -90,7 +91,10 @@ class NetnsTarget:
         return ["ip", "netns", "exec", self.name, sys.executable, "-m", "nictune.host.agent"]
 
     def run(self, request: dict) -> dict:
-        payload = json.dumps(dict(request, host=self.label, state_dir=self.state_dir))
+        # The agent's /etc is the host's but for the files `ip netns exec`
+        # binds from /etc/netns/NAME/: it must know which namespace it is in.
+        payload = json.dumps(dict(request, host=self.label, state_dir=self.state_dir,
+                                  netns=self.name))
         package_root = os.path.dirname(os.path.dirname(nictune.__file__))
         env = dict(os.environ, PYTHONPATH=package_root, LANG="C")
         try:

@@ -8,7 +8,10 @@ Request (version 1), one line of JSON:
     {"nictune_request": 1, "command": "plan"|"apply"|"verify"|"rollback"|"show",
      "host": "label", "state_dir": "/var/lib/nictune",
      "profile": {"path": str, "doc": {...}, "sources": {"a/b": "file:line"}},
-     "confirm": {"timeout": 30}}            # remote applies only: nictune/host/watchdog.py
+     "confirm": {"timeout": 30},            # remote applies only: nictune/host/watchdog.py
+     "netns": "NAME",                       # set by `--netns`: the namespace the agent runs in
+     "show_file_content": false}            # true: reports carry the text of files nictune did
+                                            # not write (knobs/nccl.py), else a placeholder
 The report is one line of JSON.  After a confirmed apply that changed
 something, the agent waits for the line "confirm" and answers
 {"nictune_confirm": "confirmed"|"expired"|""}.
@@ -30,6 +33,7 @@ from nictune.host.errors import EXIT_OK, EXIT_PENDING, InvalidInput, NictuneErro
 from nictune.host.machine import Host
 from nictune.host.journal import DEFAULT_STATE_DIR
 from nictune.host.model import Outcome
+from nictune.host.validate import NETNS, matches
 
 COMMANDS = ("plan", "apply", "verify", "rollback", "show")
 NEEDS_PROFILE = ("plan", "apply", "verify")
@@ -44,45 +48,96 @@ def _validated(request) -> dict:
         profile = request.get("profile")
         if not isinstance(profile, dict) or not isinstance(profile.get("doc"), dict):
             raise InvalidInput("the request carries no profile document")
+    if request.get("netns") is not None:
+        _check_netns(request["netns"])
+    if not isinstance(request.get("show_file_content", False), bool):
+        raise InvalidInput("show_file_content must be true or false")
     return request
+
+
+def _check_netns(name) -> None:
+    """A request's namespace must be the one the agent runs in: files under
+    /etc are then that namespace's own (knobs/nccl.py)."""
+    if not matches(NETNS, name):
+        raise InvalidInput(f"invalid network namespace name {name!r}")
+    try:
+        here, named = os.stat("/proc/self/ns/net"), os.stat(f"/run/netns/{name}")
+    except OSError as e:
+        raise InvalidInput(f"cannot tell whether the agent runs in network namespace {name!r}: "
+                           f"{e.strerror}") from None
+    if (here.st_dev, here.st_ino) != (named.st_dev, named.st_ino):
+        raise InvalidInput(f"the request is for network namespace {name!r}, "
+                           "but the agent does not run in it")
 
 
 def execute(request: dict, host: Host, confirm: Optional[dict] = None) -> Outcome:
     """Run one validated request against `host`."""
     from nictune.host.engine import Engine
 
+    host.netns = request.get("netns")
     engine = Engine(host, request.get("state_dir") or DEFAULT_STATE_DIR)
     engine.journal.confirm = confirm
     command = request["command"]
     if command == "rollback":
-        return engine.rollback()
+        return _tidied(host, engine.rollback())
     if command == "show":
         return engine.show()
     profile = request["profile"]
     doc, sources = profile["doc"], profile.get("sources") or {}
     if command == "apply":
-        return engine.apply(doc, sources, profile.get("path"))
+        return _tidied(host, engine.apply(doc, sources, profile.get("path")))
     return engine.plan(doc, sources, command)
 
 
-def report(outcome: Outcome, host_label: str, started: float) -> dict:
-    """A host report: the unit every command and every fleet run returns."""
+def _tidied(host: Host, outcome: Outcome) -> Outcome:
+    """After every apply and rollback, even one with nothing to write: the
+    temporary files an interrupted write left beside a file nictune owns
+    go (knobs/nccl.py), and the report says so."""
+    from nictune.host.knobs.nccl import NcclFamily
+
+    keys = [c.key for c in outcome.changes if c.key.family == NcclFamily.name]
+    if keys:
+        outcome.warnings.extend(NcclFamily(host).tidy(keys))
+    return outcome
+
+
+def _hide_host_only(changes: list) -> None:
+    """Values that stay on the host (Family.shown) become their placeholders,
+    here on the host, so that they never travel in a report."""
+    from nictune.host.knobs import family_named
+
+    for c in changes:
+        family = family_named(c["key"]["family"])
+        if family is not None:
+            c["before"], c["after"] = family.shown(c["before"]), family.shown(c["after"])
+
+
+def verdict(command: str, statuses: list, error: Optional[dict]) -> dict:
+    """ok, exit_code, changed and summary of a report, from its changes'
+    statuses and its error: the agent's own, and the controller's check of
+    what a host sent (control/hostreport.py), which trusts no host's sum."""
     counts: dict = {}
-    for c in outcome.changes:
-        counts[c.status] = counts.get(c.status, 0) + 1
-    kind = outcome.error["kind"] if outcome.error else None
-    code = exit_code(kind)
+    for status in statuses:
+        counts[status] = counts.get(status, 0) + 1
+    code = exit_code(error["kind"] if error else None)
     if code == EXIT_OK and (counts.get(m.PENDING) or counts.get(m.DRIFT)):
         code = EXIT_PENDING
+    changed = bool(counts.get(m.APPLIED) or counts.get(m.REVERTED)
+                   or command == "rollback" and statuses)
+    return {"ok": error is None, "exit_code": code, "changed": changed, "summary": counts}
+
+
+def report(outcome: Outcome, host_label: str, started: float, show_content: bool = False) -> dict:
+    """A host report: the unit every command and every fleet run returns.
+    show_content: the request asked for the text of files nictune did not write."""
+    changes = [c.as_dict() for c in outcome.changes]
+    if changes and not show_content:
+        _hide_host_only(changes)
     out = {
         "host": host_label,
         "command": outcome.command,
-        "ok": outcome.error is None,
-        "exit_code": code,
-        "changed": bool(counts.get(m.APPLIED) or counts.get(m.REVERTED) or
-                        outcome.command == "rollback" and outcome.changes),
-        "summary": counts,
-        "changes": [c.as_dict() for c in outcome.changes],
+        **verdict(outcome.command, [c.status for c in outcome.changes], outcome.error),
+        "changes": changes,
         "warnings": outcome.warnings,
         "error": outcome.error,
         "seconds": round(time.monotonic() - started, 4),
@@ -110,7 +165,8 @@ def run(request, host: Host | None = None, label: str | None = None,
     finally:
         if own_host:
             host.close()
-    return report(outcome, label, started)
+    show_content = isinstance(request, dict) and request.get("show_file_content") is True
+    return report(outcome, label, started, show_content)
 
 
 def _unexpected(e: Exception) -> dict:
@@ -146,13 +202,18 @@ def _await_confirmation(state_dir: str, token: str, timeout: float) -> str:
     from nictune.host.journal import Journal
 
     journal = Journal(state_dir)
-    record = journal.load() or {}
-    if (record.get("confirm") or {}).get("token") != token:
-        return ""  # nothing was applied, nothing to confirm
-    ready, _, _ = select.select([sys.stdin.buffer], [], [], timeout)
-    if not ready or sys.stdin.buffer.readline().strip() != b"confirm":
-        return ""  # the watchdog rolls it back when the time is up
-    return journal.confirm_apply(token)
+    try:
+        record = journal.load() or {}
+        if (record.get("confirm") or {}).get("token") != token:
+            return ""  # nothing was applied, nothing to confirm
+        ready, _, _ = select.select([sys.stdin.buffer], [], [], timeout)
+        if not ready or sys.stdin.buffer.readline().strip() != b"confirm":
+            return ""  # the watchdog rolls it back when the time is up
+        return journal.confirm_apply(token)
+    except NictuneError:
+        # A journal that cannot be read or written cannot say "confirmed":
+        # the watchdog rolls the apply back from what it read.
+        return ""
 
 
 def main() -> int:

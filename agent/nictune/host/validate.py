@@ -35,6 +35,11 @@ DRIVER = r"^[A-Za-z0-9_-]{1,32}$"
 # A name under /run/netns: "." and ".." would leave that directory.
 NETNS = r"^(?!\.{1,2}$)[A-Za-z0-9_.-]{1,64}$"
 ABS_PATH = r"^/[A-Za-z0-9_./+-]{0,255}$"
+# A file nictune owns (host.nccl.path) and a directory a profile lets it be
+# in: ABS_PATH, but never in the kernel's pseudo-filesystems or runtime
+# state, and a directory is never "/" (which holds them).
+OWNED_PATH = r"^(?!/(proc|sys|dev|run)(/|$))/[A-Za-z0-9_./+-]{0,255}$"
+OWNED_DIR = r"^(?!/(proc|sys|dev|run)(/|$))/[A-Za-z0-9_./+-]{1,255}$"
 # What check_path() refuses beyond ABS_PATH ('.' or '..' parts, '//', a
 # trailing '/'), as a pattern, so that the schema and editors enforce it too.
 NOT_NORMALISED = r"(^|/)\.\.?(/|$)|//|/$"
@@ -64,6 +69,8 @@ WORDS = {
     PCI_ID: "a PCI vendor:device id such as 15b3:1021",
     DRIVER: "a driver name: 1-32 letters, digits, '_' or '-'",
     ABS_PATH: "an absolute, normalised path: '/' and then up to 255 letters, digits and _ . / + -, with no '.' or '..' parts, no '//' and no trailing '/'",
+    OWNED_PATH: "an absolute, normalised path outside /proc, /sys, /dev and /run: '/' and then up to 255 letters, digits and _ . / + -, with no '.' or '..' parts, no '//' and no trailing '/'",
+    OWNED_DIR: "an absolute, normalised directory outside /proc, /sys, /dev and /run, not '/' itself: '/' and then 1-255 letters, digits and _ . / + -, with no '.' or '..' parts, no '//' and no trailing '/'",
     VERSION_WANT: "a dotted version such as 28.39.1002, optionally after ==, >=, <=, > or <",
     COUNTER_NAME: "a counter name: 1-64 letters, digits, '_', '.' or '-'",
     DSCP: "a DSCP value from 0 to 63",
@@ -96,3 +103,35 @@ def check_path(value: object, what: str = "path") -> str:
     if os.path.normpath(path) != path or "/../" in path + "/" or path.endswith("/"):
         raise InvalidInput(f"invalid {what}: {path!r} must be absolute and normalised")
     return path
+
+
+# The kernel's pseudo-filesystems and runtime state: an owned file is never
+# in them, whatever a profile says, and a path that resolves into them
+# (through a symlinked directory) is refused on the host.
+KERNEL_DIRS = ("/proc", "/sys", "/dev", "/run")
+# Where an owned file may be without the profile naming more: NCCL reads
+# /etc/nccl.conf, and site builds of NCCL (and HPC-X) under /usr/local keep
+# the file NCCL_CONF_FILE names in /usr/local/etc.  Home directories (NCCL's
+# ~/.nccl.conf) are left out: they hold keys and shell start-up files.
+OWNED_FILE_DIRS = ("/etc", "/usr/local/etc")
+
+
+def within(path: str, directory: str) -> bool:
+    """Whether `path` is `directory` or below it (both normalised)."""
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+def check_owned_path(path: object, extra_dirs: list, what: str) -> str:
+    """A path nictune may own: normalised, outside KERNEL_DIRS, and in
+    OWNED_FILE_DIRS or one of `extra_dirs` (already checked with
+    check_owned_dir)."""
+    path = check_path(check(OWNED_PATH, path, what), what)
+    allowed = list(OWNED_FILE_DIRS) + list(extra_dirs)
+    if not any(within(os.path.dirname(path), d) for d in allowed):
+        raise InvalidInput(f"invalid {what}: {path!r} is not in a directory nictune may write "
+                           f"({', '.join(allowed)}); a profile names more in allowed_dirs")
+    return path
+
+
+def check_owned_dir(value: object, what: str) -> str:
+    return check_path(check(OWNED_DIR, value, what), what)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .check import check, locate
-from .errors import ProfileError, kind
+from .errors import ProfileError, kind, show
 from .merge import Resolver, merge_layers
 from .yamlpos import Parsed, Path, parse_file, parse_text
 
@@ -79,6 +79,9 @@ def _finish(parsed: Parsed, name: str, base_dir: Optional[str], real: Optional[s
 
 # Profile keys an override cannot carry: they are about files, not settings.
 NOT_OVERRIDABLE = ("extends", "nictune")
+# Keys that widen which files nictune may replace (knobs/nccl.py): a profile
+# sets them, an inventory never does.
+FILE_POLICY = (("host", "nccl", "adopt"), ("host", "nccl", "allowed_dirs"))
 
 
 def override_layer(mapping: Any, where: str) -> Parsed:
@@ -94,12 +97,22 @@ def override_layer(mapping: Any, where: str) -> Parsed:
         if key in mapping:
             raise ProfileError(*position, f"nictune.{key}",
                                f"{key} cannot be set from an inventory; profiles name their parents")
+    for keys in FILE_POLICY:
+        if _sets(mapping, keys):
+            dotted_keys = ".".join(keys)
+            raise ProfileError(*position, f"nictune.{dotted_keys}",
+                               f"{dotted_keys} cannot be set from an inventory: it decides which "
+                               "files nictune may replace, so only a profile sets it")
     positions: Dict[Path, Tuple[str, Optional[int]]] = {}
 
     def walk(path: Path, value: Any) -> None:
         positions[path] = position
         if isinstance(value, dict):
             for key, child in value.items():
+                if not isinstance(key, str):  # YAML and INI give ints, booleans, None
+                    where_key = ".".join(["nictune", *map(str, path), show(key)])
+                    raise ProfileError(*position, where_key,
+                                       f"profile keys are text, not {kind(key)}: quote it")
                 walk(path + (key,), child)
         elif isinstance(value, list):
             for i, child in enumerate(value):
@@ -107,6 +120,14 @@ def override_layer(mapping: Any, where: str) -> Parsed:
 
     walk((), mapping)
     return Parsed(mapping, positions, {})
+
+
+def _sets(mapping: Any, keys: Tuple[str, ...]) -> bool:
+    for key in keys:
+        if not isinstance(mapping, dict) or key not in mapping:
+            return False
+        mapping = mapping[key]
+    return True
 
 
 def sources_of(merged: Parsed) -> Dict[str, str]:

@@ -147,6 +147,7 @@ def test_nccl_auto_resolves_to_the_discovered_device_and_gid(softroce, tmp_path)
         "host:\n"
         "  nccl:\n"
         f"    path: {conf}\n"
+        f"    allowed_dirs: [{tmp_path}]\n"
         "    env: {NCCL_IB_HCA: auto, NCCL_IB_GID_INDEX: auto, NCCL_IB_TC: 106}\n")
 
     code, report = nictune("plan", str(profile), "--state-dir", str(tmp_path / "state"))

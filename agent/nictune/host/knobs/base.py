@@ -100,6 +100,13 @@ class Family:
         """How plans name the key (target, name): as the profile spells it."""
         return name
 
+    @classmethod
+    def shown(cls, value: Any) -> Any:
+        """`value` as a report carries it: itself, unless it is something
+        that stays on the host (knobs/nccl.py: the text of a file nictune
+        did not write), for which a placeholder says what it is."""
+        return value
+
     # -- profile -> keys -------------------------------------------------------
     def expand(self, target: str, sections: dict, source: SourceOf) -> list:
         """Default: each owned section is a mapping of setting name -> value."""
