@@ -122,7 +122,7 @@ def _merge(base: Any, over: Any, path: Path, src: Parsed) -> Any:
         for key, at in _drop_list(drop, path, src):
             if inherited is None or key not in inherited:
                 raise _error(src, at, _nothing_to_drop(key, inherited, path))
-            del result[key]
+            result.pop(key, None)  # a key listed twice is dropped once
     for key, value in over.items():
         result[key] = _merge(result.get(key, _MISSING), value, path + (key,), src)
     return result
