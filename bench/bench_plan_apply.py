@@ -191,6 +191,7 @@ host:
     net.ipv4.tcp_no_metrics_save: 1
   nccl:
     path: {nccl}
+    allowed_dirs: [{nccl.parent}]   # a temporary directory: not one nictune writes by default
     env: {{NCCL_DEBUG: WARN, NCCL_IB_TIMEOUT: 22, NCCL_IB_RETRY_CNT: 7, NCCL_SOCKET_IFNAME: "ntb"}}
 interfaces:
   bench:
