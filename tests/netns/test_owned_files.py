@@ -94,6 +94,34 @@ def test_a_namespace_gets_its_own_file_and_the_hosts_is_untouched(netns, tmp_pat
     assert code == 0 and not os.path.exists(own) and os.path.getsize(conf) == 0
 
 
+def test_a_namespace_file_that_would_hide_someone_elses_host_file_needs_adopt(netns, tmp_path):
+    # path: /etc/shadow under --netns would create /etc/netns/NS/shadow, which
+    # `ip netns exec` then binds over the host's /etc/shadow for every program
+    # in the namespace: it replaces, there, a file nictune did not write.
+    ns, conf = netns
+    own = f"/etc/netns/{ns}/{os.path.basename(conf)}"
+    with open(conf, "w") as f:
+        f.write("written by someone else\n")
+    profile = tmp_path / "p.yaml"
+    body = f"nictune: 1\nhost:\n  nccl:\n    path: {conf}\n    env: {{NCCL_IB_TC: 106}}\n"
+    profile.write_text(body)
+    state = tmp_path / "state"
+
+    code, host = cli(ns, state, "apply", str(profile))
+    [change] = host["changes"]
+    assert code == 1 and change["status"] == "unsupported", host
+    assert f"creating {own} would hide the host's {conf}, which nictune did not write" in change["note"]
+    assert not os.path.exists(own) and in_ns(ns, conf) == "written by someone else\n"
+
+    profile.write_text(body + "    adopt: true\n")
+    code, host = cli(ns, state, "apply", str(profile))
+    assert code == 0, host
+    assert "NCCL_IB_TC=106\n" in in_ns(ns, conf)
+    assert open(conf).read() == "written by someone else\n"  # the host's own, untouched
+    assert cli(ns, state, "rollback")[0] == 0
+    assert not os.path.exists(own) and in_ns(ns, conf) == "written by someone else\n"
+
+
 def test_a_namespaces_file_keeps_its_inode_for_the_mounts_that_bind_it(netns, tmp_path):
     # A process started in the namespace earlier (an sshd of the fleet lab)
     # has the file bound over /etc/...: it sees a change only in that inode.

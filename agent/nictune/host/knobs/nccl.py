@@ -13,7 +13,9 @@ In a network namespace (the request names it), a path under /etc is the
 namespace's own /etc/netns/NAME/... file, which `ip netns exec` binds over
 /etc/... only when it exists: nictune reads and writes that file, creates
 it when absent, and says so in the plan; writing /etc/... there would
-write the host's file.
+write the host's file.  Creating it hides the host's /etc/... from the
+namespace's programs, so when that is a file nictune did not write, it
+takes adopt: true, as replacing it would.
 
 Whose file.  A file nictune wrote starts with HEADER; an absent or empty
 file is free to take.  Any other file is someone else's: a report carries
@@ -241,6 +243,9 @@ class NcclFamily(Family):
         self._policy: dict = {}      # key -> _Policy (none in rollback and show: no profile)
         self._foreign: set = set()   # keys whose file nictune did not write, from read()
         self._created: dict = {}     # key -> what the note says of a file apply would create
+        # Keys whose namespace file, once created, would hide a host file
+        # nictune did not write (ip netns exec binds it over that file).
+        self._hides: dict = {}       # key -> the host file's path
 
     @classmethod
     def shown(cls, value: Any) -> Any:
@@ -283,12 +288,19 @@ class NcclFamily(Family):
     def check(self, key, want) -> Optional[str]:
         problems = []
         policy = self._policy.get(key)
-        if key in self._foreign and not (policy and policy.adopt):
+        adopted = policy is not None and policy.adopt
+        unadopted = f" ({policy.not_adopted})" if policy and policy.not_adopted else ""
+        if key in self._foreign and not adopted:
             problems.append(
                 f"{self._place(key).shown} was not written by nictune (it does not start with "
                 "nictune's header) and differs from the profile: nictune replaces such a file only "
-                "when the profile says host.nccl.adopt: true"
-                + (f" ({policy.not_adopted})" if policy and policy.not_adopted else ""))
+                "when the profile says host.nccl.adopt: true" + unadopted)
+        if key in self._hides and not adopted:
+            problems.append(
+                f"creating {self._place(key).shown} would hide the host's {self._hides[key]}, which "
+                f"nictune did not write, from every program started in {self.host.netns} (ip netns "
+                "exec binds it over that file): nictune does that only when the profile says "
+                "host.nccl.adopt: true" + unadopted)
         env = parse(want.value) if isinstance(want.value, str) else {}
         hca = env.get("NCCL_IB_HCA")
         # Without /sys/class/infiniband the RDMA stack is not loaded (yet):
@@ -371,6 +383,7 @@ class NcclFamily(Family):
 
     def _read(self, key: Key):
         self._created.pop(key, None)
+        self._hides.pop(key, None)
         place = self._place(key)
         self._check_directory(key, place)
         data = read_owned(place.file, place.shown)
@@ -397,11 +410,28 @@ class NcclFamily(Family):
             return Unsupported(why)
         if place.netns:
             self._created[key] = ", created"
+            if self._host_file_not_ours(key):
+                self._hides[key] = key.name
             if not os.path.lexists(self.host.path(key.name.lstrip("/"))):
                 self._created[key] += (f"; ip netns exec binds it over {key.name} only where that "
                                        f"file exists, and this host has none: create an empty "
                                        f"{key.name} for programs in {place.netns} to read it")
         return None
+
+    def _host_file_not_ours(self, key: Key) -> bool:
+        """Whether the host has a file at key.name that nictune did not
+        write (anything there but a nictune file, or nothing, counts)."""
+        shown = key.name
+        try:
+            data = read_owned(self.host.path(shown.lstrip("/")), shown)
+        except (UnsafeFile, OSError):
+            return os.path.lexists(self.host.path(shown.lstrip("/")))
+        if data is None:
+            return False
+        try:
+            return not nictune_wrote(data.decode("utf-8"))
+        except UnicodeDecodeError:
+            return True
 
     # -- values -> host ------------------------------------------------------------
     def apply(self, items):
