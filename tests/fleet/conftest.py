@@ -16,6 +16,7 @@ import shutil
 from typing import List
 
 import pytest
+from fleet_helpers import profile_file
 
 from nictune.lab import fleet as fleetlab
 
@@ -83,6 +84,4 @@ interfaces:
 
 @pytest.fixture
 def profile(tmp_path):
-    path = tmp_path / "rails.yaml"
-    path.write_text(RAILS_PROFILE)
-    return str(path)
+    return profile_file(tmp_path, RAILS_PROFILE, "rails.yaml")

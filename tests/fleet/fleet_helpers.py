@@ -19,5 +19,12 @@ def nictune(*args: str) -> tuple:
         raise AssertionError(f"exit {result.exit_code}, no JSON report: {result.output}")
 
 
+def profile_file(tmp_path, text: str, name: str) -> str:
+    """A profile written into the test's directory; its path."""
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
 def mtu(host, ifname="rail0") -> int:
     return json.loads(run_in(host, ["ip", "-j", "link", "show", ifname]).stdout)[0]["mtu"]

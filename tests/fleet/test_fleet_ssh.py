@@ -12,7 +12,7 @@ import time
 from xml.etree import ElementTree
 
 import pytest
-from fleet_helpers import mtu, nictune
+from fleet_helpers import mtu, nictune, profile_file
 
 from nictune.lab.fleet import run_in
 
@@ -36,9 +36,7 @@ interfaces:
 
 @pytest.fixture
 def profile(tmp_path):
-    path = tmp_path / "fleet.yaml"
-    path.write_text(PROFILE)
-    return str(path)
+    return profile_file(tmp_path, PROFILE, "fleet.yaml")
 
 
 def sysctl(host, key) -> str:
