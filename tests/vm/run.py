@@ -1,18 +1,23 @@
 """Boot Debian's generic kernel under QEMU (TCG) and run tests/vm/guest in it.
 
-This machine's kernel has no RDMA; Debian's generic 6.12 kernel ships
-rdma_rxe (soft-RoCE).  The VM needs no disk image: a tiny initramfs
-(busybox plus the 9p modules, tests/vm/init.sh as /init) mounts the host's /
-read-only over 9p as the guest's root and the project read-write at its own
-path, so the guest runs the host's Python and the project's .venv.  One
-pytest run per boot: guest userspace is 20-30x slower than the host's.
+This machine's kernel has no RDMA or netdevsim; Debian's generic 6.12 kernel
+ships rdma_rxe (soft-RoCE), and netdevsim is built for it here, out of tree,
+from linux-source-6.12 against linux-headers-<kernel>.  The VM needs no disk
+image: a tiny initramfs (busybox plus the 9p modules, tests/vm/init.sh as
+/init) mounts the host's / read-only over 9p as the guest's root and the
+project read-write at its own path, so the guest runs the host's Python and
+the project's .venv.  One pytest run per boot: guest userspace is 20-30x
+slower than the host's.
 
     python3 tests/vm/run.py [--kernel K] [--timeout S] [-- PYTEST-ARGS...]
 
 scripts/test-vm installs the packages first and is the usual way in.  The
 initramfs is cached under ~/.cache/nictune-vm/<kernel>/, keyed by what goes
-into it.  Exit status: the guest pytest's, or 124 when the VM timed out, 125
-when it never reached the tests (the serial log's tail is printed then).
+into it, and netdevsim.ko beside it, keyed by the kernel package's version;
+the guest loads the module from there (the host's / is its root).  Without
+the headers or the source, the netdevsim tests skip and say why.  Exit
+status: the guest pytest's, or 124 when the VM timed out, 125 when it never
+reached the tests (the serial log's tail is printed then).
 Standard library only.
 """
 
@@ -51,10 +56,16 @@ EXIT = re.compile(r"^nictune-vm: exit (\d+)\b", re.M)
 TIMED_OUT, NOT_REACHED = 124, 125
 PT_INTERP = 3
 LOG_TAIL = 60
+NETDEVSIM_TARBALL = "/usr/src/linux-source-6.12.tar.xz"
+NETDEVSIM_SOURCE = "drivers/net/netdevsim"
 
 
 class VmError(Exception):
     """Something the VM needs is missing: the message says what to do."""
+
+
+class NetdevsimUnavailable(Exception):
+    """netdevsim cannot be built here: its tests skip, the others run."""
 
 
 def _natural(text: str) -> list:
@@ -155,6 +166,59 @@ def initramfs(kernel: str, cache: str) -> str:
     return target
 
 
+def _package_version(package: str) -> Optional[str]:
+    proc = subprocess.run(["dpkg-query", "-W", "-f=${Status} ${Version}", package],
+                          capture_output=True, text=True)
+    words = proc.stdout.split()
+    installed = proc.returncode == 0 and words[:3] == ["install", "ok", "installed"]
+    return words[-1] if installed else None
+
+
+def _check_build_inputs(kernel: str, version: str) -> None:
+    """Headers and source must come from the kernel's own upload: a module
+    built against other headers would not load (vermagic, symbol CRCs)."""
+    for package in (f"linux-headers-{kernel}", "linux-source-6.12"):
+        found = _package_version(package)
+        if found != version:
+            state = f"is {found}" if found else "is not installed"
+            raise NetdevsimUnavailable(f"{package} {state}, the kernel {version}: "
+                                       f"scripts/test-vm installs {package}={version}")
+    if not os.path.isfile(NETDEVSIM_TARBALL):
+        raise NetdevsimUnavailable(f"{NETDEVSIM_TARBALL} is missing")
+
+
+def netdevsim(kernel: str, cache: str) -> str:
+    """The cached netdevsim.ko for kernel, built out of tree when missing
+    (only drivers/net/netdevsim/ comes out of the source tarball).  Keyed by
+    the kernel package's version: a new upload can keep the release name."""
+    version = _package_version(f"linux-image-{kernel}")
+    if version is None:
+        raise NetdevsimUnavailable(f"no Debian package linux-image-{kernel} is installed")
+    directory = os.path.join(cache, kernel)
+    target = os.path.join(directory, f"netdevsim-{version}.ko")
+    if os.path.isfile(target):
+        return target
+    _check_build_inputs(kernel, version)
+    os.makedirs(directory, exist_ok=True)
+    for stale in glob.glob(os.path.join(directory, "netdevsim-*.ko")):
+        os.unlink(stale)
+    with tempfile.TemporaryDirectory(dir=directory) as work:
+        member = f"linux-source-6.12/{NETDEVSIM_SOURCE}"
+        _build_step(["tar", "-xJf", NETDEVSIM_TARBALL, "-C", work, member])
+        source = os.path.join(work, member)
+        _build_step(["make", "-s", "-C", f"/lib/modules/{kernel}/build", f"M={source}",
+                     "CONFIG_NETDEVSIM=m", f"-j{os.cpu_count() or 1}", "modules"])
+        os.replace(os.path.join(source, "netdevsim.ko"), target)
+    return target
+
+
+def _build_step(argv: List[str]) -> None:
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise NetdevsimUnavailable(f"{shlex.join(argv)} failed: "
+                                   f"{(proc.stdout + proc.stderr).strip()[-2000:]}")
+
+
 def precompile() -> None:
     """Byte-compile the venv and the package on the host: the guest must
     not write into the shared tree, and compiling there costs seconds per
@@ -167,16 +231,19 @@ def precompile() -> None:
         raise VmError(f"compileall failed: {(proc.stdout + proc.stderr).strip()[-2000:]}")
 
 
-def guest_script(run_dir: str, pytest_args: List[str]) -> str:
-    """The command the guest runs, as a file (the kernel command line is short)."""
-    env = {"HOME": "/tmp", "LANG": "C.UTF-8", "NICTUNE_VM_GUEST": "1",
+def guest_script(run_dir: str, pytest_args: List[str], netdevsim_env: dict) -> str:
+    """The command the guest runs, as a file (the kernel command line is short).
+    netdevsim_env: NICTUNE_VM_NETDEVSIM (the module) or
+    NICTUNE_VM_NETDEVSIM_SKIP (why there is none)."""
+    env = {"HOME": "/tmp", "LANG": "C.UTF-8", "NICTUNE_VM_GUEST": "1", **netdevsim_env,
            # Never write .pyc files into the tree the host shares.
            "PYTHONDONTWRITEBYTECODE": "1",
            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
     # The serial console is a terminal to the guest: colour only if ours is one.
     colour = "yes" if sys.stdout.isatty() else "no"
-    argv = [".venv/bin/python", "-m", "pytest", "-p", "no:cacheprovider", "-v", f"--color={colour}",
-            "tests/vm/guest", *pytest_args]
+    # -rs: a skipped netdevsim test says why in the summary.
+    argv = [".venv/bin/python", "-m", "pytest", "-p", "no:cacheprovider", "-v", "-rs",
+            f"--color={colour}", "tests/vm/guest", *pytest_args]
     path = os.path.join(run_dir, "guest.sh")
     with open(path, "w") as f:
         f.write("#!/bin/sh\n")
@@ -276,9 +343,16 @@ def main(args: Optional[List[str]] = None) -> int:
         initrd = initramfs(kernel, cache)
         precompile()
         built = time.monotonic() - started
+        started = time.monotonic()
+        try:
+            netdevsim_env = {"NICTUNE_VM_NETDEVSIM": netdevsim(kernel, cache)}
+        except NetdevsimUnavailable as e:
+            netdevsim_env = {"NICTUNE_VM_NETDEVSIM_SKIP": str(e)}
+            print(f"nictune-vm: SKIPPING the netdevsim tests: {e}", file=sys.stderr)
+        built_netdevsim = time.monotonic() - started
         os.makedirs(cache, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="run-", dir=cache) as run_dir:
-            script = guest_script(run_dir, opts.pytest_args)
+            script = guest_script(run_dir, opts.pytest_args, netdevsim_env)
             log_path = os.path.join(cache, "serial.log")
             started, before = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
             status, timed_out = boot(qemu_argv(kernel, initrd, script, opts.memory, opts.cpus),
@@ -290,7 +364,8 @@ def main(args: Optional[List[str]] = None) -> int:
     # QEMU is the last child and by far the largest: the RSS is its.
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = usage.ru_utime + usage.ru_stime - before.ru_utime - before.ru_stime
-    print(f"nictune-vm: kernel {kernel}, initramfs and compileall {built:.1f} s, VM {seconds:.1f} s "
+    print(f"nictune-vm: kernel {kernel}, initramfs and compileall {built:.1f} s, "
+          f"netdevsim {built_netdevsim:.1f} s, VM {seconds:.1f} s "
           f"(CPU {cpu:.0f} s), max RSS {usage.ru_maxrss // 1024} MB, "
           f"serial log {log_path}")
     if status is not None:

@@ -43,6 +43,7 @@ def test_guest_tests_are_collected_only_inside_the_vm():
     assert on_host and not any("/guest/" in item for item in on_host), on_host
     in_vm = collected(guest=True)
     assert any(item.startswith("tests/vm/guest/test_softroce.py::") for item in in_vm), in_vm
+    assert any(item.startswith("tests/vm/guest/test_netdevsim.py::") for item in in_vm), in_vm
 
 
 def generic_kernels() -> list:
@@ -65,3 +66,46 @@ def test_initramfs_holds_busybox_init_and_the_9p_modules(tmp_path):
     assert {"9p.ko", "9pnet.ko", "9pnet_virtio.ko"} <= set(order)
     assert order.index("9pnet.ko") < min(order.index("9p.ko"), order.index("9pnet_virtio.ko"))
     assert all(f"modules/{name}" in listing for name in order)
+
+
+def netdevsim_buildable() -> bool:
+    kernels = generic_kernels()
+    version = kernels and run._package_version(f"linux-image-{kernels[0]}")
+    try:
+        return bool(version) and run._check_build_inputs(kernels[0], version) is None
+    except run.NetdevsimUnavailable:
+        return False
+
+
+@pytest.mark.skipif(not netdevsim_buildable(),
+                    reason="no 6.12 kernel with its headers and source here (scripts/test-vm "
+                           "installs them)")
+def test_netdevsim_is_built_for_the_kernel_once(tmp_path):
+    kernel = generic_kernels()[0]
+    module = run.netdevsim(kernel, str(tmp_path))
+    vermagic = subprocess.run(["modinfo", "-F", "vermagic", module], capture_output=True,
+                              text=True, check=True).stdout
+    assert vermagic.startswith(f"{kernel} "), vermagic
+    built = os.stat(module).st_mtime_ns
+    assert run.netdevsim(kernel, str(tmp_path)) == module  # cached: not built again
+    assert os.stat(module).st_mtime_ns == built
+    assert os.listdir(os.path.dirname(module)) == [os.path.basename(module)]  # no build tree left
+
+
+def test_netdevsim_needs_a_packaged_kernel(tmp_path):
+    with pytest.raises(run.NetdevsimUnavailable, match="no Debian package linux-image-0.0.0-none"):
+        run.netdevsim("0.0.0-none", str(tmp_path))
+    assert not os.listdir(tmp_path)
+
+
+@pytest.mark.skipif(os.path.isdir("/sys/bus/netdevsim"),
+                    reason="this kernel has netdevsim loaded: the guest tests would act on it")
+def test_guest_netdevsim_tests_skip_saying_why_without_the_module():
+    env = {k: v for k, v in os.environ.items() if k != "NICTUNE_VM_NETDEVSIM"}
+    env.update(NICTUNE_VM_GUEST="1", NICTUNE_VM_NETDEVSIM_SKIP="linux-headers-X is not installed")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs",
+                           "tests/vm/guest/test_netdevsim.py"],
+                          cwd=REPO, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "3 skipped" in proc.stdout, proc.stdout
+    assert "NETDEVSIM UNAVAILABLE: linux-headers-X is not installed" in proc.stdout, proc.stdout

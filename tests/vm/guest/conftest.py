@@ -1,4 +1,5 @@
-"""Fixtures of the VM tests: a soft-RoCE device on a veth, and rdma_cm configfs."""
+"""Fixtures of the VM tests: a soft-RoCE device on a veth, rdma_cm configfs,
+and a netdevsim device with two ports."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Iterator
 
 import pytest
 
+import netdevsim
 from rxe import leftovers, sh, soft_roce, SoftRoce
 
 CONFIGFS = "/sys/kernel/config"
@@ -32,3 +34,16 @@ def rdma_cm() -> Iterator[str]:
     finally:
         if not mounted:
             sh("umount", CONFIGFS, check=False)
+
+
+@pytest.fixture(scope="module")
+def nsim() -> Iterator[netdevsim.Netdevsim]:
+    """Two netdevsim ports with four queues each; skips, saying why, when
+    the runner could not build the module."""
+    reason = netdevsim.unavailable()
+    if reason:
+        pytest.skip(f"NETDEVSIM UNAVAILABLE: {reason}")
+    with netdevsim.netdevsim_device(ports=2, queues=4) as dev:
+        yield dev
+    left = netdevsim.leftovers(dev)
+    assert not left, f"teardown left {left}"
