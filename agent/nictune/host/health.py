@@ -13,6 +13,8 @@ through Host.path(), so tests point the Host at a fixture tree.
     rdma_device, rdma_port      the RDMA port whose GID table names X
     counters                    ethtool statistics (ETHTOOL_GSTATS) and the
                                 RDMA port's hw_counters, RoCE-relevant ones
+    ipsec_sa_offloaded,         IPsec SAs offloaded to X / in software on X
+    ipsec_sa_software           (host/ipsec.py), when any SA concerns X
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ class Health:
             ethtool_stats if host.root == "/" else lambda ifname: {})
         self._stats: Dict[str, Dict[str, int]] = {}
         self._ports: Optional[Dict[str, Tuple[str, int]]] = None
+        self._ipsec = None  # host.ipsec.IpsecView, made on first use
 
     def of(self, iface: Interface) -> dict:
         name = iface.name
@@ -102,7 +105,23 @@ class Health:
         counters = self.counters(name, roce_only=True)
         if counters:
             facts["counters"] = counters
+        if self.host.root == "/":  # NETLINK_XFRM asks the running kernel
+            try:
+                usage = self.ipsec(iface)
+            except OSError:
+                usage = None
+            if usage is not None and usage.sas:
+                facts.update(usage.counts())
         return facts
+
+    def ipsec(self, iface: Interface):
+        """host.ipsec.Usage of `iface`: the SAs and policies that concern it.
+        Raises OSError when NETLINK_XFRM cannot be dumped."""
+        if self._ipsec is None:
+            from nictune.host.ipsec import IpsecView
+
+            self._ipsec = IpsecView()
+        return self._ipsec.of(iface.name, iface.index)
 
     def counters(self, ifname: str, roce_only: bool = False) -> Dict[str, int]:
         """ethtool statistics and the RDMA port's hw_counters of `ifname`;

@@ -7,11 +7,20 @@
       pcie_width: 16
       pcie_speed_gts: 32
       counters: {rx_out_of_buffer: {max: 0}}
+      ipsec_offload: crypto           # crypto, packet or none (host/ipsec.py)
 
 Keys are family "expect", name the fact ("counters.<name>" for counters).
 The family is read-only: the engine never writes it; plan, verify and
 apply report an unmet expectation as drift.  A fact the host does not
 report reads as None, which meets no expectation.
+
+ipsec_offload is read over NETLINK_XFRM (host/ipsec.py says which SAs and
+policies concern an interface).  Its current value is the modes its SAs
+run in, joined with "+" ("crypto", "crypto+none"), None without SAs:
+crypto is met when every SA is offloaded to the interface (packet offload
+does the crypto too) and there is at least one; packet when every SA and
+policy is packet-offloaded there; none when no SA is offloaded there (no
+SA at all meets it).  The plan's note names each SA at fault and why.
 """
 
 from __future__ import annotations
@@ -19,12 +28,16 @@ from __future__ import annotations
 import re
 from typing import Optional, Tuple
 
+from nictune.host.ipsec import OFFLOAD_MODES, support_note
+from nictune.host.ipsec import met as ipsec_met
 from nictune.host.knobs.base import Family
-from nictune.host.model import Desired, Key, Want
-from nictune.host.validate import COUNTER_NAME, DRIVER, VERSION_WANT, check
+from nictune.host.model import Desired, Key, Unsupported, Want
+from nictune.host.validate import COUNTER_NAME, DRIVER, VERSION_WANT, InvalidInput, check
 
 FACTS = ("driver", "firmware", "link_speed_mbps", "pcie_width", "pcie_speed_gts")
 COUNTER_PREFIX = "counters."
+IPSEC = "ipsec_offload"
+IPSEC_MODES = ("crypto", "packet", "none")
 
 _OPS = {
     "==": lambda a, b: a == b,
@@ -61,7 +74,7 @@ class ExpectFamily(Family):
     position = 110
     position_note = "never written: read after everything else"
     sections = ("expect",)
-    settings = tuple(f"expect.{fact}" for fact in FACTS) + ("expect.counters",)
+    settings = tuple(f"expect.{fact}" for fact in FACTS) + ("expect.counters", "expect." + IPSEC)
     read_only = True  # the engine reports unmet keys as drift, never writes them
 
     @classmethod
@@ -78,10 +91,22 @@ class ExpectFamily(Family):
                 "counters": s.mapping(
                     "Counters (ethtool -S, RDMA hw_counters), each with the value or bound it must meet.",
                     s.text(COUNTER_NAME, 64), s.wanted(0, s.U64_MAX, "Counter value."), 64),
+                IPSEC: {"enum": list(IPSEC_MODES),
+                        "description": "Where the interface's IPsec SAs must run (read over "
+                                       "NETLINK_XFRM, never written): crypto or packet offload "
+                                       "on this interface, or none (no SA offloaded to it)."},
             }, minProperties=1)}}
+
+    @classmethod
+    def nic_support(cls, driver, setting):
+        if setting == "expect." + IPSEC:
+            return support_note(driver)
+        return None
 
     def __init__(self, host):
         super().__init__(host)
+        self._ipsec_want: dict = {}  # ifname -> wanted mode, from expand
+        self._ipsec: dict = {}       # ifname -> host.ipsec.Usage or Unsupported, from read
         # Here, not at the top: the controller imports this module for its
         # schema alone, and health pulls in rdma and the interface facts.
         from nictune.host.health import Health
@@ -98,6 +123,13 @@ class ExpectFamily(Family):
                     check(VERSION_WANT, str(raw), "firmware expectation")
                 out.append(Desired(Key(self.name, target, fact), Want.parse(raw),
                                    source("expect", fact)))
+        if IPSEC in section:
+            mode = section[IPSEC]
+            if mode not in IPSEC_MODES:
+                raise InvalidInput(f"expect.{IPSEC}: {mode!r} is not one of "
+                                   + ", ".join(IPSEC_MODES))
+            self._ipsec_want[target] = mode
+            out.append(Desired(Key(self.name, target, IPSEC), Want(mode), source("expect", IPSEC)))
         for counter, raw in (section.get("counters") or {}).items():
             check(COUNTER_NAME, counter, "counter name")
             out.append(Desired(Key(self.name, target, COUNTER_PREFIX + counter),
@@ -113,6 +145,8 @@ class ExpectFamily(Family):
             iface = interfaces.get(key.target)
             if iface is None:
                 out[key] = None
+            elif key.name == IPSEC:
+                out[key] = self._read_ipsec(iface)
             elif key.name.startswith(COUNTER_PREFIX):
                 if key.target not in counters:
                     counters[key.target] = self.health.counters(key.target)
@@ -123,10 +157,44 @@ class ExpectFamily(Family):
                 out[key] = facts[key.target].get(key.name)
         return out
 
+    def _read_ipsec(self, iface):
+        if self.host.root != "/":
+            usage = Unsupported("IPsec SAs are read from the running kernel only")
+        else:
+            try:
+                usage = self.health.ipsec(iface)
+            except OSError as e:
+                usage = Unsupported(f"cannot read IPsec SAs over NETLINK_XFRM: {e}")
+        self._ipsec[iface.name] = usage
+        if isinstance(usage, Unsupported):
+            return usage
+        return usage.current(self._ipsec_want.get(iface.name))
+
     def met(self, key: Key, want: Want, current) -> bool:
+        if key.name == IPSEC:
+            return ipsec_met(want.value, current)
         if key.name == "firmware" and want.bound is None:
             return version_met(str(want.value), current)
         return super().met(key, want, current)
 
     def note(self, key):
+        if key.name == IPSEC:
+            return self._ipsec_note(key.target)
         return "expected; nictune reads it, never sets it"
+
+    def _ipsec_note(self, ifname: str) -> str:
+        want, usage = self._ipsec_want.get(ifname), self._ipsec.get(ifname)
+        if want is None or usage is None or isinstance(usage, Unsupported):
+            return "expected; nictune reads it, never sets it"
+        if ipsec_met(want, usage.current(want)):
+            counts = usage.counts()
+            return (f"expected; {counts['ipsec_sa_offloaded']} SA(s) offloaded to {ifname}, "
+                    f"{counts['ipsec_sa_software']} in software")
+        problems = usage.problems(want, ifname)
+        shown = problems[:5] + ([f"and {len(problems) - 5} more"] if len(problems) > 5 else [])
+        text = "; ".join(shown)
+        driver = self.driver_of(ifname)
+        nic = support_note(driver)
+        if nic and want != "none" and want not in OFFLOAD_MODES.get(driver, (want,)):
+            text += f" ({nic})"
+        return text
