@@ -27,6 +27,12 @@ class Interface:
     pci_id: Optional[str]  # "vendor:device", e.g. "15b3:1021" for ConnectX-7
     bus_info: Optional[str]
     firmware: Optional[str]
+    # Switch ports (representors, uplinks): /sys/class/net/X/phys_port_name
+    # ("p0", "pf0vf3") and phys_switch_id (hex), and the devlink port
+    # flavour of the port whose netdev this is (physical, pcipf, pcivf).
+    phys_port_name: Optional[str] = None
+    phys_switch_id: Optional[str] = None
+    flavour: Optional[str] = None
 
     def matches(self, selectors: dict) -> bool:
         """All given selectors must match; a list means any of its items."""
@@ -35,9 +41,9 @@ class Interface:
             have = getattr(self, field)
             if have is None:
                 return False
-            if field == "name":
+            if field in ("name", "phys_port_name"):
                 ok = any(fnmatch.fnmatchcase(have, pat) for pat in options)
-            elif field in ("mac", "pci_id"):  # hex: any case
+            elif field in ("mac", "pci_id", "phys_switch_id"):  # hex: any case
                 ok = have.lower() in {o.lower() for o in options}
             else:
                 ok = have in options
@@ -70,6 +76,7 @@ class Host:
         self.skipped_interfaces: list = []
         self._links: Optional[list] = None
         self._ioctl_sock = None
+        self._devlink = None
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.root, *parts)
@@ -105,6 +112,15 @@ class Host:
             self._ethtool = EthtoolIoctl()
         return self._ethtool
 
+    def devlink(self):
+        """The devlink generic netlink socket (NetlinkError ENOENT: the
+        kernel has no devlink)."""
+        if self._devlink is None:
+            from nictune.host.netlink.devlink import Devlink
+
+            self._devlink = Devlink()
+        return self._devlink
+
     def dcb(self):
         if self._dcb is None:
             from nictune.host.netlink.dcb import Dcb
@@ -123,6 +139,7 @@ class Host:
         and one odd link must not stop the profile on every other."""
         if self._interfaces is None:
             found, skipped = [], []
+            flavours = self._port_flavours()
             for link in self.links():
                 if link.name == "lo":
                     continue
@@ -139,6 +156,9 @@ class Host:
                         pci_id=self._pci_id(link.name),
                         bus_info=(info.bus_info if info else None) or None,
                         firmware=(info.fw_version if info else None) or None,
+                        phys_port_name=self._sysfs_text(link.name, "phys_port_name"),
+                        phys_switch_id=self._sysfs_text(link.name, "phys_switch_id"),
+                        flavour=flavours.get(link.name),
                     )
                 )
             self._interfaces, self.skipped_interfaces = found, skipped
@@ -167,6 +187,24 @@ class Host:
             self._ioctl_sock = inet_socket()
         return drvinfo(ifname, sock=self._ioctl_sock)
 
+    def _sysfs_text(self, ifname: str, name: str) -> Optional[str]:
+        # The kernel answers EOPNOTSUPP on read when the driver has no
+        # ndo_get_phys_port_name / switch id: not a switch port.
+        try:
+            with open(self.path("sys/class/net", ifname, name)) as f:
+                return f.read().strip() or None
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def _port_flavours(self) -> dict:
+        """netdev name -> devlink port flavour; {} without devlink."""
+        from nictune.host.netlink.errors import NetlinkError
+
+        try:
+            return {p.netdev: p.flavour for p in self.devlink().ports() if p.netdev}
+        except (NetlinkError, OSError):
+            return {}
+
     def _pci_id(self, ifname: str) -> Optional[str]:
         base = self.path("sys/class/net", ifname, "device")
         try:
@@ -176,10 +214,11 @@ class Host:
             return None
 
     def close(self) -> None:
-        for handle in (self._rtnl, self._ethtool, self._ioctl_sock, self._dcb_sock):
+        for handle in (self._rtnl, self._ethtool, self._ioctl_sock, self._dcb_sock, self._devlink):
             if handle is not None:
                 handle.close()
         self._rtnl = self._ethtool = self._ioctl_sock = self._dcb = self._dcb_sock = None
+        self._devlink = None
 
     def __enter__(self) -> "Host":
         return self

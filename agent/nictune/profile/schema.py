@@ -236,6 +236,11 @@ def _merge_into(props: dict, key: str, node: dict, family: str) -> None:
     props[key] = merged
 
 
+# A switch id as sysfs phys_switch_id prints it (up to MAX_PHYS_ITEM_ID_LEN, 32 bytes).
+_SWITCH_ID = r"^[0-9a-fA-F]{2,64}$"
+register_words({_SWITCH_ID: "a switch id: 2-64 hex digits, as /sys/class/net/X/phys_switch_id shows it"})
+
+
 def build(families=REGISTERED) -> Dict[str, Any]:
     """The whole profile schema, with the families' sections in their
     registration order."""
@@ -248,6 +253,11 @@ def build(families=REGISTERED) -> Dict[str, Any]:
                 "driver": _selector(v.DRIVER, 32, "Kernel driver name, such as mlx5_core or mana."),
                 "pci_id": _selector(v.PCI_ID, 9, "PCI vendor:device id."),
                 "mac": _selector(v.MAC, 17, "Permanent MAC address."),
+                "phys_port_name": _selector(v.IFGLOB, 64, "Switch port name or glob (sysfs phys_port_name), such as p0 or pf0vf* for the representors of PF 0's VFs."),
+                "phys_switch_id": _selector(_SWITCH_ID, 64, "Switch id (sysfs phys_switch_id, hex): the uplink and representors of one eswitch share it."),
+                "flavour": {"anyOf": [{"enum": ["physical", "pcipf", "pcivf", "pcisf", "virtual", "cpu", "dsa", "unused"]},
+                                      {"type": "array", "items": {"enum": ["physical", "pcipf", "pcivf", "pcisf", "virtual", "cpu", "dsa", "unused"]}, "minItems": 1, "maxItems": 8}],
+                            "description": "devlink port flavour of the interface: physical (uplink), pcipf or pcivf (representors of a PF or VF), pcisf. A list matches if any item does."},
             },
             "additionalProperties": False,
             "minProperties": 1,

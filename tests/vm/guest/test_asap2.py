@@ -1,0 +1,207 @@
+"""ASAP2 on a real kernel: the eswitch and sriov families against netdevsim
+(tests/vm/guest/netdevsim.py builds and loads it), read back with the
+iproute2 tools, never with nictune.
+
+- round trip: plan, apply (switchdev + 4 VFs with mac/vlan/trust +
+  hw-tc-offload on the PF), verify clean, rollback, and a snapshot
+  (`devlink -j dev eswitch show` and `port show`, `ip -j -d link`, sysfs
+  sriov_numvfs, the PF's hw-tc-offload) identical before and after;
+- representors: interfaces are matched when an apply is planned, before
+  the representors exist, so hw-tc-offload on them is a second apply: the
+  representors the first one made are matched by `flavour: pcivf` and
+  `phys_switch_id`, their hw-tc-offload is applied, verified and rolled
+  back (its own state directory), then the first apply is rolled back and
+  the snapshot is what it was;
+- a failure in the middle rolls back everything before it: more VFs than
+  the device allows (netdevsim: 4, ENOMEM; it has no sriov_totalvfs) after
+  the eswitch went to switchdev, and a multicast VF MAC (EINVAL) after the
+  VFs were made.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Iterator
+
+import pytest
+from typer.testing import CliRunner
+
+import netdevsim
+from nictune.cli.app import app
+from rxe import sh
+
+VFS = {0: ("02:00:00:00:00:10", 100, True), 1: ("02:00:00:00:00:11", 101, False),
+       2: ("02:00:00:00:00:12", 102, True), 3: ("02:00:00:00:00:13", 0, True)}
+
+
+@pytest.fixture
+def pf() -> Iterator[tuple]:
+    """(devlink handle, PF netdev) of a one-port netdevsim device of each
+    test's own: a failed test leaves nothing for the next one."""
+    reason = netdevsim.unavailable()
+    if reason:
+        pytest.skip(f"NETDEVSIM UNAVAILABLE: {reason}")
+    with netdevsim.netdevsim_device(ports=1, queues=4) as dev:
+        yield f"netdevsim/netdevsim{dev.id}", dev.ifnames[0]
+    left = netdevsim.leftovers(dev)
+    assert not left, f"teardown left {left}"
+
+
+def profile(ifname: str, numvfs: int = 4, bad_mac: bool = False) -> str:
+    vfs = "\n".join(
+        f'        "{n}": {{mac: "{"01:00:5e:00:00:01" if bad_mac and n == 1 else mac}", '
+        f"vlan: {vlan}, trust: {str(trust).lower()}}}"
+        for n, (mac, vlan, trust) in VFS.items())
+    return f"""\
+nictune: 1
+interfaces:
+  uplink:
+    match: {{name: {ifname}, flavour: physical}}
+    eswitch: {{mode: switchdev}}
+    sriov:
+      numvfs: {numvfs}
+      vfs:
+{vfs}
+    features: {{hw-tc-offload: true}}
+"""
+
+
+def representors_profile(switch_id: str) -> str:
+    return f"""\
+nictune: 1
+interfaces:
+  representors:
+    match: {{flavour: pcivf, phys_switch_id: "{switch_id}"}}
+    features: {{hw-tc-offload: true}}
+"""
+
+
+def nictune(*args: str) -> tuple:
+    result = CliRunner().invoke(app, [*args, "--json"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result.exit_code, json.loads(result.stdout)
+
+
+def changes(report: dict) -> dict:
+    (host,) = report["hosts"]
+    return {(c["key"]["target"], c["key"]["family"], c["key"]["name"]): c
+            for c in host["changes"]}
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read().strip()
+
+
+def snapshot(handle: str, ifname: str) -> dict:
+    links = json.loads(sh("ip", "-j", "-d", "link", "show").stdout)
+    (features,) = json.loads(sh("ethtool", "--json", "-k", ifname).stdout)
+    return {
+        "eswitch": json.loads(sh("devlink", "-j", "dev", "eswitch", "show", handle).stdout),
+        "ports": json.loads(sh("devlink", "-j", "port", "show").stdout),
+        "links": {link["ifname"]: link for link in links},
+        "numvfs": _read(f"/sys/class/net/{ifname}/device/sriov_numvfs"),
+        "hw-tc-offload": features["hw-tc-offload"]["active"],
+    }
+
+
+def _reps(handle: str) -> list:
+    ports = json.loads(sh("devlink", "-j", "port", "show").stdout)["port"]
+    return sorted(p["netdev"] for name, p in ports.items()
+                  if name.startswith(handle + "/") and p["flavour"] == "pcivf")
+
+
+def _hw_tc(ifname: str) -> bool:
+    (features,) = json.loads(sh("ethtool", "--json", "-k", ifname).stdout)
+    return features["hw-tc-offload"]["active"]
+
+
+def _apply_uplink(handle: str, ifname: str, path, state: list) -> None:
+    code, report = nictune("apply", str(path), *state)
+    assert code == 0, report
+    esw = json.loads(sh("devlink", "-j", "dev", "eswitch", "show", handle).stdout)
+    assert esw["dev"][handle]["mode"] == "switchdev"
+    assert _read(f"/sys/class/net/{ifname}/device/sriov_numvfs") == "4"
+    (link,) = json.loads(sh("ip", "-j", "-d", "link", "show", "dev", ifname).stdout)
+    got = {vf["vf"]: (vf["address"], (vf.get("vlan_list") or [{}])[0].get("vlan", 0), vf["trust"])
+           for vf in link["vfinfo_list"]}
+    assert got == VFS
+    assert len(_reps(handle)) == 4 and _hw_tc(ifname)
+
+
+def test_switchdev_and_vfs_round_trip(pf, tmp_path):
+    handle, ifname = pf
+    path = tmp_path / "asap2.yaml"
+    path.write_text(profile(ifname))
+    state = ["--state-dir", str(tmp_path / "state")]
+    before = snapshot(handle, ifname)
+    assert before["eswitch"]["dev"][handle]["mode"] == "legacy" and before["numvfs"] == "0"
+
+    code, report = nictune("plan", str(path), *state)
+    assert code == 2, report
+    planned = changes(report)
+    mode = planned[(handle, "eswitch", "mode")]
+    assert (mode["before"], mode["after"], mode["status"]) == ("legacy", "switchdev", "pending")
+    assert "disruptive" in mode["note"]
+    numvfs = planned[(ifname, "sriov", "numvfs")]
+    assert (numvfs["before"], numvfs["after"]) == (0, 4) and "disruptive" in numvfs["note"]
+    assert planned[(ifname, "sriov", "vfs.2.mac")]["before"] is None  # no VF yet
+    assert snapshot(handle, ifname) == before  # plan wrote nothing
+
+    _apply_uplink(handle, ifname, path, state)
+    code, report = nictune("verify", str(path), *state)
+    assert code == 0, report
+
+    code, report = nictune("rollback", *state)
+    assert code == 0, report
+    assert snapshot(handle, ifname) == before
+
+
+def test_representors_are_matched_by_flavour_and_switch_id(pf, tmp_path):
+    handle, ifname = pf
+    uplink, reps_path = tmp_path / "uplink.yaml", tmp_path / "reps.yaml"
+    uplink.write_text(profile(ifname))
+    reps_path.write_text(representors_profile(_read(f"/sys/class/net/{ifname}/phys_switch_id")))
+    first, second = (["--state-dir", str(tmp_path / d)] for d in ("state1", "state2"))
+    before = snapshot(handle, ifname)
+
+    _apply_uplink(handle, ifname, uplink, first)
+    reps = _reps(handle)
+    assert not any(_hw_tc(rep) for rep in reps)
+    code, report = nictune("plan", str(reps_path), *second)
+    assert code == 2, report
+    assert set(changes(report)) == {(rep, "features", "hw-tc-offload") for rep in reps}
+    code, report = nictune("apply", str(reps_path), *second)
+    assert code == 0, report
+    assert all(_hw_tc(rep) for rep in reps)
+    code, report = nictune("verify", str(reps_path), *second)
+    assert code == 0, report
+    code, report = nictune("rollback", *second)
+    assert code == 0, report
+    assert not any(_hw_tc(rep) for rep in reps)
+
+    code, report = nictune("rollback", *first)
+    assert code == 0, report
+    assert snapshot(handle, ifname) == before
+
+
+@pytest.mark.parametrize("case", ["too-many-vfs", "bad-vf-mac"])
+def test_a_failure_in_the_middle_rolls_back_what_came_before(pf, tmp_path, case):
+    handle, ifname = pf
+    path = tmp_path / "asap2.yaml"
+    path.write_text(profile(ifname, numvfs=5 if case == "too-many-vfs" else 4,
+                            bad_mac=case == "bad-vf-mac"))
+    before = snapshot(handle, ifname)
+
+    code, report = nictune("apply", str(path), "--state-dir", str(tmp_path / "state"))
+    assert code != 0, report
+    (host,) = report["hosts"]
+    assert host["error"]["kind"] == "rolled-back", host["error"]
+    applied = changes(report)
+    # The eswitch had gone to switchdev before the sriov write failed.
+    assert applied[(handle, "eswitch", "mode")]["status"] == "reverted", applied
+    failed = [c for c in applied.values() if c["status"] == "failed"]
+    assert failed and all(c["key"]["family"] == "sriov" for c in failed), failed
+    why = "more than it allows" if case == "too-many-vfs" else "Invalid argument"
+    assert any(why in c["note"] for c in failed), failed
+    assert snapshot(handle, ifname) == before
