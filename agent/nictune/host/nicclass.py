@@ -73,6 +73,9 @@ MANA = NicClass(
     why_not={
         "dcb": "the driver has no DCB (dcbnl) operations: no trust, DSCP map, PFC or ETS",
         "ecn": "mana_ib exposes no ECN/DCQCN settings",
+        "ovs_offload": "no eswitch, switchdev mode or TC flower offload in the driver: OVS "
+                       "flows stay in software (Azure Accelerated Networking is the VF path)",
+        "macsec_offload": "the driver has no macsec_ops (MACsec runs in software)",
     },
 )
 

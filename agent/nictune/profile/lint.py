@@ -32,6 +32,8 @@ from .loader import Profile, load_profile
 
 ERROR, WARNING = "error", "warning"
 
+MACSEC_SECTAG_SCI, MACSEC_ICV, ETH_PAYLOAD = 16, 16, 1500
+
 # include/rdma/ib_addr.h iboe_get_mtu(): the netdev MTU minus the RoCE
 # headers (GRH 40 + UDP 8 + BTH 12 + XRC 4 + AtomicETH 28 + ICRC 4 bytes)
 # is rounded down to an IB MTU of 256..4096.
@@ -130,9 +132,40 @@ class _Linter:
             if isinstance(roce, dict):
                 _Entry(self, name, entry, roce).run()
             self.entry_side_effects(name, entry)
+            if isinstance(entry.get("macsec"), dict):
+                self.macsec_rules(name, entry)
         self.host_side_effects()
         self.nccl_rules(entries)
         return self.findings
+
+    # -- MACsec: overhead against the MTU, offload against the NIC class -------
+    def macsec_rules(self, name: str, entry: dict) -> None:
+        from ..host.knobs.macsec import MacsecFamily
+
+        sec = entry["macsec"]
+        mtu = _wanted_number(entry.get("mtu"))
+        # drivers/net/macsec.c macsec_extra_len(true): SecTAG with SCI (16)
+        # plus the ICV; the link is made with the parent's MTU minus that.
+        overhead = MACSEC_SECTAG_SCI + (_number(sec.get("icv_len")) or MACSEC_ICV)
+        if mtu is not None and mtu - overhead < ETH_PAYLOAD:
+            self.add("macsec-shrinks-mtu", WARNING,
+                     f"interfaces.{name}: MACsec takes {overhead} bytes (SecTAG with SCI and "
+                     f"ICV), so the macsec link's MTU is {mtu - overhead}, below {ETH_PAYLOAD}; "
+                     f"an MTU of at least {ETH_PAYLOAD + overhead} on the interface carries "
+                     f"{ETH_PAYLOAD}-byte packets over MACsec",
+                     self.p.source("interfaces", name, "mtu"),
+                     self.p.source("interfaces", name, "macsec"))
+        offload = sec.get("offload")
+        if offload in ("phy", "mac"):
+            driver_sel = (entry.get("match") or {}).get("driver")
+            drivers = _as_list(driver_sel) if driver_sel is not None else []
+            for driver in drivers:
+                why = MacsecFamily.nic_support(driver, "macsec.offload")
+                if why and why.startswith("not supported"):
+                    self.add("macsec-offload-unsupported", ERROR,
+                             f"interfaces.{name}: macsec offload {offload} on {driver}: {why}",
+                             self.p.source("interfaces", name, "macsec", "offload"),
+                             self.p.source("interfaces", name, "match", "driver"))
 
     # -- kernel side effects a rollback undoes only in part -------------------
     def entry_side_effects(self, name: str, entry: dict) -> None:

@@ -9,6 +9,7 @@ admin state last.  Expectations (expect:) are only read.
 """
 
 from nictune.host.knobs.dcb import DcbFamily
+from nictune.host.knobs.eswitch import EswitchFamily
 from nictune.host.knobs.ethtool import (
     ChannelsFamily,
     CoalesceFamily,
@@ -18,12 +19,17 @@ from nictune.host.knobs.ethtool import (
 )
 from nictune.host.knobs.expect import ExpectFamily
 from nictune.host.knobs.link import LinkFamily
+from nictune.host.knobs.macsec import MacsecFamily
 from nictune.host.knobs.nccl import NcclFamily
+from nictune.host.knobs.ovs import OvsFamily
 from nictune.host.knobs.roce import RoceFamily
+from nictune.host.knobs.sriov import SriovFamily
 from nictune.host.knobs.sysctl import SysctlFamily
 
 REGISTERED = (
     LinkFamily,
+    EswitchFamily,
+    SriovFamily,
     FeaturesFamily,
     RingsFamily,
     ChannelsFamily,
@@ -33,6 +39,8 @@ REGISTERED = (
     RoceFamily,
     DcbFamily,
     NcclFamily,
+    OvsFamily,
+    MacsecFamily,
     ExpectFamily,
 )
 

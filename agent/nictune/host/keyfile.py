@@ -1,0 +1,111 @@
+"""Key files: where nictune's static crypto keys come from (MACsec SAs).
+
+A key file must be a regular file (not a symlink, FIFO or device), owned
+by root (uid 0) and of mode 0600 (no group/other bits, nothing
+executable); anything else is refused with a message naming the file and
+what is wrong, never its content.  The content is the key in hex, as
+`ip macsec ... key <id> <hex>` takes it: hex digits only, one trailing
+newline allowed.
+
+The key never leaves this module's caller as text: plans, diffs, reports
+and the journal carry `fingerprint(content)`, the first 8 hex digits of
+the SHA-256 of the file's content (so a rotation shows as a change), and
+load() returns the key as a bytearray the caller overwrites (wipe())
+once the kernel has it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from typing import Optional, Tuple
+
+from nictune.host.errors import InvalidInput
+
+MAX_KEY_FILE = 4096
+
+
+def fingerprint(content: bytes) -> str:
+    """First 8 hex digits of SHA-256 of the key file's content."""
+    return hashlib.sha256(content).hexdigest()[:8]
+
+
+def _open_checked(path: str, uid: int = 0) -> int:
+    if not isinstance(path, str) or not os.path.isabs(path):
+        raise InvalidInput(f"key file {path!r}: must be an absolute path")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise InvalidInput(f"key file {path}: does not exist") from None
+    except OSError as e:
+        # O_NOFOLLOW on a symlink answers ELOOP
+        why = "is a symbolic link" if e.errno == 40 else (e.strerror or str(e))
+        raise InvalidInput(f"key file {path}: {why}; refused") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InvalidInput(f"key file {path}: not a regular file; refused")
+        if st.st_uid != uid:
+            raise InvalidInput(f"key file {path}: owned by uid {st.st_uid}, must be owned by "
+                               "root; refused")
+        mode = stat.S_IMODE(st.st_mode)
+        if mode != 0o600:
+            raise InvalidInput(f"key file {path}: mode {mode:04o}, must be 0600 (readable by "
+                               "root alone); refused")
+        if st.st_size > MAX_KEY_FILE:
+            raise InvalidInput(f"key file {path}: {st.st_size} bytes, too large for a key")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read(fd: int) -> bytearray:
+    buf = bytearray(MAX_KEY_FILE + 1)
+    n = os.readv(fd, [buf])
+    data = bytearray(buf[:n])
+    buf[:] = bytes(len(buf))
+    return data
+
+
+def load(path: str, length: Optional[int] = None, uid: int = 0) -> Tuple[bytearray, str]:
+    """(key, fingerprint) from the key file at `path`, after the checks
+    above.  `length`: the key length in bytes the cipher needs.  The
+    returned bytearray is the caller's to wipe()."""
+    fd = _open_checked(path, uid)
+    try:
+        content = _read(fd)
+    finally:
+        os.close(fd)
+    text = bytearray(content[:-1] if content.endswith(b"\n") else content)
+    try:
+        fp = fingerprint(content)
+        digits = b"0123456789abcdefABCDEF"
+        if not text or len(text) % 2 or any(c not in digits for c in text):
+            raise InvalidInput(f"key file {path}: must hold the key in hex digits (an even "
+                               "number, one trailing newline allowed)")
+        key = bytearray(len(text) // 2)
+        for i in range(len(key)):
+            key[i] = int(text[2 * i:2 * i + 2], 16)
+        if length is not None and len(key) != length:
+            n = len(key)
+            wipe(key)
+            raise InvalidInput(f"key file {path}: holds a {n}-byte key, the cipher needs "
+                               f"{length} bytes ({2 * length} hex digits)")
+        return key, fp
+    finally:
+        wipe(content)
+        wipe(text)
+
+
+def check(path: str, uid: int = 0) -> str:
+    """The fingerprint of the key file, after the checks (for plans); the
+    key is not decoded."""
+    key, fp = load(path, uid=uid)
+    wipe(key)
+    return fp
+
+
+def wipe(buf: bytearray) -> None:
+    buf[:] = bytes(len(buf))
