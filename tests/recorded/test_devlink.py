@@ -16,10 +16,7 @@ The real kernel's answers are in tests/vm/guest/test_asap2.py (netdevsim).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -27,21 +24,18 @@ import pytest
 from nictune.host.netlink import devlink as dl
 from nictune.host.validate import InvalidInput
 
+from .genl_helpers import recorded, run_nictune, shim_in_tmp, wire
+
 sys.path.insert(0, str(Path(__file__).resolve().parent / "tools"))
 import devlink_record as rec  # noqa: E402
 
-RECORDED = json.loads((Path(__file__).resolve().parent / "devlink" / "requests.json").read_text())
+RECORDED = recorded("devlink")
 REQUEST, ACK, DUMP = 0x1, 0x4, 0x300
 HANDLE = "pci/0000:03:00.0"
 
 
 def _wire(msg, flags: int) -> str:
-    msg["header"]["type"] = rec.FAMILY_ID
-    msg["header"]["flags"] = flags
-    msg["header"]["sequence_number"] = 0
-    msg["header"]["pid"] = 0
-    msg.encode()
-    return bytes(msg.data).hex()
+    return wire(msg, rec.FAMILY_ID, flags)
 
 
 def _no_seq(hexline: str) -> str:
@@ -92,12 +86,7 @@ def test_bad_values_never_reach_a_message():
 
 @pytest.fixture(scope="module")
 def shim():
-    why = rec.unavailable()
-    if why:
-        pytest.skip(why)
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        yield rec.build_shim(work), work
+    yield from shim_in_tmp(rec.unavailable)
 
 
 def test_the_installed_devlink_still_sends_the_recorded_bytes(shim):
@@ -126,11 +115,7 @@ def test_nictunes_socket_sends_the_same_bytes_as_devlink(shim):
     log, replies = work / "ours.hex", work / "ours-replies"
     replies.mkdir(exist_ok=True)
     (replies / f"{rec.CMD_ESWITCH_GET}.bin").write_bytes(rec.eswitch_reply(HANDLE, 1, 3, 1))
-    agent = str(Path(__file__).resolve().parents[2] / "agent")
-    env = dict(os.environ, LD_PRELOAD=str(so), NT_GENLSHIM_FAMILY="devlink",
-               NT_GENLSHIM_LOG=str(log), NT_GENLSHIM_REPLIES=str(replies))
-    done = subprocess.run([sys.executable, "-c", _SOCKET_SCRIPT, agent], env=env,
-                          capture_output=True, text=True, timeout=30)
+    done = run_nictune(so, "devlink", log, replies, _SOCKET_SCRIPT, [], timeout=30)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"mode": "switchdev", "inline_mode": "transport", "encap": "basic"}
     want = [RECORDED["requests"][n]["sent"][0] for n in

@@ -15,31 +15,21 @@ The real kernel's answers are in tests/vm/guest/test_macsec.py.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from nictune.host.netlink import macsec as ms
 
+from .genl_helpers import recorded, run_nictune, shim_in_tmp, wire as _wire
+
 sys.path.insert(0, str(Path(__file__).resolve().parent / "tools"))
 import macsec_record as rec  # noqa: E402
 
-RECORDED = json.loads((Path(__file__).resolve().parent / "macsec" / "requests.json").read_text())
+RECORDED = recorded("macsec")
 REQUEST, ACK, DUMP, CREATE_EXCL = 0x1, 0x4, 0x300, 0x600
 PEER = ms.sci_bytes("02:00:00:00:00:02", 1)
-
-
-def _wire(msg, kind: int, flags: int) -> str:
-    msg["header"]["type"] = kind
-    msg["header"]["flags"] = flags
-    msg["header"]["sequence_number"] = 0
-    msg["header"]["pid"] = 0
-    msg.encode()
-    return bytes(msg.data).hex()
 
 
 def _no_seq(hexline: str) -> str:
@@ -104,12 +94,7 @@ def test_bad_values_never_reach_a_message():
 
 @pytest.fixture(scope="module")
 def shim():
-    why = rec.unavailable()
-    if why:
-        pytest.skip(why)
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        yield rec.devlink_record.build_shim(work), work
+    yield from shim_in_tmp(rec.unavailable)
 
 
 def test_the_installed_ip_still_sends_the_recorded_bytes(shim):
@@ -212,11 +197,7 @@ def test_nictune_sends_the_same_bytes_and_keeps_no_key(shim):
     (rdir / "0.bin").write_bytes(rec.secy_reply(ifindex=1))
     if log.exists():
         log.unlink()
-    agent = str(Path(__file__).resolve().parents[2] / "agent")
-    env = dict(os.environ, LD_PRELOAD=str(so), NT_GENLSHIM_FAMILY="macsec",
-               NT_GENLSHIM_LOG=str(log), NT_GENLSHIM_REPLIES=str(rdir))
-    done = subprocess.run([sys.executable, "-c", _SOCKET_SCRIPT, agent, rec.KEY128], env=env,
-                          capture_output=True, text=True, timeout=60)
+    done = run_nictune(so, "macsec", log, rdir, _SOCKET_SCRIPT, [rec.KEY128], timeout=60)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result == {"left": 0, "kept": 2, "offload": "mac", "tx": 1}

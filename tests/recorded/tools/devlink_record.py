@@ -18,19 +18,19 @@ A test tool: never shipped.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import struct
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import recording  # noqa: E402
+from recording import FAMILY_ID  # noqa: E402
+
 RECORDINGS = HERE.parent / "devlink"
-FAMILY_ID = 0x7E  # GENLSHIM_ID in genlshim.c
 
 CMD_GET, CMD_PORT_GET, CMD_ESWITCH_GET, CMD_ESWITCH_SET, CMD_INFO_GET = 1, 5, 29, 30, 51
 A_BUS, A_DEV, A_PORT_INDEX, A_PORT_TYPE, A_NETDEV_IFINDEX, A_NETDEV_NAME = 1, 2, 3, 4, 6, 7
@@ -54,9 +54,7 @@ REQUESTS: List[Tuple[str, List[str]]] = [
 ]
 
 
-def _attr(kind: int, payload: bytes) -> bytes:
-    head = struct.pack("=HH", 4 + len(payload), kind)
-    return head + payload + b"\0" * (-(4 + len(payload)) % 4)
+_attr = recording.attr
 
 
 def _str(kind: int, text: str) -> bytes:
@@ -116,32 +114,11 @@ def unavailable() -> Optional[str]:
     return None
 
 
-def build_shim(workdir: Path) -> Path:
-    out = workdir / "genlshim.so"
-    subprocess.run(["gcc", "-O2", "-Wall", "-shared", "-fPIC", "-o", str(out),
-                    str(HERE / "genlshim.c"), "-ldl"], check=True, capture_output=True)
-    return out
-
-
 def run(shim: Path, workdir: Path, args: List[str], replies: Optional[Dict[int, bytes]] = None,
         json_out: bool = False) -> Tuple[str, List[str]]:
     """Run `devlink [-j] args` under the shim; (stdout, hex of each request)."""
-    log = workdir / "sent.hex"
-    rdir = workdir / "replies"
-    shutil.rmtree(rdir, ignore_errors=True)
-    rdir.mkdir()
-    for cmd, data in (replies or {}).items():
-        (rdir / f"{cmd}.bin").write_bytes(data)
-    if log.exists():
-        log.unlink()
-    env = dict(os.environ, LD_PRELOAD=str(shim), NT_GENLSHIM_FAMILY="devlink",
-               NT_GENLSHIM_LOG=str(log), NT_GENLSHIM_REPLIES=str(rdir))
     argv = ["devlink"] + (["-j"] if json_out else []) + args
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=20)
-    if done.returncode:
-        raise RuntimeError(f"{' '.join(argv)}: rc {done.returncode}: {done.stderr.strip()}")
-    sent = log.read_text().split() if log.exists() else []
-    return done.stdout, sent
+    return recording.run_genl(shim, workdir, "devlink", argv, replies)
 
 
 def devlink_version() -> str:
@@ -149,28 +126,8 @@ def devlink_version() -> str:
 
 
 def record() -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        shim = build_shim(work)
-        out = {"tool": devlink_version(), "requests": {}}
-        for name, args in REQUESTS:
-            _, sent = run(shim, work, args)
-            out["requests"][name] = {"argv": ["devlink"] + args, "sent": sent}
-        return out
-
-
-def main() -> int:
-    why = unavailable()
-    if why:
-        print(why, file=sys.stderr)
-        return 1
-    recorded = record()
-    print(json.dumps(recorded, indent=1))
-    if "--write" in sys.argv:
-        RECORDINGS.mkdir(exist_ok=True)
-        (RECORDINGS / "requests.json").write_text(json.dumps(recorded, indent=1) + "\n")
-    return 0
+    return {"tool": devlink_version(), "requests": recording.record_genl(run, REQUESTS, ["devlink"])}
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recording.main(unavailable, record, RECORDINGS))

@@ -3,13 +3,13 @@
 The host kernel has no macsec module, but every request is built before
 the kernel sees it:
 - `ip macsec add/offload/show` (generic netlink) run under genlshim.c
-  (built by devlink_record.build_shim) with NT_GENLSHIM_FAMILY=macsec: the
+  (built by recording.build_shim) with NT_GENLSHIM_FAMILY=macsec: the
   shim answers CTRL_GETFAMILY("macsec") and logs each request instead of
   sending it.  The device is `lo` (ifindex 1): `ip macsec` only resolves
   the name to an index.
 - `ip link add link lo macsec0 type macsec ...` (rtnetlink) runs under
   `strace -e write=3`; the kernel answers "Unknown device type" and the
-  RTM_NEWLINK it was sent is kept (vf_record._messages parses the dump).
+  RTM_NEWLINK it was sent is kept (recording.last_newlink parses the dump).
 A GET_TXSC dump reply is built here from if_macsec.h as drivers/net/
 macsec.c (dump_secy) lays it out, independently of nictune, so that the
 same bytes check nictune's decoder against what `ip -j macsec show` reads.
@@ -22,24 +22,19 @@ Keys in the recordings are made-up test keys.  A test tool: never shipped.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import struct
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import devlink_record  # noqa: E402  (build_shim, FAMILY_ID)
-import vf_record  # noqa: E402  (_messages: strace hex dump -> buffers)
+import recording  # noqa: E402
+from recording import FAMILY_ID  # noqa: E402
 
 RECORDINGS = HERE.parent / "macsec"
-FAMILY_ID = devlink_record.FAMILY_ID
-RTM_NEWLINK = 16
 KEY128 = "00112233445566778899aabbccddeeff"
 KEY256 = "f0e1d2c3b4a5968778695a4b3c2d1e0f00112233445566778899aabbccddeeff"
 
@@ -76,22 +71,8 @@ def ip_version() -> str:
 def run_genl(shim: Path, workdir: Path, args: List[str], replies: Optional[Dict[int, bytes]] = None,
              json_out: bool = False) -> Tuple[str, List[str]]:
     """`ip [-j] macsec args` under the shim; (stdout, hex of each request)."""
-    log = workdir / "sent.hex"
-    rdir = workdir / "replies"
-    shutil.rmtree(rdir, ignore_errors=True)
-    rdir.mkdir()
-    for cmd, data in (replies or {}).items():
-        (rdir / f"{cmd}.bin").write_bytes(data)
-    if log.exists():
-        log.unlink()
-    env = dict(os.environ, LD_PRELOAD=str(shim), NT_GENLSHIM_FAMILY="macsec",
-               NT_GENLSHIM_LOG=str(log), NT_GENLSHIM_REPLIES=str(rdir))
     argv = ["ip"] + (["-j"] if json_out else []) + ["macsec"] + args
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=20)
-    if done.returncode:
-        raise RuntimeError(f"{' '.join(argv)}: rc {done.returncode}: {done.stderr.strip()}")
-    sent = log.read_text().split() if log.exists() else []
-    return done.stdout, sent
+    return recording.run_genl(shim, workdir, "macsec", argv, replies)
 
 
 def record_link(args: List[str]) -> str:
@@ -99,17 +80,12 @@ def record_link(args: List[str]) -> str:
     done = subprocess.run(["strace", "-e", "trace=sendmsg", "-e", "write=3", "ip", "link", "add",
                            "link", "lo", "macsec0", "type", "macsec", *args],
                           capture_output=True, text=True, timeout=20)
-    newlinks = [m for m in vf_record._messages(done.stderr)
-                if len(m) >= 16 and int.from_bytes(m[4:6], "little") == RTM_NEWLINK]
-    if not newlinks:
-        raise RuntimeError(f"ip sent no RTM_NEWLINK: {done.stderr[-500:]}")
-    return newlinks[-1].hex()
+    return recording.last_newlink(done.stderr).hex()
 
 
 # -- a GET_TXSC reply, from if_macsec.h and dump_secy ---------------------------
 
-def _attr(kind: int, payload: bytes) -> bytes:
-    return struct.pack("=HH", 4 + len(payload), kind) + payload + b"\0" * (-(4 + len(payload)) % 4)
+_attr = recording.attr
 
 
 def _u8(kind: int, v: int) -> bytes:
@@ -153,32 +129,13 @@ def secy_reply(ifindex: int = 1) -> bytes:
 
 
 def record() -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        shim = devlink_record.build_shim(work)
-        out = {"tool": ip_version(), "requests": {}}
-        for name, args in GENL_REQUESTS:
-            _, sent = run_genl(shim, work, args)
-            out["requests"][name] = {"argv": ["ip", "macsec"] + args, "sent": sent}
-        for name, args in LINK_REQUESTS:
-            out["requests"][name] = {
-                "argv": ["ip", "link", "add", "link", "lo", "macsec0", "type", "macsec", *args],
-                "sent": [record_link(args)]}
-        return out
-
-
-def main() -> int:
-    why = unavailable()
-    if why:
-        print(why, file=sys.stderr)
-        return 1
-    recorded = record()
-    print(json.dumps(recorded, indent=1))
-    if "--write" in sys.argv:
-        RECORDINGS.mkdir(exist_ok=True)
-        (RECORDINGS / "requests.json").write_text(json.dumps(recorded, indent=1) + "\n")
-    return 0
+    out = {"tool": ip_version(), "requests": recording.record_genl(run_genl, GENL_REQUESTS, ["ip", "macsec"])}
+    for name, args in LINK_REQUESTS:
+        out["requests"][name] = {
+            "argv": ["ip", "link", "add", "link", "lo", "macsec0", "type", "macsec", *args],
+            "sent": [record_link(args)]}
+    return out
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recording.main(unavailable, record, RECORDINGS))

@@ -15,142 +15,22 @@
  * when the request asked for one, an ACK.  Without a file it answers
  * EOPNOTSUPP, as the kernel does for a device without dcbnl_ops.  Each
  * queued message is its own datagram, as the kernel sends them.  All other
- * traffic goes to the kernel untouched.
+ * traffic goes to the kernel untouched.  The shim machinery is shim_core.h.
  */
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <errno.h>
-#include <linux/netlink.h>
+#define SHIM_NAME "nlshim"
+#define SHIM_PROTOCOL NETLINK_ROUTE
+#define SHIM_ENV_LOG "NT_NLSHIM_LOG"
+#define SHIM_ENV_REPLIES "NT_NLSHIM_REPLIES"
+#include "shim_core.h"
+
 #include <linux/rtnetlink.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
-
-#define QUEUE_MAX 32
-
-struct datagram {
-	unsigned char *data;
-	size_t len;
-};
-
-static struct datagram queue[QUEUE_MAX];
-static int queue_head, queue_len;
-
-static ssize_t (*real_sendto)(int, const void *, size_t, int, const struct sockaddr *, socklen_t);
-static ssize_t (*real_sendmsg)(int, const struct msghdr *, int);
-static ssize_t (*real_recvmsg)(int, struct msghdr *, int);
-static ssize_t (*real_recvfrom)(int, void *, size_t, int, struct sockaddr *, socklen_t *);
-
-static void resolve(void)
-{
-	if (real_sendto)
-		return;
-	real_sendto = dlsym(RTLD_NEXT, "sendto");
-	real_sendmsg = dlsym(RTLD_NEXT, "sendmsg");
-	real_recvmsg = dlsym(RTLD_NEXT, "recvmsg");
-	real_recvfrom = dlsym(RTLD_NEXT, "recvfrom");
-}
-
-static int is_rtnetlink(int fd)
-{
-	int domain = 0, proto = -1;
-	socklen_t len = sizeof(domain);
-
-	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) || domain != AF_NETLINK)
-		return 0;
-	len = sizeof(proto);
-	if (getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &len))
-		return 0;
-	return proto == NETLINK_ROUTE;
-}
-
-static uint32_t portid_of(int fd)
-{
-	struct sockaddr_nl addr;
-	socklen_t len = sizeof(addr);
-
-	memset(&addr, 0, sizeof(addr));
-	if (getsockname(fd, (struct sockaddr *)&addr, &len))
-		return 0;
-	return addr.nl_pid;
-}
-
-static void enqueue(unsigned char *data, size_t len)
-{
-	if (queue_len == QUEUE_MAX) {
-		fprintf(stderr, "nlshim: reply queue full\n");
-		abort();
-	}
-	queue[(queue_head + queue_len) % QUEUE_MAX] = (struct datagram){ data, len };
-	queue_len++;
-}
-
-static void log_request(const struct nlmsghdr *nlh)
-{
-	const char *path = getenv("NT_NLSHIM_LOG");
-	const unsigned char *p = (const unsigned char *)nlh;
-	FILE *f;
-	uint32_t i;
-
-	if (!path)
-		return;
-	f = fopen(path, "a");
-	if (!f) {
-		perror("nlshim: NT_NLSHIM_LOG");
-		abort();
-	}
-	for (i = 0; i < nlh->nlmsg_len; i++)
-		fprintf(f, "%02x", p[i]);
-	fputc('\n', f);
-	fclose(f);
-}
 
 static unsigned char *load_reply(uint16_t type, uint8_t cmd, size_t *len)
 {
-	const char *dir = getenv("NT_NLSHIM_REPLIES");
-	char path[4096];
-	unsigned char *buf;
-	long size;
-	FILE *f;
+	char name[32];
 
-	if (!dir)
-		return NULL;
-	snprintf(path, sizeof(path), "%s/%u-%u.bin", dir, type, cmd);
-	f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	size = ftell(f);
-	rewind(f);
-	buf = malloc(size > 0 ? size : 1);
-	if (!buf || fread(buf, 1, size, f) != (size_t)size) {
-		fprintf(stderr, "nlshim: cannot read %s\n", path);
-		abort();
-	}
-	fclose(f);
-	*len = size;
-	return buf;
-}
-
-/* netlink_ack(): an NLMSG_ERROR carrying the error and, with NETLINK_CAP_ACK
- * (which iproute2 sets), only the request's header. */
-static void enqueue_ack(const struct nlmsghdr *req, uint32_t portid, int error)
-{
-	size_t len = NLMSG_HDRLEN + sizeof(int) + sizeof(*req);
-	unsigned char *buf = calloc(1, len);
-	struct nlmsghdr *nlh = (struct nlmsghdr *)buf;
-
-	nlh->nlmsg_len = len;
-	nlh->nlmsg_type = NLMSG_ERROR;
-	nlh->nlmsg_flags = NLM_F_CAPPED;
-	nlh->nlmsg_seq = req->nlmsg_seq;
-	nlh->nlmsg_pid = portid;
-	memcpy(buf + NLMSG_HDRLEN, &error, sizeof(error));
-	memcpy(buf + NLMSG_HDRLEN + sizeof(int), req, sizeof(*req));
-	enqueue(buf, len);
+	snprintf(name, sizeof(name), "%u-%u.bin", type, cmd);
+	return load_reply_file(name, len);
 }
 
 /* Returns 1 if the buffer held DCB requests (answered here), 0 if it is
@@ -160,7 +40,7 @@ static int handle(int fd, const unsigned char *buf, size_t len)
 	const struct nlmsghdr *nlh = (const struct nlmsghdr *)buf;
 	int handled = 0;
 
-	if (!is_rtnetlink(fd))
+	if (!is_ours(fd))
 		return 0;
 	for (; NLMSG_OK(nlh, len); nlh = NLMSG_NEXT(nlh, len)) {
 		uint32_t portid;
@@ -193,105 +73,4 @@ static int handle(int fd, const unsigned char *buf, size_t len)
 			enqueue_ack(nlh, portid, 0);
 	}
 	return handled;
-}
-
-static size_t dequeue(struct iovec *iov, size_t iovlen, int flags, int *truncated)
-{
-	struct datagram *d = &queue[queue_head];
-	size_t off = 0, i;
-
-	for (i = 0; i < iovlen && off < d->len; i++) {
-		size_t n = d->len - off < iov[i].iov_len ? d->len - off : iov[i].iov_len;
-
-		memcpy(iov[i].iov_base, d->data + off, n);
-		off += n;
-	}
-	*truncated = off < d->len;
-	off = (flags & MSG_TRUNC) ? d->len : off;
-	if (!(flags & MSG_PEEK)) {
-		free(d->data);
-		queue_head = (queue_head + 1) % QUEUE_MAX;
-		queue_len--;
-	}
-	return off;
-}
-
-ssize_t sendto(int fd, const void *buf, size_t len, int flags,
-	       const struct sockaddr *addr, socklen_t alen)
-{
-	resolve();
-	if (handle(fd, buf, len))
-		return len;
-	return real_sendto(fd, buf, len, flags, addr, alen);
-}
-
-ssize_t send(int fd, const void *buf, size_t len, int flags)
-{
-	return sendto(fd, buf, len, flags, NULL, 0);
-}
-
-ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
-{
-	unsigned char *flat;
-	size_t len = 0, off = 0, i;
-	int handled;
-
-	resolve();
-	for (i = 0; i < msg->msg_iovlen; i++)
-		len += msg->msg_iov[i].iov_len;
-	flat = malloc(len ? len : 1);
-	for (i = 0; i < msg->msg_iovlen; i++) {
-		memcpy(flat + off, msg->msg_iov[i].iov_base, msg->msg_iov[i].iov_len);
-		off += msg->msg_iov[i].iov_len;
-	}
-	handled = handle(fd, flat, len);
-	free(flat);
-	if (handled)
-		return len;
-	return real_sendmsg(fd, msg, flags);
-}
-
-ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
-{
-	int truncated;
-	size_t n;
-
-	resolve();
-	if (!queue_len || !is_rtnetlink(fd))
-		return real_recvmsg(fd, msg, flags);
-	n = dequeue(msg->msg_iov, msg->msg_iovlen, flags, &truncated);
-	if (msg->msg_name && msg->msg_namelen >= sizeof(struct sockaddr_nl)) {
-		struct sockaddr_nl *sa = msg->msg_name;
-
-		memset(sa, 0, sizeof(*sa));
-		sa->nl_family = AF_NETLINK;  /* from the kernel: nl_pid 0 */
-		msg->msg_namelen = sizeof(*sa);
-	}
-	msg->msg_controllen = 0;
-	msg->msg_flags = truncated ? MSG_TRUNC : 0;
-	return n;
-}
-
-ssize_t recvfrom(int fd, void *buf, size_t len, int flags,
-		 struct sockaddr *addr, socklen_t *alen)
-{
-	struct iovec iov = { buf, len };
-	int truncated;
-	size_t n;
-
-	resolve();
-	if (!queue_len || !is_rtnetlink(fd))
-		return real_recvfrom(fd, buf, len, flags, addr, alen);
-	n = dequeue(&iov, 1, flags, &truncated);
-	if (addr && alen && *alen >= sizeof(struct sockaddr_nl)) {
-		memset(addr, 0, sizeof(struct sockaddr_nl));
-		((struct sockaddr_nl *)addr)->nl_family = AF_NETLINK;
-		*alen = sizeof(struct sockaddr_nl);
-	}
-	return n;
-}
-
-ssize_t recv(int fd, void *buf, size_t len, int flags)
-{
-	return recvfrom(fd, buf, len, flags, NULL, NULL);
 }

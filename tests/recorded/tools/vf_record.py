@@ -13,8 +13,6 @@ Needs root (a namespace), strace and iproute2.  A test tool: never shipped.
 
 from __future__ import annotations
 
-import json
-import re
 import shutil
 import subprocess
 import sys
@@ -22,10 +20,12 @@ from pathlib import Path
 from typing import List, Optional
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import recording  # noqa: E402
+
 RECORDINGS = HERE.parent / "vf"
 NETNS = "ntvfrec"
 IFNAME = "ntv0"
-RTM_NEWLINK = 16
 
 REQUESTS = {
     "all": ["vf", "2", "mac", "02:00:00:00:00:12", "vlan", "100", "qos", "3", "spoofchk", "off",
@@ -35,27 +35,11 @@ REQUESTS = {
     "state-auto-spoofchk-on": ["vf", "3", "spoofchk", "on", "state", "auto"],
 }
 
-_LINE = re.compile(r"^ \| [0-9a-f]{5}  ((?:[0-9a-f]{2}  ?){1,16})")
-
-
 def unavailable() -> Optional[str]:
     for tool in ("strace", "ip"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed"
     return None
-
-
-def _messages(dump: str) -> List[bytes]:
-    """The buffers strace dumped, one per syscall (each starts at 00000)."""
-    out: List[bytearray] = []
-    for line in dump.splitlines():
-        m = _LINE.match(line)
-        if not m:
-            continue
-        if line.startswith(" | 00000"):
-            out.append(bytearray())
-        out[-1] += bytes.fromhex(m.group(1).replace(" ", ""))
-    return [bytes(b) for b in out]
 
 
 def record_one(args: List[str]) -> dict:
@@ -71,12 +55,8 @@ def record_one(args: List[str]) -> dict:
                               capture_output=True, text=True)
     finally:
         subprocess.run(["ip", "netns", "del", NETNS], check=False)
-    newlinks = [m for m in _messages(done.stderr)
-                if len(m) >= 16 and int.from_bytes(m[4:6], "little") == RTM_NEWLINK]
-    if not newlinks:
-        raise RuntimeError(f"ip sent no RTM_NEWLINK: {done.stderr[-500:]}")
     return {"argv": ["ip", "link", "set", "dev", "PF", *args], "ifindex": index,
-            "sent": newlinks[-1].hex()}
+            "sent": recording.last_newlink(done.stderr).hex()}
 
 
 def record() -> dict:
@@ -84,18 +64,5 @@ def record() -> dict:
     return {"tool": version, "requests": {name: record_one(args) for name, args in REQUESTS.items()}}
 
 
-def main() -> int:
-    why = unavailable()
-    if why:
-        print(why, file=sys.stderr)
-        return 1
-    recorded = record()
-    print(json.dumps(recorded, indent=1))
-    if "--write" in sys.argv:
-        RECORDINGS.mkdir(exist_ok=True)
-        (RECORDINGS / "requests.json").write_text(json.dumps(recorded, indent=1) + "\n")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recording.main(unavailable, record, RECORDINGS))

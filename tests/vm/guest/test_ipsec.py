@@ -13,14 +13,11 @@ no file under the state directory.  The CLI runs in-process (CliRunner).
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 from typing import Iterator
 
 import pytest
-from typer.testing import CliRunner
 
-from nictune.cli.app import app
+from nictune_cli import assert_no_key, nictune
 from rxe import sh
 
 LOCAL, PEER = "198.18.0.1", "198.18.0.2"
@@ -28,12 +25,6 @@ LOCAL, PEER = "198.18.0.1", "198.18.0.2"
 KEY_OUT = "0a1b2c3d4e5f60718293a4b5c6d7e8f901234567"
 KEY_IN = "f9e8d7c6b5a4938271605f4e3d2c1b0a76543210"
 AUTH_KEY = "1122334455667788990011223344556677889900aabbccddeeff001122334455"
-
-
-def nictune(*args: str) -> tuple:
-    result = CliRunner().invoke(app, [*args, "--json"])
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    return result.exit_code, json.loads(result.stdout), result.stdout
 
 
 def sa_argv(src: str, dst: str, spi: str, key: str, offload: list) -> list:
@@ -85,25 +76,6 @@ def ipsec_change(report: dict) -> dict:
     return change
 
 
-def assert_no_key(texts: list, state_dir: str, journaled: bool) -> None:
-    """No key, in hex either case or raw, in the reports nor in any file
-    under the state directory (which an apply fills: journaled)."""
-    keys = [KEY_OUT, KEY_IN]
-    needles = [k.lower() for k in keys] + [k.upper() for k in keys]
-    for text in texts:
-        assert not any(n in text for n in needles)
-    raw = [bytes.fromhex(k) for k in keys]
-    scanned = 0
-    for base, _dirs, files in os.walk(state_dir):
-        for name in files:
-            with open(os.path.join(base, name), "rb") as f:
-                data = f.read()
-            assert not any(n.encode() in data for n in needles), name
-            assert not any(r in data for r in raw), name
-            scanned += 1
-    assert texts and bool(scanned) == journaled, (texts, scanned)
-
-
 def test_software_sas_are_drift_for_crypto_and_met_for_none(port, tmp_path):
     state = ["--state-dir", str(tmp_path / "state")]
     outputs = []
@@ -128,7 +100,7 @@ def test_software_sas_are_drift_for_crypto_and_met_for_none(port, tmp_path):
         code, report, out = nictune("rollback", *state)
         outputs.append(out)
         assert code == 0, report
-    assert_no_key(outputs, str(tmp_path / "state"), journaled=True)
+    assert_no_key([KEY_OUT, KEY_IN], outputs, str(tmp_path / "state"), journaled=True)
 
 
 def test_offloaded_sas_are_met_for_crypto_and_drift_for_packet(port, tmp_path):
@@ -154,4 +126,4 @@ def test_offloaded_sas_are_met_for_crypto_and_drift_for_packet(port, tmp_path):
     code, report, out = nictune("verify", profile(tmp_path, port, "crypto"), *state)
     outputs.append(out)
     assert ipsec_change(report)["note"] == f"no IPsec SA uses {port}"
-    assert_no_key(outputs, str(tmp_path / "state"), journaled=False)
+    assert_no_key([KEY_OUT, KEY_IN], outputs, str(tmp_path / "state"), journaled=False)

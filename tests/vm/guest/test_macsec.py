@@ -22,9 +22,8 @@ import subprocess
 from typing import Iterator
 
 import pytest
-from typer.testing import CliRunner
 
-from nictune.cli.app import app
+from nictune_cli import assert_no_key, nictune
 from rxe import sh
 
 NETNS = "ntmsec"
@@ -33,12 +32,6 @@ LOCAL, PEER = "198.18.7.1", "198.18.7.2"
 # Test keys (gcm-aes-128): ours (TX here, RX at the peer) and the peer's.
 KEY_TX = "3c4d5e6f708192a3b4c5d6e7f8091a2b"
 KEY_RX = "a0b1c2d3e4f5061728394a5b6c7d8e9f"
-
-
-def nictune(*args: str) -> tuple:
-    result = CliRunner().invoke(app, [*args, "--json"])
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    return result.exit_code, json.loads(result.stdout), result.stdout
 
 
 def _mac(ifname: str, netns: str = "") -> str:
@@ -114,24 +107,6 @@ def _changes(report: dict, link: str = LINK) -> dict:
     mine = [c for c in host["changes"] if c["key"]["family"] == "macsec"]
     assert all(c["key"]["name"].startswith(f"{link}/") for c in mine), mine
     return {c["key"]["name"].split("/", 1)[1]: c for c in mine}
-
-
-def _assert_no_key(texts: list, state_dir: str) -> None:
-    keys = [KEY_TX, KEY_RX]
-    needles = [k.lower() for k in keys] + [k.upper() for k in keys]
-    raw = [bytes.fromhex(k) for k in keys]
-    for text in texts:
-        assert not any(n in text for n in needles)
-        assert not any(r in text.encode("latin-1", "replace") for r in raw)
-    scanned = 0
-    for base, _dirs, files in os.walk(state_dir):
-        for name in files:
-            with open(os.path.join(base, name), "rb") as f:
-                data = f.read()
-            assert not any(n.encode() in data for n in needles), name
-            assert not any(r in data for r in raw), name
-            scanned += 1
-    assert texts and scanned, (len(texts), scanned)
 
 
 def _ping() -> subprocess.CompletedProcess:
@@ -211,7 +186,7 @@ def test_a_macsec_link_with_mac_offload_and_sas_from_key_files(ports, tmp_path):
     assert code == 0, json.dumps(report["hosts"][0], indent=0)
     assert subprocess.run(["ip", "link", "show", LINK], capture_output=True).returncode != 0
     assert "ntms0" not in sh("ip", "macsec", "show").stdout
-    _assert_no_key(outputs, str(tmp_path / "state"))
+    assert_no_key([KEY_TX, KEY_RX], outputs, str(tmp_path / "state"))
 
 
 def test_a_key_file_others_can_read_is_refused_before_anything_is_written(ports, tmp_path):

@@ -25,12 +25,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from nictune.host.netlink._pyroute2 import ctrlmsg, genlmsg, nla
-from nictune.host.netlink.socket import NETLINK_GENERIC, NLM_F_ACK, NLM_F_REQUEST, NetlinkSocket
+from nictune.host.netlink._pyroute2 import genlmsg, nla
+from nictune.host.netlink.genl import GenlFamily
+from nictune.host.netlink.socket import NLM_F_ACK, NLM_F_REQUEST
 from nictune.host.validate import InvalidInput
 
-GENL_ID_CTRL = 0x10
-CTRL_CMD_GETFAMILY = 3
 # The genl header's version byte: include/uapi/linux/devlink.h says 1, but
 # iproute2's devlink (6.1, recorded in tests/recorded/devlink) sends 0, and
 # the kernel's devlink family never looks at it (genl_family_rcv_msg does
@@ -215,36 +214,13 @@ def decode_info(msg) -> DevInfo:
     )
 
 
-class Devlink:
+class Devlink(GenlFamily):
     """One generic netlink socket bound to the devlink family.
 
     Resolving the family fails with ENOENT (a NetlinkError) on a kernel
     without CONFIG_NET_DEVLINK: callers turn that into Unsupported."""
 
-    def __init__(self):
-        self._nl = NetlinkSocket(NETLINK_GENERIC)
-        try:
-            self._family = self._resolve_family()
-        except BaseException:
-            self._nl.close()
-            raise
-
-    def close(self) -> None:
-        self._nl.close()
-
-    def __enter__(self) -> "Devlink":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def _resolve_family(self) -> int:
-        msg = ctrlmsg()
-        msg["cmd"] = CTRL_CMD_GETFAMILY
-        msg["version"] = 1
-        msg["attrs"] = [("CTRL_ATTR_FAMILY_NAME", "devlink")]
-        reply = self._nl.request(msg, GENL_ID_CTRL, NLM_F_REQUEST, {GENL_ID_CTRL: ctrlmsg})
-        return reply[0].get_attr("CTRL_ATTR_FAMILY_ID")
+    FAMILY = "devlink"
 
     def _map(self) -> dict:
         return {self._family: devlinkmsg}

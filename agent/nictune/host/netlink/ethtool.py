@@ -24,12 +24,11 @@ import struct
 from dataclasses import dataclass, field
 from typing import Dict, List, Set, Tuple
 
-from nictune.host.netlink._pyroute2 import NLA_F_NESTED, ctrlmsg, genlmsg, nla
+from nictune.host.netlink._pyroute2 import NLA_F_NESTED, genlmsg, nla
+from nictune.host.netlink.genl import GenlFamily
 from nictune.host.netlink.names import param_value, validate_features, validate_ifname
-from nictune.host.netlink.socket import NETLINK_GENERIC, NLM_F_ACK, NLM_F_REQUEST, NetlinkSocket
+from nictune.host.netlink.socket import NLM_F_ACK, NLM_F_REQUEST
 
-GENL_ID_CTRL = 0x10
-CTRL_CMD_GETFAMILY = 3
 ETHTOOL_GENL_VERSION = 1
 
 STRSET_GET = 1
@@ -326,36 +325,16 @@ class Features:
     changeable: Set[str] = field(default_factory=set)
 
 
-class Ethtool:
+class Ethtool(GenlFamily):
+    # Resolving the family fails with ENOENT when the kernel has no ethtool
+    # netlink (< 5.6 or CONFIG_ETHTOOL_NETLINK=n).
+    FAMILY = "ethtool"
+
     def __init__(self):
-        self._nl = NetlinkSocket(NETLINK_GENERIC)
-        try:
-            self._family = self._resolve_family()
-        except BaseException:
-            self._nl.close()
-            raise
+        super().__init__()
         self._feature_names: List[str] | None = None
 
-    def close(self) -> None:
-        self._nl.close()
-
-    def __enter__(self) -> "Ethtool":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
     # -- plumbing --
-
-    def _resolve_family(self) -> int:
-        msg = ctrlmsg()
-        msg["cmd"] = CTRL_CMD_GETFAMILY
-        msg["version"] = 1
-        msg["attrs"] = [("CTRL_ATTR_FAMILY_NAME", "ethtool")]
-        # ENOENT here means the kernel has no ethtool netlink (< 5.6 or
-        # CONFIG_ETHTOOL_NETLINK=n).
-        reply = self._nl.request(msg, GENL_ID_CTRL, NLM_F_REQUEST, {GENL_ID_CTRL: ctrlmsg})
-        return reply[0].get_attr("CTRL_ATTR_FAMILY_ID")
 
     def _msg(self, cls, cmd: int, attrs: list, header: dict | None = None):
         msg = cls()

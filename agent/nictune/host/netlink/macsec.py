@@ -32,7 +32,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from nictune.host.netlink._pyroute2 import ctrlmsg, genlmsg, nla, nlmsg
+from nictune.host.netlink._pyroute2 import genlmsg, nla, nlmsg
+from nictune.host.netlink.genl import resolve_family
 from nictune.host.netlink.socket import (
     NETLINK_GENERIC,
     NETLINK_ROUTE,
@@ -41,8 +42,6 @@ from nictune.host.netlink.socket import (
     NetlinkSocket,
 )
 
-GENL_ID_CTRL = 0x10
-CTRL_CMD_GETFAMILY = 3
 MACSEC_GENL_VERSION = 1
 
 RTM_NEWLINK, RTM_DELLINK, RTM_GETLINK = 16, 17, 18
@@ -461,12 +460,7 @@ class Macsec:
         if self._nl is None:
             nl = NetlinkSocket(NETLINK_GENERIC)
             try:
-                msg = ctrlmsg()
-                msg["cmd"] = CTRL_CMD_GETFAMILY
-                msg["version"] = 1
-                msg["attrs"] = [("CTRL_ATTR_FAMILY_NAME", "macsec")]
-                reply = nl.request(msg, GENL_ID_CTRL, NLM_F_REQUEST, {GENL_ID_CTRL: ctrlmsg})
-                self._family = reply[0].get_attr("CTRL_ATTR_FAMILY_ID")
+                self._family = resolve_family(nl, "macsec")
             except BaseException:
                 nl.close()
                 raise

@@ -1,0 +1,39 @@
+"""The VM tests' way to run nictune's CLI (in-process, CliRunner) and to
+check that no test key ended up in its output or state directory."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import List
+
+from typer.testing import CliRunner
+
+from nictune.cli.app import app
+
+
+def nictune(*args: str) -> tuple:
+    """(exit code, JSON report, stdout) of one nictune command."""
+    result = CliRunner().invoke(app, [*args, "--json"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result.exit_code, json.loads(result.stdout), result.stdout
+
+
+def assert_no_key(keys: List[str], texts: List[str], state_dir: str, journaled: bool = True) -> None:
+    """No key (hex strings), in hex either case or raw, in the texts (the
+    reports) nor in any file under the state directory, which holds files
+    exactly when the run was journaled (an apply)."""
+    needles = [k.lower() for k in keys] + [k.upper() for k in keys]
+    raw = [bytes.fromhex(k) for k in keys]
+    for text in texts:
+        assert not any(n in text for n in needles)
+        assert not any(r in text.encode("latin-1", "replace") for r in raw)
+    scanned = 0
+    for base, _dirs, files in os.walk(state_dir):
+        for name in files:
+            with open(os.path.join(base, name), "rb") as f:
+                data = f.read()
+            assert not any(n.encode() in data for n in needles), name
+            assert not any(r in data for r in raw), name
+            scanned += 1
+    assert texts and bool(scanned) == journaled, (len(texts), scanned)
