@@ -15,6 +15,12 @@ through Host.path(), so tests point the Host at a fixture tree.
                                 RDMA port's hw_counters, RoCE-relevant ones
     ipsec_sa_offloaded,         IPsec SAs offloaded to X / in software on X
     ipsec_sa_software           (host/ipsec.py), when any SA concerns X
+    tls                         /proc/net/tls_stat, when the tls module is
+                                loaded: the kernel's kTLS counters (TlsTxSw,
+                                TlsTxDevice, TlsDecryptError, ...).  They are
+                                the network namespace's, not X's: every
+                                interface shows the same ones.  expect:
+                                counters: takes them by name (knobs/expect.py).
 """
 
 from __future__ import annotations
@@ -38,6 +44,35 @@ _ETHTOOL_COUNTERS = re.compile(r"^((rx|tx)_prio[0-7]_pause|rx_out_of_buffer)$")
 # packets that arrived out of order (loss on a lossless class).
 RDMA_COUNTERS = ("np_ecn_marked_roce_packets", "np_cnp_sent", "rp_cnp_handled",
                  "out_of_sequence")
+
+# /proc/net/tls_stat, made by the tls module for each network namespace;
+# net/tls/tls_proc.c (6.12) prints tls_mib_list, in this order, each line
+# "%-32s\t%lu\n".  A newer kernel's further counters are read too.
+TLS_STAT = "proc/net/tls_stat"
+TLS_COUNTERS = ("TlsCurrTxSw", "TlsCurrRxSw", "TlsCurrTxDevice", "TlsCurrRxDevice",
+                "TlsTxSw", "TlsRxSw", "TlsTxDevice", "TlsRxDevice", "TlsDecryptError",
+                "TlsRxDeviceResync", "TlsDecryptRetry", "TlsRxNoPadViolation")
+TLS_ABSENT = "the tls module is not loaded (no /proc/net/tls_stat)"
+
+
+def is_tls_counter(name: str) -> bool:
+    """Whether an expect: counter name is one of /proc/net/tls_stat's."""
+    return name in TLS_COUNTERS or bool(re.fullmatch(r"Tls[A-Z][A-Za-z]*", name))
+
+
+def parse_tls_stat(text: str) -> Dict[str, int]:
+    """{counter: value} from /proc/net/tls_stat's text; ValueError for a
+    line that is not "<name> <number>"."""
+    out: Dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        if len(parts) != 2 or not parts[1].isdigit() or not re.fullmatch(r"[A-Za-z]+", parts[0]):
+            raise ValueError(f"/proc/net/tls_stat line {number} is not '<counter> <value>'")
+        out[parts[0]] = int(parts[1])
+    return out
+
 
 # Sysfs reports a link whose speed it does not know as -1, or as the u32
 # SPEED_UNKNOWN (4294967295) on old kernels.
@@ -80,6 +115,8 @@ class Health:
         self._stats: Dict[str, Dict[str, int]] = {}
         self._ports: Optional[Dict[str, Tuple[str, int]]] = None
         self._ipsec = None  # host.ipsec.IpsecView, made on first use
+        self._tls: Optional[Dict[str, int]] = None
+        self._tls_read = False
 
     def of(self, iface: Interface) -> dict:
         name = iface.name
@@ -112,7 +149,23 @@ class Health:
                 usage = None
             if usage is not None and usage.sas:
                 facts.update(usage.counts())
+        try:
+            tls = self.tls_stat()
+        except ValueError:
+            tls = None
+        if tls:
+            facts["tls"] = tls
         return facts
+
+    def tls_stat(self) -> Optional[Dict[str, int]]:
+        """The kTLS counters of /proc/net/tls_stat (the Host's root), or None
+        when the tls module is not loaded.  ValueError when its text does
+        not parse."""
+        if not self._tls_read:
+            text = _read(self.host.path(TLS_STAT))
+            self._tls = None if text is None else parse_tls_stat(text)
+            self._tls_read = True  # after the parse: bad text raises every time
+        return self._tls
 
     def ipsec(self, iface: Interface):
         """host.ipsec.Usage of `iface`: the SAs and policies that concern it.

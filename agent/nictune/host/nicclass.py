@@ -23,6 +23,13 @@ Sources (torvalds/linux, paths under drivers/):
         128..16384, rounded up to a power of two; no set_pauseparam),
         infiniband/hw/mana (mana_ib: RoCE v2 on port 1 only, GIDs from the
         hv_netvsc master netdev, no congestion-control knobs).
+Inline crypto (`crypto`, knobs/crypto.py): mlx5 sets NETIF_F_HW_TLS_TX/RX in
+  en_accel/ktls.c (mlx5e_ktls_build_netdev), NETIF_F_HW_ESP and
+  NETIF_F_HW_ESP_TX_CSUM in en_accel/ipsec.c (mlx5e_ipsec_build_netdev:
+  crypto and packet offload), NETIF_F_HW_MACSEC in en_accel/macsec.c, each
+  when the device's firmware reports the capability (ConnectX-6 Dx and later;
+  MACsec on ConnectX-7).  mana sets none of them and has no tlsdev_ops,
+  xfrmdev_ops or macsec_ops.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ class NicClass:
     max_mtu: Optional[int] = None
     why_not: dict = field(default_factory=dict)  # capability -> reason, for messages
     title: str = ""           # what the class is, for docs
+    crypto: Optional[dict] = None  # crypto: name -> note; a name absent: the driver lacks it
 
 
 # NVIDIA ConnectX (mlx5)
@@ -53,6 +61,13 @@ MLX5 = NicClass(
     channels=("combined",),
     rings={"rx": (1, 8192), "tx": (1, 8192)},
     max_mtu=9978,
+    crypto={
+        "tls_tx": "mlx5e_ktls (ConnectX-6 Dx and later, with the firmware capability)",
+        "tls_rx": "mlx5e_ktls (ConnectX-6 Dx and later, with the firmware capability)",
+        "esp": "mlx5e_ipsec: crypto and packet offload (ConnectX-6 Dx and later)",
+        "esp_tx_csum": "mlx5e_ipsec (ConnectX-6 Dx and later)",
+        "macsec": "mlx5e_macsec_ops (ConnectX-7, with the firmware capability)",
+    },
     why_not={
         "ecn": "the upstream mlx5 driver has no /sys/class/net/<if>/ecn (ECN/DCQCN per-priority "
                "enables and CNP settings are MLNX_OFED/DOCA-OFED sysfs; upstream keeps DCQCN "
@@ -70,7 +85,10 @@ MANA = NicClass(
     rings={"rx": (128, 8192), "tx": (128, 16384)},
     rings_round_up_pow2=True,
     max_mtu=9000,
+    crypto={},
     why_not={
+        "crypto": "the driver offers no inline crypto (no tlsdev_ops, xfrmdev_ops or "
+                  "macsec_ops): kTLS, IPsec and MACsec run in software",
         "dcb": "the driver has no DCB (dcbnl) operations: no trust, DSCP map, PFC or ETS",
         "ecn": "mana_ib exposes no ECN/DCQCN settings",
         "ovs_offload": "no eswitch, switchdev mode or TC flower offload in the driver: OVS "
@@ -102,6 +120,20 @@ def ecn_unsupported(driver: Optional[str]) -> Optional[str]:
     if nic is None:
         return f"not supported by {driver or 'this driver'}: no /sys/class/net/<if>/ecn"
     return f"not supported by {driver}: " + nic.why_not["ecn"]
+
+
+def crypto_unsupported(driver: Optional[str], name: str) -> Optional[str]:
+    """Why this driver cannot turn on crypto offload `name` (knobs/crypto.py),
+    or None (it can, or an unknown driver: then the device is asked)."""
+    nic = for_driver(driver)
+    if nic is None or nic.crypto is None or name in nic.crypto:
+        return None
+    return f"not supported by {driver}: " + nic.why_not.get("crypto", f"no {name} offload")
+
+
+def crypto_note(driver: Optional[str], name: str) -> Optional[str]:
+    nic = for_driver(driver)
+    return (nic.crypto or {}).get(name) if nic else None
 
 
 def roce_port_unsupported(driver: Optional[str], port: int) -> Optional[str]:

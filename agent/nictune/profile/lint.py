@@ -7,6 +7,9 @@ different places, and nothing stops them from disagreeing:
     priority --pfc--> lossless, or --ecn np+rp--> lossy with congestion control
     priority --ets.prio_tc--> traffic class --tc_bw / tc_tsa--> a share of the link
     CNPs: their DSCP and priority; NCCL_IB_GID_INDEX vs RoCE mode; MTU vs RoCE MTU
+    ASAP2: hw-tc-offload on a switchdev PF and its representors (and with OVS
+    hw_offload); inline crypto: bits a NIC class lacks, MACsec/ESP overhead
+    against the interface MTU and the RoCE MTU
 
 It also warns about settings whose kernel side effects a rollback can undo
 only in part (nictune/host/aside.py): an MTU below 1280, `state: down`,
@@ -33,6 +36,9 @@ from .loader import Profile, load_profile
 ERROR, WARNING = "error", "warning"
 
 MACSEC_SECTAG_SCI, MACSEC_ICV, ETH_PAYLOAD = 16, 16, 1500
+# RFC 4303 ESP with RFC 4106 AES-GCM, transport mode: SPI and sequence (8),
+# IV (8), pad length and next header (2), up to 3 bytes of padding, ICV (16).
+ESP_OVERHEAD = 8 + 8 + 2 + 3 + 16
 
 # include/rdma/ib_addr.h iboe_get_mtu(): the netdev MTU minus the RoCE
 # headers (GRH 40 + UDP 8 + BTH 12 + XRC 4 + AtomicETH 28 + ICRC 4 bytes)
@@ -134,6 +140,7 @@ class _Linter:
             self.entry_side_effects(name, entry)
             if isinstance(entry.get("macsec"), dict):
                 self.macsec_rules(name, entry)
+            self.offload_rules(name, entry, entries)
         self.host_side_effects()
         self.nccl_rules(entries)
         return self.findings
@@ -166,6 +173,76 @@ class _Linter:
                              f"interfaces.{name}: macsec offload {offload} on {driver}: {why}",
                              self.p.source("interfaces", name, "macsec", "offload"),
                              self.p.source("interfaces", name, "match", "driver"))
+
+    # -- ASAP2 and inline crypto: tc offload, crypto bits, their overhead ------
+    def offload_rules(self, name: str, entry: dict, entries: dict) -> None:
+        from ..host.knobs.crypto import CRYPTO_BITS, CryptoFamily
+
+        at = lambda *keys: self.p.source("interfaces", name, *keys)  # noqa: E731
+        features = entry.get("features") if isinstance(entry.get("features"), dict) else {}
+        tc = features.get("hw-tc-offload")
+        switchdev = (entry.get("eswitch") or {}).get("mode") == "switchdev"
+        flavour = _as_list((entry.get("match") or {}).get("flavour"))
+        representor = bool(flavour) and set(flavour) <= {"pcivf", "pcipf"} and any(
+            (e.get("eswitch") or {}).get("mode") == "switchdev" for e in entries.values())
+        ovs_offload = ((self.doc.get("host") or {}).get("ovs") or {}).get("hw_offload") is True
+        if (switchdev or representor) and tc is False:
+            what = "the eswitch is in switchdev" if switchdev else "it matches representors"
+            self.add("switchdev-tc-offload-off", ERROR,
+                     f"interfaces.{name}: hw-tc-offload off while {what}: tc flower rules (OVS "
+                     "hw-offload, Kubernetes SR-IOV) stay in software on it",
+                     at("features", "hw-tc-offload"),
+                     at("eswitch", "mode") if switchdev else at("match", "flavour"))
+        elif switchdev and tc is None and ovs_offload:
+            self.add("switchdev-tc-offload-missing", WARNING,
+                     f"interfaces.{name}: OVS hw_offload is on and the eswitch in switchdev, but "
+                     "the entry leaves hw-tc-offload as the device has it (off on a fresh mlx5 "
+                     "port): set features: {hw-tc-offload: true} here and on the representors",
+                     at("eswitch", "mode"), self.p.source("host", "ovs", "hw_offload"))
+        crypto = entry.get("crypto") if isinstance(entry.get("crypto"), dict) else {}
+        for key, value in crypto.items():
+            bit = CRYPTO_BITS.get(key)
+            if bit in features:
+                self.add("crypto-feature-twice", ERROR,
+                         f"interfaces.{name}: crypto.{key} and features.{bit} set the same "
+                         "ethtool bit; keep one", at("crypto", key), at("features", bit))
+            driver_sel = (entry.get("match") or {}).get("driver")
+            for driver in (_as_list(driver_sel) if value is True and driver_sel else []):
+                why = CryptoFamily.nic_support(driver, f"crypto.{key}")
+                if why and why.startswith("not supported"):
+                    self.add("crypto-unsupported", ERROR,
+                             f"interfaces.{name}: crypto.{key} on {driver}: {why}",
+                             at("crypto", key), at("match", "driver"))
+        self.crypto_overhead_rule(name, entry, crypto)
+
+    def crypto_overhead_rule(self, name: str, entry: dict, crypto: dict) -> None:
+        """MACsec or ESP on a RoCE entry take bytes from every frame: the RoCE
+        MTU the rail's MTU gives may drop a step."""
+        mtu = _wanted_number(entry.get("mtu"))
+        if mtu is None or not isinstance(entry.get("roce"), dict) or roce_mtu(mtu) is None:
+            return
+        at = lambda *keys: self.p.source("interfaces", name, *keys)  # noqa: E731
+        layers = []
+        sec = entry.get("macsec")
+        if isinstance(sec, dict):
+            layers.append((MACSEC_SECTAG_SCI + (_number(sec.get("icv_len")) or MACSEC_ICV),
+                           "MACsec (SecTAG with SCI and ICV)", at("macsec")))
+        ipsec = (entry.get("expect") or {}).get("ipsec_offload")
+        if crypto.get("esp") is True or ipsec in ("crypto", "packet") or entry.get("ipsec"):
+            where = (at("crypto", "esp") if crypto.get("esp") is True
+                     else at("expect", "ipsec_offload") if ipsec in ("crypto", "packet")
+                     else at("ipsec"))
+            layers.append((ESP_OVERHEAD, "ESP (transport mode, AES-GCM; tunnel mode adds the "
+                           "outer IP header)", where))
+        for overhead, what, where in layers:
+            left = roce_mtu(mtu - overhead)
+            if left != roce_mtu(mtu):
+                self.add("crypto-overhead-caps-roce-mtu", WARNING,
+                         f"interfaces.{name}: {what} takes {overhead} bytes of every frame, so "
+                         f"RoCE traffic it protects gets a RoCE MTU of {left or 'below 256'} "
+                         f"instead of {roce_mtu(mtu)} at MTU {mtu}; an MTU of at least "
+                         f"{roce_mtu(mtu) + ROCE_HEADERS + overhead} keeps it",
+                         at("mtu"), where)
 
     # -- kernel side effects a rollback undoes only in part -------------------
     def entry_side_effects(self, name: str, entry: dict) -> None:

@@ -121,7 +121,10 @@ class FeaturesFamily(Family):
         dev = self._devices.get(target)
         if dev is None:
             return {}
-        return {"features": {b: dev.active[b] for b in sorted(dev.changeable)}}
+        from nictune.host.knobs.crypto import CRYPTO_BITS  # shown under crypto: instead
+
+        crypto = set(CRYPTO_BITS.values())
+        return {"features": {b: dev.active[b] for b in sorted(dev.changeable) if b not in crypto}}
 
 
 class EthtoolParamsFamily(Family):

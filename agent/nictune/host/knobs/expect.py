@@ -6,13 +6,19 @@
       link_speed_mbps: 400000
       pcie_width: 16
       pcie_speed_gts: 32
-      counters: {rx_out_of_buffer: {max: 0}}
+      counters: {rx_out_of_buffer: {max: 0}, TlsDecryptError: 0}
       ipsec_offload: crypto           # crypto, packet or none (host/ipsec.py)
 
 Keys are family "expect", name the fact ("counters.<name>" for counters).
 The family is read-only: the engine never writes it; plan, verify and
 apply report an unmet expectation as drift.  A fact the host does not
 report reads as None, which meets no expectation.
+
+Counters are the interface's ethtool statistics and RDMA hw_counters,
+except the kTLS ones of /proc/net/tls_stat (Tls*: TlsTxDevice,
+TlsDecryptError, ...; host/health.py), which are the network namespace's
+whichever entry names them, and read as Unsupported("the tls module is not
+loaded") where that file is absent.
 
 ipsec_offload is read over NETLINK_XFRM (host/ipsec.py says which SAs and
 policies concern an interface).  Its current value is the modes its SAs
@@ -89,7 +95,9 @@ class ExpectFamily(Family):
                 "pcie_speed_gts": {"enum": [2.5, 5, 8, 16, 32, 64],
                                    "description": "PCIe link speed in GT/s, as the device trained (32 = Gen5)."},
                 "counters": s.mapping(
-                    "Counters (ethtool -S, RDMA hw_counters), each with the value or bound it must meet.",
+                    "Counters (ethtool -S, RDMA hw_counters; Tls* names: the kernel's kTLS "
+                    "counters of /proc/net/tls_stat, the host's), each with the value or bound "
+                    "it must meet.",
                     s.text(COUNTER_NAME, 64), s.wanted(0, s.U64_MAX, "Counter value."), 64),
                 IPSEC: {"enum": list(IPSEC_MODES),
                         "description": "Where the interface's IPsec SAs must run (read over "
@@ -137,6 +145,8 @@ class ExpectFamily(Family):
         return out
 
     def read(self, keys):
+        from nictune.host.health import is_tls_counter  # see __init__
+
         facts: dict = {}
         counters: dict = {}
         interfaces = {i.name: i for i in self.host.interfaces()}
@@ -147,6 +157,8 @@ class ExpectFamily(Family):
                 out[key] = None
             elif key.name == IPSEC:
                 out[key] = self._read_ipsec(iface)
+            elif key.name.startswith(COUNTER_PREFIX) and is_tls_counter(key.name[len(COUNTER_PREFIX):]):
+                out[key] = self._read_tls(key.name[len(COUNTER_PREFIX):])
             elif key.name.startswith(COUNTER_PREFIX):
                 if key.target not in counters:
                     counters[key.target] = self.health.counters(key.target)
@@ -156,6 +168,19 @@ class ExpectFamily(Family):
                     facts[key.target] = self.health.of(iface)
                 out[key] = facts[key.target].get(key.name)
         return out
+
+    def _read_tls(self, counter: str):
+        from nictune.host.health import TLS_ABSENT
+
+        try:
+            stat = self.health.tls_stat()
+        except ValueError as e:
+            return Unsupported(f"cannot read kTLS counters: {e}")
+        if stat is None:
+            return Unsupported(TLS_ABSENT)
+        if counter not in stat:
+            return Unsupported(f"/proc/net/tls_stat has no counter {counter} on this kernel")
+        return stat[counter]
 
     def _read_ipsec(self, iface):
         if self.host.root != "/":

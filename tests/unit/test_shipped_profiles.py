@@ -1,0 +1,87 @@
+"""Every shipped profile loads (schema, extends) and lints clean; the
+inline-crypto profile plans as it says on the recorded ConnectX-7 host
+(tests/fakes.py); maia-mana.yaml says MANA has none of ASAP2 and inline
+crypto, and the families agree."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+
+from fakes import FakeHost
+from nictune.host import model as m
+from nictune.host.engine import Engine
+from nictune.host.knobs.crypto import CRYPTO_BITS, CryptoFamily
+from nictune.host.knobs.eswitch import EswitchFamily
+from nictune.host.knobs.expect import ExpectFamily
+from nictune.host.knobs.macsec import MacsecFamily
+from nictune.profile.lint import lint_file
+from nictune.profile.loader import load_profile
+
+pytestmark = pytest.mark.recorded
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHIPPED = sorted(glob.glob(os.path.join(REPO, "profiles", "*.yaml")))
+CRYPTO = os.path.join(REPO, "profiles", "connectx7-inline-crypto.yaml")
+
+
+def test_the_list_is_the_directory():
+    names = {os.path.basename(p) for p in SHIPPED}
+    assert {"connectx7-inline-crypto.yaml", "connectx7-asap2-switchdev.yaml", "maia-mana.yaml"} <= names
+    with open(os.path.join(REPO, "README.md")) as f:
+        readme = f.read()
+    for name in names:  # the README's profile table lists each
+        assert f"| `{name}` |" in readme, name
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=os.path.basename)
+def test_every_shipped_profile_loads_and_lints_clean(path):
+    assert lint_file(path) == []
+
+
+def key_files(doc: dict, tmp_path) -> None:
+    """The profile's MACsec key files, made (root, 0600) under tmp_path."""
+    sec = doc["interfaces"]["macsec-rail"]["macsec"]
+    for sa in (sec["tx_sa"], *(peer["sa"] for peer in sec["rx"])):
+        path = tmp_path / os.path.basename(sa["key_file"])
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+        os.write(fd, b"11" * 32 + b"\n")
+        os.close(fd)
+        sa["key_file"] = str(path)
+
+
+def test_the_inline_crypto_profile_plans_on_a_capable_connectx7(tmp_path):
+    host = FakeHost("cx7-host", tmp_path / "root")
+    for dev in host.kernel.features.values():  # as a crypto-enabled ConnectX-7 reports them
+        dev["changeable"] |= set(CRYPTO_BITS.values())
+    os.makedirs(host.path("proc/net"))
+    with open(host.path("proc/net/tls_stat"), "w") as f:
+        f.write("".join("%-32s\t%d\n" % (n, 2 if n == "TlsCurrTxDevice" else 0)
+                        for n in ("TlsCurrTxSw", "TlsCurrRxSw", "TlsCurrTxDevice", "TlsDecryptError")))
+    profile = load_profile(CRYPTO)
+    key_files(profile.doc, tmp_path)
+    out = Engine(host, str(tmp_path / "state")).plan(profile.doc, profile.sources)
+    got = {(c.key.target, c.key.family, c.key.name): c.status for c in out.changes}
+    for port in ("enp23s0f0np0", "enp23s0f1np1"):
+        for name in CRYPTO_BITS:
+            assert got[(port, "crypto", name)] == m.PENDING
+        assert got[(port, "expect", "counters.TlsDecryptError")] == m.OK
+        assert got[(port, "expect", "counters.TlsCurrTxDevice")] == m.OK
+        # NETLINK_XFRM is the running kernel's only: not a fixture's.
+        assert got[(port, "expect", "ipsec_offload")] == m.UNSUPPORTED
+    assert got[("enp23s0f1np1", "macsec", "ms1/link")] == m.PENDING
+    assert ("enp23s0f0np0", "macsec", "ms1/link") not in got
+
+
+def test_maia_mana_says_mana_has_none_of_it_and_the_families_agree():
+    with open(os.path.join(REPO, "profiles", "maia-mana.yaml")) as f:
+        comment = f.read().split("\nnictune:")[0]
+    for what in ("IPsec:", "TLS:", "MACsec:", "switchdev / SR-IOV eswitch:"):
+        assert what in comment, what
+    assert ExpectFamily.nic_support("mana", "expect.ipsec_offload").startswith("not supported by mana")
+    assert MacsecFamily.nic_support("mana", "macsec.offload").startswith("not supported by mana")
+    assert EswitchFamily.nic_support("mana", "eswitch.mode").startswith("not supported by mana")
+    for name in CRYPTO_BITS:
+        assert CryptoFamily.nic_support("mana", f"crypto.{name}").startswith("not supported by mana")

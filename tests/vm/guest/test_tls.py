@@ -1,0 +1,117 @@
+"""kTLS counters (/proc/net/tls_stat) against the VM kernel's own tls module.
+
+Without the module an expectation on a Tls* counter is unsupported ("the
+tls module is not loaded"); with it, the counters are health facts of
+every interface and meet expectations.  A TCP connection over loopback
+given the "tls" ULP and a TLS 1.2 AES-GCM-128 TX key (test constants, no
+secret) makes TlsCurrTxSw and TlsTxSw go up: the numbers nictune reads are
+the kernel's, live.  The CLI runs in-process (CliRunner); the expectations
+sit on a dummy link, since the counters are the namespace's, not a port's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+from typing import Iterator
+
+import pytest
+from typer.testing import CliRunner
+
+from nictune.cli.app import app
+from rxe import sh
+
+TLS_STAT = "/proc/net/tls_stat"
+LINK = "nttls0"
+# include/uapi/linux/tcp.h, linux/socket.h, linux/tls.h
+TCP_ULP, SOL_TLS, TLS_TX = 31, 282, 1
+TLS_1_2_VERSION, TLS_CIPHER_AES_GCM_128 = 0x0303, 51
+
+
+def nictune(*args: str) -> tuple:
+    result = CliRunner().invoke(app, [*args, "--json"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result.exit_code, json.loads(result.stdout)
+
+
+def stat() -> dict:
+    with open(TLS_STAT) as f:
+        return {name: int(value) for name, value in (line.split() for line in f)}
+
+
+@pytest.fixture(scope="module")
+def link() -> Iterator[str]:
+    """The dummy link, and loopback up for the TCP pair (put back as found)."""
+    lo_was_up = "UP" in sh("ip", "-br", "link", "show", "lo").stdout.split()[1]
+    sh("ip", "link", "add", LINK, "type", "dummy")
+    sh("ip", "link", "set", "lo", "up")
+    try:
+        yield LINK
+    finally:
+        sh("ip", "link", "del", LINK, check=False)
+        if not lo_was_up:
+            sh("ip", "link", "set", "lo", "down", check=False)
+
+
+def profile(tmp_path, counters: str) -> str:
+    path = tmp_path / "tls.yaml"
+    path.write_text(f"nictune: 1\ninterfaces:\n  any:\n    match: {{name: {LINK}}}\n"
+                    f"    expect: {{counters: {counters}}}\n")
+    return str(path)
+
+
+def changes(report: dict) -> dict:
+    (host,) = report["hosts"]
+    return {c["key"]["name"]: c for c in host["changes"]}
+
+
+def tls_sender() -> tuple:
+    """A loopback TCP pair whose client end encrypts in the kernel (kTLS, TX)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    client = socket.create_connection(server.getsockname())
+    peer, _ = server.accept()
+    server.close()
+    client.setsockopt(socket.IPPROTO_TCP, TCP_ULP, b"tls")
+    # struct tls12_crypto_info_aes_gcm_128: version, cipher, iv[8], key[16], salt[4], rec_seq[8]
+    info = struct.pack("=HH8s16s4s8s", TLS_1_2_VERSION, TLS_CIPHER_AES_GCM_128,
+                       bytes(range(8)), bytes(range(16, 32)), bytes(4), bytes(8))
+    client.setsockopt(SOL_TLS, TLS_TX, info)
+    return client, peer
+
+
+def test_without_the_module_an_expectation_is_unsupported(link, tmp_path):
+    sh("modprobe", "-r", "tls", check=False)
+    assert not os.path.exists(TLS_STAT), "the tls module stayed loaded"
+    code, report = nictune("verify", profile(tmp_path, "{TlsDecryptError: 0}"),
+                           "--state-dir", str(tmp_path / "state"))
+    change = changes(report)["counters.TlsDecryptError"]
+    assert change["status"] == "unsupported" and "the tls module is not loaded" in change["note"], change
+    assert code != 0
+
+
+def test_the_kernels_counters_are_facts_and_expectations(link, tmp_path):
+    sh("modprobe", "tls")
+    before = stat()
+    assert before["TlsCurrTxSw"] == 0 and "TlsRxNoPadViolation" in before, before
+    client, peer = tls_sender()
+    try:
+        client.sendall(b"x" * 100)
+        assert peer.recv(4096)  # a TLS record, encrypted by the kernel
+        after = stat()
+        assert after["TlsCurrTxSw"] == 1 and after["TlsTxSw"] == before["TlsTxSw"] + 1, after
+        code, report = nictune(
+            "verify", profile(tmp_path, "{TlsCurrTxSw: 1, TlsDecryptError: 0, TlsTxDevice: {min: 1}}"),
+            "--state-dir", str(tmp_path / "state"))
+        got = {name: (c["status"], c["before"]) for name, c in changes(report).items()}
+        assert got == {"counters.TlsCurrTxSw": ("ok", 1), "counters.TlsDecryptError": ("ok", 0),
+                       "counters.TlsTxDevice": ("drift", 0)}, got  # no device offload here
+        assert code == 2
+        facts = report["hosts"][0]["facts"][LINK]["tls"]
+        assert facts["TlsCurrTxSw"] == 1 and facts["TlsTxSw"] == after["TlsTxSw"], facts
+    finally:
+        client.close()
+        peer.close()
