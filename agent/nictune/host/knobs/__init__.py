@@ -8,6 +8,7 @@ rings; global pause before DCB, DCB before the RoCE files; link MTU and
 admin state last.  Expectations (expect:) are only read.
 """
 
+from nictune.host.knobs.crypto import CryptoFamily
 from nictune.host.knobs.dcb import DcbFamily
 from nictune.host.knobs.eswitch import EswitchFamily
 from nictune.host.knobs.ethtool import (
@@ -18,6 +19,7 @@ from nictune.host.knobs.ethtool import (
     RingsFamily,
 )
 from nictune.host.knobs.expect import ExpectFamily
+from nictune.host.knobs.ipsec import IpsecFamily
 from nictune.host.knobs.link import LinkFamily
 from nictune.host.knobs.macsec import MacsecFamily
 from nictune.host.knobs.nccl import NcclFamily
@@ -31,6 +33,7 @@ REGISTERED = (
     EswitchFamily,
     SriovFamily,
     FeaturesFamily,
+    CryptoFamily,
     RingsFamily,
     ChannelsFamily,
     CoalesceFamily,
@@ -41,6 +44,7 @@ REGISTERED = (
     NcclFamily,
     OvsFamily,
     MacsecFamily,
+    IpsecFamily,
     ExpectFamily,
 )
 

@@ -25,8 +25,16 @@ algorithm names and key lengths in bits, nothing else of them.  The raw
 datagram still passes through the socket's receive buffer and the message
 object's undecoded data while one reply is decoded; both are dropped (the
 buffer overwritten) before dump_sas() returns, and nothing of them is
-returned, logged or reported.  Nothing here ever writes an SA: the
-`ipsec:` section that installs SAs from key files is not built yet.
+returned, logged or reported.
+
+Writes (the `ipsec:` section, knobs/ipsec.py): XFRM_MSG_NEWSA / DELSA /
+NEWPOLICY / DELPOLICY laid out as iproute2's `ip xfrm state add ... aead
+rfc4106(gcm(aes)) <key> <icv> offload dev X dir out|in` and `ip xfrm
+policy add ... tmpl ...` send them (tests/fixtures/xfrm/record.py records
+those; tests/unit/test_xfrm_write.py compares byte for byte).  The key
+goes in as the caller's bytearray into XFRMA_ALG_AEAD; add_sa() overwrites
+the encoded datagram and drops the attribute right after the kernel
+answered, whatever it answered, and never formats the message.
 
 Dumping needs CAP_NET_ADMIN in the namespace (xfrm_user checks it for
 every message): without it the dump raises NetlinkError(EPERM).
@@ -44,8 +52,9 @@ from nictune.host.netlink._pyroute2 import nla, nlmsg
 from nictune.host.netlink.socket import NetlinkSocket
 
 NETLINK_XFRM = 6
-XFRM_MSG_NEWSA, XFRM_MSG_GETSA = 0x10, 0x12
-XFRM_MSG_NEWPOLICY, XFRM_MSG_GETPOLICY = 0x13, 0x15
+XFRM_MSG_NEWSA, XFRM_MSG_DELSA, XFRM_MSG_GETSA = 0x10, 0x11, 0x12
+XFRM_MSG_NEWPOLICY, XFRM_MSG_DELPOLICY, XFRM_MSG_GETPOLICY = 0x13, 0x14, 0x15
+XFRM_INF = 0xFFFFFFFFFFFFFFFF
 
 XFRM_OFFLOAD_INBOUND = 2
 XFRM_OFFLOAD_PACKET = 4
@@ -92,7 +101,7 @@ _ATTRS = (
     (20, "XFRMA_ALG_AUTH_TRUNC", "_alg_sized"),
     (28, "XFRMA_OFFLOAD_DEV", "_offload"),
     (31, "XFRMA_IF_ID", "uint32"),
-    (37, "XFRMA_SA_DIR", "uint8"),
+    (33, "XFRMA_SA_DIR", "uint8"),  # uapi xfrm.h: after IF_ID (31), MTIMER_THRESH (32)
 )
 _ALGS = ("XFRMA_ALG_AEAD", "XFRMA_ALG_CRYPT", "XFRMA_ALG_AUTH_TRUNC", "XFRMA_ALG_AUTH",
          "XFRMA_ALG_COMP")
@@ -302,3 +311,187 @@ class Xfrm:
         replies = self._nl.dump(_dump_request(), XFRM_MSG_GETPOLICY,
                                 {XFRM_MSG_NEWPOLICY: xfrm_userpolicy_info})
         return [policy_of(m) for m in replies]
+
+    # -- writes (knobs/ipsec.py) --
+    def add_sa(self, msg: xfrm_usersa_new) -> None:
+        try:
+            self._nl.request(msg, XFRM_MSG_NEWSA, NLM_F_REQUEST | NLM_F_ACK)
+        finally:
+            scrub(msg)
+            self._scrub()
+
+    def del_sa(self, src: str, dst: str, spi: int, proto: str = "esp") -> None:
+        self._nl.request(delsa_message(src, dst, spi, proto), XFRM_MSG_DELSA,
+                         NLM_F_REQUEST | NLM_F_ACK)
+
+    def add_policy(self, msg: xfrm_userpolicy_new) -> None:
+        self._nl.request(msg, XFRM_MSG_NEWPOLICY, NLM_F_REQUEST | NLM_F_ACK)
+
+    def del_policy(self, src: str, dst: str, direction: str) -> None:
+        self._nl.request(delpolicy_message(src, dst, direction), XFRM_MSG_DELPOLICY,
+                         NLM_F_REQUEST | NLM_F_ACK)
+
+
+# -- writes ------------------------------------------------------------------
+
+# As iproute2: no CREATE/EXCL; a NEWSA / NEWPOLICY (not UPDSA / UPDPOLICY)
+# is refused with EEXIST when the SA or policy exists.
+NLM_F_REQUEST, NLM_F_ACK = 0x1, 0x4
+SA_DIRS = {"in": 1, "out": 2}
+_MODE_NUMBERS = {"transport": 0, "tunnel": 1}
+_PROTO_NUMBERS = {"esp": 50}
+_POLICY_DIRS = {v: k for k, v in POLICY_DIR.items()}
+# struct xfrm_lifetime_cfg as iproute2 leaves it: byte and packet limits
+# XFRM_INF, no expiry times; then a zero xfrm_lifetime_cur.
+_LFT_INF = struct.pack("=QQQQQQQQ", XFRM_INF, XFRM_INF, XFRM_INF, XFRM_INF, 0, 0, 0, 0)
+_AEAD_HEAD = struct.Struct("=64sII")  # struct xfrm_algo_aead before alg_key[]
+# NEWSA message id -> the bytearray its XFRMA_ALG_AEAD holds (key included),
+# for scrub() to overwrite.
+_KEY_BUFFERS: dict = {}
+
+
+def _family_of(*texts: str) -> int:
+    versions = {ipaddress.ip_address(t.split("/")[0]).version for t in texts}
+    if len(versions) != 1:
+        raise ValueError(f"addresses of two families: {', '.join(texts)}")
+    return socket.AF_INET6 if versions == {6} else socket.AF_INET
+
+
+def _packed(text: str) -> bytes:
+    return ipaddress.ip_address(text).packed.ljust(16, b"\0")
+
+
+class xfrm_usersa_new(nlmsg):
+    """XFRM_MSG_NEWSA as written: the algorithm attribute is raw (its key
+    included), unlike xfrm_usersa_info's decoder, which maps no key."""
+
+    fields = xfrm_usersa_info.fields
+    nla_map = (
+        (18, "XFRMA_ALG_AEAD", "cdata"),
+        (28, "XFRMA_OFFLOAD_DEV", "_offload"),
+        (33, "XFRMA_SA_DIR", "uint8"),  # uapi xfrm.h: after IF_ID (31), MTIMER_THRESH (32)
+    )
+    _offload = _offload
+
+
+class xfrm_usersa_id(nlmsg):
+    """XFRM_MSG_DELSA: daddr, spi, family, proto (struct xfrm_usersa_id)."""
+
+    fields = (("daddr", "16s"), ("spi", ">I"), ("family", "H"), ("proto", "B"), ("__pad", "x"))
+    nla_map = ((13, "XFRMA_SRCADDR", "cdata"),)
+
+
+class xfrm_userpolicy_new(nlmsg):
+    fields = xfrm_userpolicy_info.fields
+    nla_map = (
+        (5, "XFRMA_TMPL", "cdata"),
+        (28, "XFRMA_OFFLOAD_DEV", "_offload"),
+    )
+    _offload = _offload
+
+
+class xfrm_userpolicy_id(nlmsg):
+    """XFRM_MSG_DELPOLICY: selector, index, dir (struct xfrm_userpolicy_id)."""
+
+    fields = _SELECTOR + (("index", "I"), ("dir", "B"), ("__pad", "3x"))
+    nla_map = ()
+
+
+def _selector(src: str, dst: str) -> dict:
+    """Selector fields of "198.18.0.1/32" > "198.18.0.2/32" (any proto, port)."""
+    s, d = ipaddress.ip_network(src, strict=True), ipaddress.ip_network(dst, strict=True)
+    return {"sel_saddr": _packed(str(s.network_address)), "sel_prefixlen_s": s.prefixlen,
+            "sel_daddr": _packed(str(d.network_address)), "sel_prefixlen_d": d.prefixlen,
+            "sel_family": _family_of(src, dst), "sel_dport": 0, "sel_dport_mask": 0,
+            "sel_sport": 0, "sel_sport_mask": 0, "sel_proto": 0, "sel_ifindex": 0,
+            "sel_user": 0}
+
+
+_EMPTY_SELECTOR = {"sel_saddr": bytes(16), "sel_daddr": bytes(16), "sel_prefixlen_s": 0,
+                   "sel_prefixlen_d": 0, "sel_family": 0, "sel_dport": 0, "sel_dport_mask": 0,
+                   "sel_sport": 0, "sel_sport_mask": 0, "sel_proto": 0, "sel_ifindex": 0,
+                   "sel_user": 0}
+
+
+def newsa_message(src: str, dst: str, spi: int, reqid: int, mode: str, aead: str,
+                  icv_bits: int, key: bytearray, offload: Optional[Tuple[int, str, bool]] = None,
+                  proto: str = "esp") -> xfrm_usersa_new:
+    """XFRM_MSG_NEWSA, as `ip xfrm state add src S dst D proto esp spi N
+    reqid R mode M aead NAME KEY ICV [offload [packet] dev X dir out|in]`.
+    offload: (ifindex, "out"|"in", packet).  `key` is the caller's; the
+    returned message holds a copy of it until scrub()."""
+    msg = xfrm_usersa_new()
+    msg.update({**_EMPTY_SELECTOR, "daddr": _packed(dst), "spi": spi,
+                "proto": _PROTO_NUMBERS[proto], "saddr": _packed(src),
+                "lft": _LFT_INF, "curlft": bytes(32), "stats": bytes(12), "seq": 0,
+                "reqid": reqid, "family": _family_of(src, dst), "mode": _MODE_NUMBERS[mode],
+                "replay_window": 0, "flags": 0})
+    alg = bytearray(_AEAD_HEAD.pack(aead.encode("ascii"), len(key) * 8, icv_bits))
+    alg += key
+    _KEY_BUFFERS[id(msg)] = alg
+    attrs: list = [("XFRMA_ALG_AEAD", alg)]
+    if offload is not None:
+        ifindex, direction, packet = offload
+        flags = (XFRM_OFFLOAD_INBOUND if direction == "in" else 0) | (
+            XFRM_OFFLOAD_PACKET if packet else 0)
+        attrs.append(("XFRMA_OFFLOAD_DEV", {"ifindex": ifindex, "flags": flags}))
+    msg["attrs"] = attrs
+    return msg
+
+
+def delsa_message(src: str, dst: str, spi: int, proto: str = "esp") -> xfrm_usersa_id:
+    """XFRM_MSG_DELSA, as `ip xfrm state delete src S dst D proto esp spi N`
+    (the kernel finds an ESP SA by dst, spi and proto; iproute2 sends the
+    source too)."""
+    msg = xfrm_usersa_id()
+    msg.update({"daddr": _packed(dst), "spi": spi, "family": _family_of(dst),
+                "proto": _PROTO_NUMBERS[proto]})
+    msg["attrs"] = [("XFRMA_SRCADDR", _packed(src))]
+    return msg
+
+
+def template_bytes(src: str, dst: str, reqid: int, mode: str, proto: str = "esp") -> bytes:
+    """One struct xfrm_user_tmpl as `tmpl src S dst D proto esp reqid R mode
+    M` lays it out (spi 0: any; every algorithm allowed)."""
+    return _TMPL.pack(_packed(dst), bytes(4), _PROTO_NUMBERS[proto], _family_of(src, dst),
+                      _packed(src), reqid, _MODE_NUMBERS[mode], 0, 0,
+                      0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF)
+
+
+def newpolicy_message(src: str, dst: str, direction: str, templates: List[bytes],
+                      priority: int = 0, offload: Optional[int] = None) -> xfrm_userpolicy_new:
+    """XFRM_MSG_NEWPOLICY, as `ip xfrm policy add src S dst D dir X tmpl
+    ...` (action allow); offload: the ifindex for `offload packet dev X`."""
+    msg = xfrm_userpolicy_new()
+    msg.update({**_selector(src, dst), "lft": _LFT_INF, "curlft": bytes(32),
+                "priority": priority, "index": 0, "dir": _POLICY_DIRS[direction],
+                "action": 0, "flags": 0, "share": 0})
+    attrs: list = [("XFRMA_TMPL", b"".join(templates))]
+    if offload is not None:
+        flags = XFRM_OFFLOAD_PACKET | (XFRM_OFFLOAD_INBOUND if direction != "out" else 0)
+        attrs.append(("XFRMA_OFFLOAD_DEV", {"ifindex": offload, "flags": flags}))
+    msg["attrs"] = attrs
+    return msg
+
+
+def delpolicy_message(src: str, dst: str, direction: str) -> xfrm_userpolicy_id:
+    """XFRM_MSG_DELPOLICY, as `ip xfrm policy delete src S dst D dir X`."""
+    msg = xfrm_userpolicy_id()
+    msg.update({**_selector(src, dst), "index": 0, "dir": _POLICY_DIRS[direction]})
+    msg["attrs"] = []
+    return msg
+
+
+def scrub(msg) -> None:
+    """Overwrite the encoded datagram and the key-carrying attribute of a
+    NEWSA message (add_sa() calls it whatever happened)."""
+    data = getattr(msg, "data", None)
+    if isinstance(data, bytearray):
+        data[:] = bytes(len(data))
+    alg = _KEY_BUFFERS.pop(id(msg), None)
+    if alg is not None:
+        alg[:] = bytes(len(alg))
+    try:
+        msg["attrs"] = []
+    except Exception:  # noqa: BLE001 - best effort on a message being dropped
+        pass
