@@ -131,3 +131,20 @@ def ethtool_state(ifname: str) -> dict:
     (features,) = json.loads(sh("ethtool", "--json", "-k", ifname).stdout)
     state[("features", "hw-tc-offload")] = features["hw-tc-offload"]["active"]
     return state
+
+
+@contextlib.contextmanager
+def esp_port(ifname: str, address: str) -> Iterator[str]:
+    """ifname up with address/24 and the ESP offload modules loaded (for SAs
+    with `offload dev ifname`); every xfrm policy and state flushed and the
+    address removed after."""
+    for module in ("esp4", "esp4_offload"):
+        sh("modprobe", module)
+    sh("ip", "link", "set", ifname, "up")
+    sh("ip", "addr", "add", f"{address}/24", "dev", ifname)
+    try:
+        yield ifname
+    finally:
+        sh("ip", "xfrm", "policy", "flush")
+        sh("ip", "xfrm", "state", "flush")
+        sh("ip", "addr", "flush", "dev", ifname, check=False)

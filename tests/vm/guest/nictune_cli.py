@@ -1,8 +1,10 @@
-"""The VM tests' way to run nictune's CLI (in-process, CliRunner) and to
-check that no test key ended up in its output or state directory."""
+"""The VM tests' way to run nictune's CLI (in-process, CliRunner), to
+write test key files, and to check that no test key ended up in its
+output or state directory."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from typing import List
@@ -17,6 +19,25 @@ def nictune(*args: str) -> tuple:
     result = CliRunner().invoke(app, [*args, "--json"])
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     return result.exit_code, json.loads(result.stdout), result.stdout
+
+
+def changes(report: dict) -> dict:
+    """The one host's changes by (target, family, name)."""
+    (host,) = report["hosts"]
+    return {(c["key"]["target"], c["key"]["family"], c["key"]["name"]): c
+            for c in host["changes"]}
+
+
+def key_file(path, hexkey: str) -> str:
+    """A test key written as a key file (hex, one line, mode 0600)."""
+    path.write_text(hexkey + "\n")
+    os.chmod(path, 0o600)
+    return str(path)
+
+
+def fingerprint(hexkey: str) -> str:
+    """The fingerprint nictune shows for the key file key_file() writes."""
+    return hashlib.sha256((hexkey + "\n").encode()).hexdigest()[:8]
 
 
 def assert_no_key(keys: List[str], texts: List[str], state_dir: str, journaled: bool = True) -> None:

@@ -24,10 +24,9 @@ import json
 from typing import Iterator
 
 import pytest
-from typer.testing import CliRunner
 
 import netdevsim
-from nictune.cli.app import app
+from nictune_cli import changes, nictune
 from rxe import sh
 
 VFS = {0: ("02:00:00:00:00:10", 100, True), 1: ("02:00:00:00:00:11", 101, False),
@@ -76,18 +75,6 @@ interfaces:
 """
 
 
-def nictune(*args: str) -> tuple:
-    result = CliRunner().invoke(app, [*args, "--json"])
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    return result.exit_code, json.loads(result.stdout)
-
-
-def changes(report: dict) -> dict:
-    (host,) = report["hosts"]
-    return {(c["key"]["target"], c["key"]["family"], c["key"]["name"]): c
-            for c in host["changes"]}
-
-
 def _read(path: str) -> str:
     with open(path) as f:
         return f.read().strip()
@@ -117,7 +104,7 @@ def _hw_tc(ifname: str) -> bool:
 
 
 def _apply_uplink(handle: str, ifname: str, path, state: list) -> None:
-    code, report = nictune("apply", str(path), *state)
+    code, report, _ = nictune("apply", str(path), *state)
     assert code == 0, report
     esw = json.loads(sh("devlink", "-j", "dev", "eswitch", "show", handle).stdout)
     assert esw["dev"][handle]["mode"] == "switchdev"
@@ -137,7 +124,7 @@ def test_switchdev_and_vfs_round_trip(pf, tmp_path):
     before = snapshot(handle, ifname)
     assert before["eswitch"]["dev"][handle]["mode"] == "legacy" and before["numvfs"] == "0"
 
-    code, report = nictune("plan", str(path), *state)
+    code, report, _ = nictune("plan", str(path), *state)
     assert code == 2, report
     planned = changes(report)
     mode = planned[(handle, "eswitch", "mode")]
@@ -149,10 +136,10 @@ def test_switchdev_and_vfs_round_trip(pf, tmp_path):
     assert snapshot(handle, ifname) == before  # plan wrote nothing
 
     _apply_uplink(handle, ifname, path, state)
-    code, report = nictune("verify", str(path), *state)
+    code, report, _ = nictune("verify", str(path), *state)
     assert code == 0, report
 
-    code, report = nictune("rollback", *state)
+    code, report, _ = nictune("rollback", *state)
     assert code == 0, report
     assert snapshot(handle, ifname) == before
 
@@ -168,19 +155,19 @@ def test_representors_are_matched_by_flavour_and_switch_id(pf, tmp_path):
     _apply_uplink(handle, ifname, uplink, first)
     reps = _reps(handle)
     assert not any(_hw_tc(rep) for rep in reps)
-    code, report = nictune("plan", str(reps_path), *second)
+    code, report, _ = nictune("plan", str(reps_path), *second)
     assert code == 2, report
     assert set(changes(report)) == {(rep, "features", "hw-tc-offload") for rep in reps}
-    code, report = nictune("apply", str(reps_path), *second)
+    code, report, _ = nictune("apply", str(reps_path), *second)
     assert code == 0, report
     assert all(_hw_tc(rep) for rep in reps)
-    code, report = nictune("verify", str(reps_path), *second)
+    code, report, _ = nictune("verify", str(reps_path), *second)
     assert code == 0, report
-    code, report = nictune("rollback", *second)
+    code, report, _ = nictune("rollback", *second)
     assert code == 0, report
     assert not any(_hw_tc(rep) for rep in reps)
 
-    code, report = nictune("rollback", *first)
+    code, report, _ = nictune("rollback", *first)
     assert code == 0, report
     assert snapshot(handle, ifname) == before
 
@@ -193,7 +180,7 @@ def test_a_failure_in_the_middle_rolls_back_what_came_before(pf, tmp_path, case)
                             bad_mac=case == "bad-vf-mac"))
     before = snapshot(handle, ifname)
 
-    code, report = nictune("apply", str(path), "--state-dir", str(tmp_path / "state"))
+    code, report, _ = nictune("apply", str(path), "--state-dir", str(tmp_path / "state"))
     assert code != 0, report
     (host,) = report["hosts"]
     assert host["error"]["kind"] == "rolled-back", host["error"]

@@ -8,21 +8,11 @@ unsupported, in plan, with nothing written.  The CLI runs in-process.
 
 from __future__ import annotations
 
-import json
-
-from typer.testing import CliRunner
-
-from nictune.cli.app import app
+from nictune_cli import nictune
 from rxe import sh
 
 BITS = {"tls_tx": "tls-hw-tx-offload", "tls_rx": "tls-hw-rx-offload", "esp": "esp-hw-offload",
         "esp_tx_csum": "esp-tx-csum-hw-offload", "macsec": "macsec-hw-offload"}
-
-
-def nictune(*args: str) -> tuple:
-    result = CliRunner().invoke(app, [*args, "--json"])
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    return result.exit_code, json.loads(result.stdout)
 
 
 def ethtool_k(ifname: str) -> dict:
@@ -48,7 +38,7 @@ def test_netdevsim_bits_read_as_ethtool_shows_them(nsim, tmp_path):
     shown = ethtool_k(port)
     assert (shown["esp-hw-offload"], shown["macsec-hw-offload"]) == ("on [fixed]", "on [fixed]"), shown
     assert shown["tls-hw-tx-offload"] == shown["tls-hw-rx-offload"] == "off [fixed]", shown
-    code, report = nictune("verify", profile(
+    code, report, _ = nictune("verify", profile(
         tmp_path, port, "{esp: true, macsec: true, tls_tx: false, tls_rx: false}"),
         "--state-dir", str(tmp_path / "state"))
     assert code == 0, report
@@ -63,7 +53,7 @@ def test_netdevsim_bits_read_as_ethtool_shows_them(nsim, tmp_path):
 def test_turning_a_fixed_bit_off_is_unsupported_and_writes_nothing(nsim, tmp_path):
     port = nsim.ifnames[0]
     shown = ethtool_k(port)
-    code, report = nictune("apply", profile(tmp_path, port, "{esp: false, tls_tx: true}"),
+    code, report, _ = nictune("apply", profile(tmp_path, port, "{esp: false, tls_tx: true}"),
                            "--state-dir", str(tmp_path / "state"))
     got = changes(report)
     assert got["esp"]["status"] == "unsupported", got

@@ -17,6 +17,7 @@ from typing import Iterator
 
 import pytest
 
+from netdevsim import esp_port
 from nictune_cli import assert_no_key, nictune
 from rxe import sh
 
@@ -48,16 +49,8 @@ def sas(ifname: str, offload: bool) -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def port(nsim) -> Iterator[str]:
-    ifname = nsim.ifnames[0]
-    for module in ("esp4", "esp4_offload"):
-        sh("modprobe", module)
-    sh("ip", "link", "set", ifname, "up")
-    sh("ip", "addr", "add", f"{LOCAL}/24", "dev", ifname)
-    try:
+    with esp_port(nsim.ifnames[0], LOCAL) as ifname:
         yield ifname
-    finally:
-        sh("ip", "xfrm", "state", "flush")
-        sh("ip", "addr", "flush", "dev", ifname, check=False)
 
 
 def profile(tmp_path, ifname: str, mode: str, feature: bool = False) -> str:

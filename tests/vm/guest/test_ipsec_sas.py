@@ -15,14 +15,13 @@ in-process.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 from typing import Iterator
 
 import pytest
 
-from nictune_cli import assert_no_key, nictune
+from netdevsim import esp_port
+from nictune_cli import assert_no_key, fingerprint, key_file, nictune
 from rxe import sh
 
 LOCAL, PEER = "198.18.9.1", "198.18.9.2"
@@ -34,27 +33,8 @@ KEY_IKE = "00ff11ee22dd33cc44bb55aa6699778800112233"
 
 @pytest.fixture(scope="module")
 def port(nsim) -> Iterator[str]:
-    ifname = nsim.ifnames[0]
-    for module in ("esp4", "esp4_offload"):
-        sh("modprobe", module)
-    sh("ip", "link", "set", ifname, "up")
-    sh("ip", "addr", "add", f"{LOCAL}/24", "dev", ifname)
-    try:
+    with esp_port(nsim.ifnames[0], LOCAL) as ifname:
         yield ifname
-    finally:
-        sh("ip", "xfrm", "policy", "flush")
-        sh("ip", "xfrm", "state", "flush")
-        sh("ip", "addr", "flush", "dev", ifname, check=False)
-
-
-def _key_file(path, hexkey: str) -> str:
-    path.write_text(hexkey + "\n")
-    os.chmod(path, 0o600)
-    return str(path)
-
-
-def _fp(hexkey: str) -> str:
-    return hashlib.sha256((hexkey + "\n").encode()).hexdigest()[:8]
 
 
 def _ipsec(report: dict) -> dict:
@@ -85,7 +65,7 @@ def test_static_sas_and_policies_with_crypto_offload_from_key_files(port, tmp_pa
        "transport")
     keys = tmp_path / "keys"
     keys.mkdir(mode=0o700)
-    out_file, in_file = _key_file(keys / "out", KEY_OUT), _key_file(keys / "in", KEY_IN)
+    out_file, in_file = key_file(keys / "out", KEY_OUT), key_file(keys / "in", KEY_IN)
     profile = tmp_path / "ipsec.yaml"
     profile.write_text(
         "nictune: 1\ninterfaces:\n  rail:\n"
@@ -115,8 +95,8 @@ def test_static_sas_and_policies_with_crypto_offload_from_key_files(port, tmp_pa
     assert all(c["status"] == "pending" and c["before"] is None for c in ch.values()), ch
     assert ch[sa_out]["after"] == (f"{LOCAL} > {PEER} reqid 1 transport rfc4106(gcm(aes)) "
                                    "160 bits icv 128 offload crypto dir out"), ch
-    assert f"fingerprint {_fp(KEY_OUT)}" in ch[sa_out]["note"], ch
-    assert f"fingerprint {_fp(KEY_IN)}" in ch[sa_in]["note"], ch
+    assert f"fingerprint {fingerprint(KEY_OUT)}" in ch[sa_out]["note"], ch
+    assert f"fingerprint {fingerprint(KEY_IN)}" in ch[sa_in]["note"], ch
 
     code, report, out = nictune("apply", str(profile), *state)
     outputs.append(out)

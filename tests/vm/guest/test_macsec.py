@@ -15,7 +15,6 @@ no report and no file under the state directory.  The CLI runs in-process.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -23,7 +22,7 @@ from typing import Iterator
 
 import pytest
 
-from nictune_cli import assert_no_key, nictune
+from nictune_cli import assert_no_key, fingerprint, key_file, nictune
 from rxe import sh
 
 NETNS = "ntmsec"
@@ -91,16 +90,6 @@ def ports(nsim) -> Iterator[tuple]:
         sh("ip", "netns", "del", NETNS, check=False)
 
 
-def _key_file(path, hexkey: str) -> str:
-    path.write_text(hexkey + "\n")
-    os.chmod(path, 0o600)
-    return str(path)
-
-
-def _fp(hexkey: str) -> str:
-    return hashlib.sha256((hexkey + "\n").encode()).hexdigest()[:8]
-
-
 def _changes(report: dict, link: str = LINK) -> dict:
     """The macsec changes, by what they set ("link", "tx_sa", ...) on `link`."""
     (host,) = report["hosts"]
@@ -120,8 +109,8 @@ def test_a_macsec_link_with_mac_offload_and_sas_from_key_files(ports, tmp_path):
     port, my_mac, peer_mac = ports
     keys = tmp_path / "keys"
     keys.mkdir(mode=0o700)
-    tx_file = _key_file(keys / "tx", KEY_TX)
-    rx_file = _key_file(keys / "rx", KEY_RX)
+    tx_file = key_file(keys / "tx", KEY_TX)
+    rx_file = key_file(keys / "rx", KEY_RX)
     profile = tmp_path / "macsec.yaml"
     profile.write_text(
         "nictune: 1\ninterfaces:\n  rail:\n"
@@ -141,8 +130,8 @@ def test_a_macsec_link_with_mac_offload_and_sas_from_key_files(ports, tmp_path):
     ch = _changes(report)
     assert set(ch) == {"link", "offload", "tx_sa", f"rx.{peer_sci}"}, ch
     assert all(c["status"] == "pending" for c in ch.values()), ch
-    assert ch["tx_sa"]["after"] == f"an 0 key {_fp(KEY_TX)}", ch
-    assert ch[f"rx.{peer_sci}"]["after"] == f"an 0 key {_fp(KEY_RX)}", ch
+    assert ch["tx_sa"]["after"] == f"an 0 key {fingerprint(KEY_TX)}", ch
+    assert ch[f"rx.{peer_sci}"]["after"] == f"an 0 key {fingerprint(KEY_RX)}", ch
     assert ch["link"]["after"] == f"{LINK} gcm-aes-128 icv 16 encrypt on port 1", ch
     assert ch["link"]["before"] is None and ch["offload"]["after"] == "mac"
 
@@ -161,9 +150,9 @@ def test_a_macsec_link_with_mac_offload_and_sas_from_key_files(ports, tmp_path):
     shown = sh("ip", "macsec", "show", LINK).stdout
     assert "offload: mac" in shown, shown
     assert f"TXSC: {my_mac.replace(':', '')}0001 on SA 0" in shown, shown
-    assert f"0: PN 1, state on, key {_fp(KEY_TX)}6e696374756e65" in shown, shown
+    assert f"0: PN 1, state on, key {fingerprint(KEY_TX)}6e696374756e65" in shown, shown
     assert f"RXSC: {peer_sci}, state on" in shown, shown
-    assert f"0: PN 1, state on, key {_fp(KEY_RX)}6e696374756e65" in shown, shown
+    assert f"0: PN 1, state on, key {fingerprint(KEY_RX)}6e696374756e65" in shown, shown
     assert not any(k in shown for k in (KEY_TX, KEY_RX))
 
     # Traffic through both macsec links.

@@ -11,14 +11,11 @@ userspace is slow under emulation.
 
 from __future__ import annotations
 
-import json
 import re
 
-from typer.testing import CliRunner
-
-from nictune.cli.app import app
 from nictune.host.machine import Host
 from netdevsim import ethtool_state
+from nictune_cli import changes, nictune
 from rxe import sh
 
 # Each differs from what netdevsim starts with (rings 0, 4 queues, all
@@ -47,19 +44,6 @@ interfaces:
 """
 
 
-def nictune(*args: str) -> tuple:
-    """(exit code, JSON report) of one nictune command."""
-    result = CliRunner().invoke(app, [*args, "--json"])
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    return result.exit_code, json.loads(result.stdout)
-
-
-def changes(report: dict) -> dict:
-    (host,) = report["hosts"]
-    return {(c["key"]["target"], c["key"]["family"], c["key"]["name"]): c
-            for c in host["changes"]}
-
-
 def states(nsim) -> dict:
     return {ifname: ethtool_state(ifname) for ifname in nsim.ifnames}
 
@@ -77,7 +61,7 @@ def test_ethtool_families_plan_apply_verify_rollback(nsim, tmp_path):
     before = states(nsim)
     assert all(s[key] != value for s in before.values() for key, value in WANT.items()), before
 
-    code, report = nictune("plan", str(profile), *state)
+    code, report, _ = nictune("plan", str(profile), *state)
     assert code == 2, report
     planned = changes(report)
     for ifname in nsim.ifnames:
@@ -87,15 +71,15 @@ def test_ethtool_families_plan_apply_verify_rollback(nsim, tmp_path):
                 before[ifname][(family, name)], value, "pending"), change
     assert states(nsim) == before  # plan wrote nothing
 
-    code, report = nictune("apply", str(profile), *state)
+    code, report, _ = nictune("apply", str(profile), *state)
     assert code == 0, report
     # Exactly the wanted values changed, on both ports; nothing else did.
     assert states(nsim) == {ifname: {**before[ifname], **WANT} for ifname in nsim.ifnames}
 
-    code, report = nictune("verify", str(profile), *state)
+    code, report, _ = nictune("verify", str(profile), *state)
     assert code == 0, report
 
-    code, report = nictune("rollback", *state)
+    code, report, _ = nictune("rollback", *state)
     assert code == 0, report
     assert states(nsim) == before
 
@@ -109,7 +93,7 @@ def test_rings_above_the_device_maximum_are_refused_before_any_write(nsim, tmp_p
     profile.write_text(PROFILE.replace("rx: 2048", f"rx: {maximum * 2}"))
     before = states(nsim)
 
-    code, report = nictune("apply", str(profile), "--state-dir", str(tmp_path / "state"))
+    code, report, _ = nictune("apply", str(profile), "--state-dir", str(tmp_path / "state"))
     assert code == 1, report
     assert report["hosts"][0]["error"]["kind"] == "unsupported", report
     for ifname in nsim.ifnames:

@@ -11,16 +11,14 @@ sit on a dummy link, since the counters are the namespace's, not a port's.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import struct
 from typing import Iterator
 
 import pytest
-from typer.testing import CliRunner
 
-from nictune.cli.app import app
+from nictune_cli import nictune
 from rxe import sh
 
 TLS_STAT = "/proc/net/tls_stat"
@@ -28,12 +26,6 @@ LINK = "nttls0"
 # include/uapi/linux/tcp.h, linux/socket.h, linux/tls.h
 TCP_ULP, SOL_TLS, TLS_TX = 31, 282, 1
 TLS_1_2_VERSION, TLS_CIPHER_AES_GCM_128 = 0x0303, 51
-
-
-def nictune(*args: str) -> tuple:
-    result = CliRunner().invoke(app, [*args, "--json"])
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    return result.exit_code, json.loads(result.stdout)
 
 
 def stat() -> dict:
@@ -86,7 +78,7 @@ def tls_sender() -> tuple:
 def test_without_the_module_an_expectation_is_unsupported(link, tmp_path):
     sh("modprobe", "-r", "tls", check=False)
     assert not os.path.exists(TLS_STAT), "the tls module stayed loaded"
-    code, report = nictune("verify", profile(tmp_path, "{TlsDecryptError: 0}"),
+    code, report, _ = nictune("verify", profile(tmp_path, "{TlsDecryptError: 0}"),
                            "--state-dir", str(tmp_path / "state"))
     change = changes(report)["counters.TlsDecryptError"]
     assert change["status"] == "unsupported" and "the tls module is not loaded" in change["note"], change
@@ -103,7 +95,7 @@ def test_the_kernels_counters_are_facts_and_expectations(link, tmp_path):
         assert peer.recv(4096)  # a TLS record, encrypted by the kernel
         after = stat()
         assert after["TlsCurrTxSw"] == 1 and after["TlsTxSw"] == before["TlsTxSw"] + 1, after
-        code, report = nictune(
+        code, report, _ = nictune(
             "verify", profile(tmp_path, "{TlsCurrTxSw: 1, TlsDecryptError: 0, TlsTxDevice: {min: 1}}"),
             "--state-dir", str(tmp_path / "state"))
         got = {name: (c["status"], c["before"]) for name, c in changes(report).items()}

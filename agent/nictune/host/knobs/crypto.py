@@ -105,9 +105,7 @@ class CryptoFamily(FeaturesFamily):
         return None
 
     def show(self, target):
-        if not self._devices:
-            self._devices = self.host.ethtool().features()
-        dev = self._devices.get(target)
+        dev = self._shown_device(target)
         if dev is None:
             return {}
         # Only the bits the device lets change: fixed ones are not settings.

@@ -115,10 +115,14 @@ class FeaturesFamily(Family):
                 raise ApplyRefused(f"{target}: the kernel did not change "
                                    + ", ".join(sorted(refused)))
 
-    def show(self, target):
+    def _shown_device(self, target):
+        """The target's ethtool features for show() (read once), or None."""
         if not self._devices:
             self._devices = self.host.ethtool().features()
-        dev = self._devices.get(target)
+        return self._devices.get(target)
+
+    def show(self, target):
+        dev = self._shown_device(target)
         if dev is None:
             return {}
         from nictune.host.knobs.crypto import CRYPTO_BITS  # shown under crypto: instead
