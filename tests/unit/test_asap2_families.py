@@ -114,7 +114,7 @@ def vfs(monkeypatch):
         def close(self):
             pass
 
-    monkeypatch.setattr(sriov_mod, "Vfs", _Vfs)
+    monkeypatch.setattr(sriov_mod, "_vfs", _Vfs)
     return state, sent
 
 

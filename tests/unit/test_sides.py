@@ -34,6 +34,21 @@ def test_host_side_imports_only_what_a_target_has():
     assert "pyroute2.netlink" in loaded  # message classes only, see netlink/_pyroute2.py
 
 
+def test_the_controller_loads_no_pyroute2():
+    # It imports every knob family for the profile schema: the families
+    # must leave their netlink modules to the agent (netlink/uapi.py holds
+    # the enums a schema lists).
+    code = ("import sys, json\nimport nictune.cli.app, nictune.profile.loader, nictune.profile.lint\n"
+            "import nictune.profile.reference, nictune.control.fleet\n"
+            "print(json.dumps(sorted(sys.modules)))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=AGENT))
+    assert proc.returncode == 0, proc.stderr
+    loaded = json.loads(proc.stdout)
+    assert "nictune.host.knobs.sriov" in loaded  # the schema was built from the families
+    assert [m for m in loaded if m == "pyroute2" or m.startswith("pyroute2.")] == []
+
+
 def _imports(path: str):
     """(module, line) of every import statement in a file, lazy ones included."""
     with open(path) as f:

@@ -54,17 +54,28 @@ rate (ndo_set_vf_rate answers EOPNOTSUPP there).
 from __future__ import annotations
 
 import errno
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from nictune.host.knobs.base import Family
 from nictune.host.model import Desired, Key, Unsupported, Want
-from nictune.host.netlink.vf import LINK_STATES, VfConfig, Vfs
+from nictune.host.netlink.uapi import VF_LINK_STATES as LINK_STATES
 from nictune.host.validate import MAC, InvalidInput
+
+if TYPE_CHECKING:
+    from nictune.host.netlink.vf import VfConfig
 
 VF_ATTRS = ("mac", "vlan", "qos", "trust", "spoofchk", "max_tx_rate", "min_tx_rate", "link_state")
 MAX_VFS = 1024
 VF_NUMBER = r"^[0-9]{1,4}$"
 _NOT = {"mana": "not supported by mana: the MANA NIC is itself a VF of the Azure host"}
+
+
+def _vfs():
+    # pyroute2's message classes: the agent loads them, the controller (which
+    # imports this module for its schema) never does.
+    from nictune.host.netlink.vf import Vfs
+
+    return Vfs()
 
 
 def _vf_key(name: str):
@@ -175,7 +186,7 @@ class SriovFamily(Family):
                     f"{k.target} has no device/sriov_drivers_autoprobe (not a PCI PF)")
                 continue
             if vfs is None:
-                handle = Vfs()
+                handle = _vfs()
                 try:
                     vfs = handle.all()
                 finally:
@@ -246,7 +257,7 @@ class SriovFamily(Family):
             if not per_vf:
                 continue
             index = self._index(pf)
-            handle = Vfs()
+            handle = _vfs()
             try:
                 current = handle.all().get(pf, {})
                 for vf, attrs in sorted(per_vf.items()):
@@ -260,6 +271,8 @@ class SriovFamily(Family):
 
     @staticmethod
     def _config(now: VfConfig, attrs: dict) -> VfConfig:
+        from nictune.host.netlink.vf import VfConfig
+
         cfg = VfConfig(**{a: attrs.get(a) for a in ("mac", "trust", "spoofchk", "link_state")})
         # vlan+qos and the two rates travel as pairs: the other half stays.
         if "vlan" in attrs or "qos" in attrs:
@@ -286,7 +299,7 @@ class SriovFamily(Family):
         count = self._read_int(self._sysfs(target, "sriov_numvfs"))
         if count is None:
             return {}
-        handle = Vfs()
+        handle = _vfs()
         try:
             vfs = handle.all().get(target, {})
         finally:

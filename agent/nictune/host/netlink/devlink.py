@@ -28,6 +28,7 @@ from typing import Dict, List, Optional, Tuple
 from nictune.host.netlink._pyroute2 import genlmsg, nla
 from nictune.host.netlink.genl import GenlFamily
 from nictune.host.netlink.socket import NLM_F_ACK, NLM_F_REQUEST
+from nictune.host.netlink.uapi import ENCAP_MODES, ESWITCH_MODES, INLINE_MODES
 from nictune.host.validate import InvalidInput
 
 # The genl header's version byte: include/uapi/linux/devlink.h says 1, but
@@ -43,9 +44,7 @@ DEVLINK_CMD_ESWITCH_SET = 30
 DEVLINK_CMD_INFO_GET = 51
 
 # enum devlink_eswitch_mode / _inline_mode / _encap_mode
-MODES = {"legacy": 0, "switchdev": 1}
-INLINE_MODES = {"none": 0, "link": 1, "network": 2, "transport": 3}
-ENCAP_MODES = {"none": 0, "basic": 1}
+MODES = ESWITCH_MODES
 # enum devlink_port_flavour
 FLAVOURS = {0: "physical", 1: "cpu", 2: "dsa", 3: "pcipf", 4: "pcivf", 5: "virtual",
             6: "unused", 7: "pcisf"}

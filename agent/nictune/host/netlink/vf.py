@@ -22,11 +22,12 @@ from typing import Dict, Optional
 
 from nictune.host.netlink._pyroute2 import nla, nlmsg
 from nictune.host.netlink.socket import NETLINK_ROUTE, NLM_F_ACK, NLM_F_REQUEST, NetlinkSocket
+from nictune.host.netlink.uapi import VF_LINK_STATES
 
 RTM_NEWLINK, RTM_GETLINK = 16, 18
 RTEXT_FILTER_VF = 1
 RTEXT_FILTER_SKIP_STATS = 1 << 3
-LINK_STATES = {"auto": 0, "enable": 1, "disable": 2}
+LINK_STATES = VF_LINK_STATES
 _U32_NONE = 0xFFFFFFFF
 
 _MAC = struct.Struct("=I32s")     # struct ifla_vf_mac
