@@ -100,3 +100,30 @@ def test_esp_overhead_that_drops_the_roce_mtu_is_a_warning():
     assert findings(ROCE % 4229 + "  crypto: {esp: true}\n") == []
     assert findings(ROCE % 4200 + "  crypto: {esp: false}\n") == []
     assert findings(ROCE % 4200 + "  expect: {ipsec_offload: none}\n") == []
+
+
+PF = """\
+    uplink:
+      match: {driver: mlx5_core, flavour: physical}
+      sriov: {numvfs: 4}
+    """
+
+
+def test_vfs_with_tc_offload_on_a_legacy_eswitch_are_a_warning():
+    (f,) = findings(PF + "  eswitch: {mode: legacy}\n      features: {hw-tc-offload: true}\n")
+    assert f[:2] == ("sriov-offload-legacy-eswitch", "warning")
+    assert "4 VF(s) with hw-tc-offload on, but the eswitch mode is legacy" in f[2]
+    assert "(p.yaml:5, p.yaml:7, p.yaml:6)" in f[2]  # numvfs, hw-tc-offload, eswitch mode
+    (f,) = findings(PF + "  features: {hw-tc-offload: true}\n")
+    assert f[0] == "sriov-offload-legacy-eswitch" and "mode is not set" in f[2]
+    assert "(p.yaml:5, p.yaml:6)" in f[2]
+    assert findings(PF + "  eswitch: {mode: switchdev}\n      features: {hw-tc-offload: true}\n") == []
+    assert findings(PF + "  features: {hw-tc-offload: false}\n") == []  # no offload asked
+    assert findings(PF.replace("numvfs: 4", "numvfs: 0") + "  features: {hw-tc-offload: true}\n") == []
+
+
+def test_vfs_with_ovs_hw_offload_on_a_legacy_eswitch_are_a_warning():
+    (f,) = findings(PF, OVS)
+    assert f[:2] == ("sriov-offload-legacy-eswitch", "warning")
+    assert "with OVS hw_offload on" in f[2] and "(p.yaml:5, p.yaml:7)" in f[2]  # numvfs, host.ovs
+    assert findings(PF) == []

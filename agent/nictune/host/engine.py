@@ -30,7 +30,7 @@ from nictune.host.errors import (
     StateDirError,
 )
 from nictune.host.health import Health
-from nictune.host.machine import Host
+from nictune.host.machine import Host, vfs_of
 from nictune.host.journal import (
     APPLYING,
     COMMITTED,
@@ -103,6 +103,14 @@ class Desire:
 
 
 def expand(host: Host, fams: Families, doc: dict, sources: dict) -> Desire:
+    """The profile's wants on this host, entry by entry in profile order.
+
+    An entry's match: selects among the interfaces as they are when the plan
+    runs.  `vf_of: ENTRY` (with `vfs: [N, ...]`) selects the VF
+    representors and VF netdevs of the PFs that the earlier ENTRY matched
+    (machine.vfs_of); those that this same apply makes (switchdev, numvfs)
+    are not there yet, and apply writes only what its plan showed: the next
+    plan matches them."""
     desire = Desire()
     default_policy = doc.get("on_unsupported", "fail")
 
@@ -119,9 +127,25 @@ def expand(host: Host, fams: Families, doc: dict, sources: dict) -> Desire:
     if doc.get("interfaces"):
         interfaces = host.interfaces()
         desire.warnings.extend(host.skipped_interfaces)
+    matched_by: dict = {}  # entry name -> its interfaces, for vf_of
     for entry_name, entry in (doc.get("interfaces") or {}).items():
         policy = entry.get("on_unsupported", default_policy)
-        matched = [i for i in interfaces if i.matches(entry.get("match", {}))]
+        match = entry.get("match", {})
+        pool = interfaces
+        if "vfs" in match and "vf_of" not in match:
+            where = sources.get(f"interfaces/{entry_name}/match/vfs") or f"interfaces.{entry_name}"
+            raise InvalidInput(f"{where}: interfaces.{entry_name}.match.vfs needs vf_of: "
+                               "the entry whose PFs the VF numbers are of")
+        if "vf_of" in match:
+            if match["vf_of"] not in matched_by:
+                where = sources.get(f"interfaces/{entry_name}/match/vf_of") or f"interfaces.{entry_name}"
+                raise InvalidInput(
+                    f"{where}: interfaces.{entry_name}.match.vf_of names {str(match['vf_of'])[:40]!r}, "
+                    "which is not an interface entry before this one; vf_of takes the name "
+                    "of an earlier entry that matches the PFs")
+            pool = vfs_of(matched_by[match["vf_of"]], interfaces, match.get("vfs"))
+        matched = [i for i in pool if i.matches(match)]
+        matched_by[entry_name] = matched
         if not matched:
             desire.warnings.append(f"interfaces.{entry_name} matched no interface on this host")
         for iface in matched:

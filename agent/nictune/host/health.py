@@ -21,6 +21,14 @@ through Host.path(), so tests point the Host at a fixture tree.
                                 the network namespace's, not X's: every
                                 interface shows the same ones.  expect:
                                 counters: takes them by name (knobs/expect.py).
+    firmware_pending_reset,     devlink `dev info` of the devlink device that
+    firmware_pending            has a port whose netdev is X: true when a
+                                component's stored (flashed) version differs
+                                from its running one, i.e. a firmware update
+                                waits for a reset; firmware_pending: {component:
+                                {running, stored}} of those, only when true.
+                                Running kernel only; absent without devlink,
+                                without a port for X, or without INFO_GET.
 """
 
 from __future__ import annotations
@@ -108,8 +116,13 @@ class Health:
     before reading again.
     """
 
-    def __init__(self, host: Host, stats: Optional[StatsReader] = None):
+    def __init__(self, host: Host, stats: Optional[StatsReader] = None, devlink=None):
+        """devlink: what has ports() and info(handle) (netlink/devlink.py's
+        Devlink); by default the Host's, when its root is "/"."""
         self.host = host
+        self._devlink = devlink
+        self._devlink_ports: Optional[Dict[str, str]] = None  # netdev -> devlink handle
+        self._dev_info: Dict[str, object] = {}  # handle -> DevInfo, or None when unreadable
         self._read_stats = stats if stats is not None else (
             ethtool_stats if host.root == "/" else lambda ifname: {})
         self._stats: Dict[str, Dict[str, int]] = {}
@@ -155,7 +168,38 @@ class Health:
             tls = None
         if tls:
             facts["tls"] = tls
+        info = self.dev_info(name)
+        if info is not None:
+            pending = info.pending_firmware()
+            facts["firmware_pending_reset"] = bool(pending)
+            if pending:
+                facts["firmware_pending"] = {c: {"running": info.running[c], "stored": info.stored[c]}
+                                             for c in pending}
         return facts
+
+    def dev_info(self, ifname: str):
+        """netlink.devlink.DevInfo of the devlink device that has a port
+        whose netdev is `ifname`; None without devlink, without such a
+        port, or when the device does not answer INFO_GET."""
+        if self._devlink_ports is None:
+            self._devlink_ports = {}
+            try:
+                if self._devlink is None and self.host.root == "/":
+                    self._devlink = self.host.devlink()
+                if self._devlink is not None:
+                    self._devlink_ports = {p.netdev: p.handle for p in self._devlink.ports()
+                                           if p.netdev}
+            except OSError:  # NetlinkError ENOENT: no devlink in this kernel
+                pass
+        handle = self._devlink_ports.get(ifname)
+        if handle is None:
+            return None
+        if handle not in self._dev_info:
+            try:
+                self._dev_info[handle] = self._devlink.info(handle)
+            except OSError:  # EOPNOTSUPP: the driver has no info_get
+                self._dev_info[handle] = None
+        return self._dev_info[handle]
 
     def tls_stat(self) -> Optional[Dict[str, int]]:
         """The kTLS counters of /proc/net/tls_stat (the Host's root), or None

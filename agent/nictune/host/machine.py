@@ -33,10 +33,24 @@ class Interface:
     phys_port_name: Optional[str] = None
     phys_switch_id: Optional[str] = None
     flavour: Optional[str] = None
+    # For `match: {vf_of: ENTRY}` (vfs_of below).  The devlink port's
+    # instance and PCI PF and VF numbers (a pcivf representor: pf, vf; a
+    # pcipf one: pf); the PCI address of the netdev's device, and
+    # for a VF netdev the PF's (device/physfn) and its VF index there (the
+    # PF's device/virtfnN link that leads to it).
+    port_handle: Optional[str] = None  # devlink instance, "pci/0000:03:00.0"
+    port_pf: Optional[int] = None
+    port_vf: Optional[int] = None
+    pci_address: Optional[str] = None
+    physfn: Optional[str] = None
+    vf_index: Optional[int] = None
 
     def matches(self, selectors: dict) -> bool:
-        """All given selectors must match; a list means any of its items."""
+        """All given selectors must match; a list means any of its items.
+        vf_of and vfs are not facts of one interface: vfs_of() does them."""
         for field, wanted in selectors.items():
+            if field in VF_SELECTORS:
+                continue
             options = wanted if isinstance(wanted, list) else [wanted]
             have = getattr(self, field)
             if have is None:
@@ -50,6 +64,53 @@ class Interface:
             if not ok:
                 return False
         return True
+
+
+VF_SELECTORS = ("vf_of", "vfs")
+
+
+def _eswitch_of(pf: Interface) -> Optional[tuple]:
+    """What a representor of one of pf's VFs shares with pf: the devlink
+    instance, the switch id and, for a pcipf port, the PF number.  An uplink
+    (physical port) has no PF number in devlink, and its port number is not
+    one (netdevsim: port p1, VFs pf0vfN); its instance is: one per PF on
+    mlx5 (two PFs of a card share the switch id), one per device on
+    netdevsim, whose VFs are the device's."""
+    if pf.flavour not in ("physical", "pcipf") or not pf.port_handle or not pf.phys_switch_id:
+        return None
+    return (pf.port_handle, pf.phys_switch_id.lower(), pf.port_pf if pf.flavour == "pcipf" else None)
+
+
+def vfs_of(pfs: list, interfaces: list, vfs=None) -> list:
+    """`match: {vf_of: ENTRY, vfs: [...]}`: the interfaces that stand for a
+    VF of one of `pfs` (what ENTRY matched), in `interfaces` order:
+
+    - VF representors: devlink port flavour pcivf on the devlink instance
+      of one of pfs, with its switch id (phys_switch_id) and, when that PF
+      is a pcipf port (an eswitch manager's view of a PF), its PF number;
+    - VF netdevs: device/physfn is the PCI device of one of pfs.
+
+    vfs (an int or a list of them) keeps only those VF numbers: the
+    representor's devlink VF number (pfNvfM), the VF netdev's index in its
+    PF's virtfnN links.  Interfaces are those of when the plan runs: VFs and
+    representors that the same apply makes are not there yet, and apply
+    writes only what its plan showed; the next plan matches them."""
+    wanted = None if vfs is None else set(vfs if isinstance(vfs, list) else [vfs])
+    switches = {_eswitch_of(p) for p in pfs} - {None}
+    pcis = {p.pci_address for p in pfs if p.pci_address}
+    found = []
+    for i in interfaces:
+        if i.flavour == "pcivf" and i.port_handle and i.phys_switch_id and (
+                (i.port_handle, i.phys_switch_id.lower(), None) in switches
+                or (i.port_handle, i.phys_switch_id.lower(), i.port_pf) in switches):
+            number = i.port_vf
+        elif i.physfn is not None and i.physfn in pcis:
+            number = i.vf_index
+        else:
+            continue
+        if wanted is None or number in wanted:
+            found.append(i)
+    return found
 
 
 def _skipped(name) -> str:
@@ -139,7 +200,7 @@ class Host:
         and one odd link must not stop the profile on every other."""
         if self._interfaces is None:
             found, skipped = [], []
-            flavours = self._port_flavours()
+            ports = self._ports()
             for link in self.links():
                 if link.name == "lo":
                     continue
@@ -147,6 +208,8 @@ class Host:
                     skipped.append(_skipped(link.name))
                     continue
                 info = self._drvinfo(link.name)
+                port = ports.get(link.name)
+                pci, physfn, vf_index = self._pci_place(link.name)
                 found.append(
                     Interface(
                         name=link.name,
@@ -158,7 +221,13 @@ class Host:
                         firmware=(info.fw_version if info else None) or None,
                         phys_port_name=self._sysfs_text(link.name, "phys_port_name"),
                         phys_switch_id=self._sysfs_text(link.name, "phys_switch_id"),
-                        flavour=flavours.get(link.name),
+                        flavour=port.flavour if port else None,
+                        port_pf=port.pf if port else None,
+                        port_vf=port.vf if port else None,
+                        port_handle=port.handle if port else None,
+                        pci_address=pci,
+                        physfn=physfn,
+                        vf_index=vf_index,
                     )
                 )
             self._interfaces, self.skipped_interfaces = found, skipped
@@ -196,14 +265,38 @@ class Host:
         except (OSError, UnicodeDecodeError):
             return None
 
-    def _port_flavours(self) -> dict:
-        """netdev name -> devlink port flavour; {} without devlink."""
+    def _ports(self) -> dict:
+        """netdev name -> its devlink port; {} without devlink."""
         from nictune.host.netlink.errors import NetlinkError
 
         try:
-            return {p.netdev: p.flavour for p in self.devlink().ports() if p.netdev}
+            return {p.netdev: p for p in self.devlink().ports() if p.netdev}
         except (NetlinkError, OSError):
             return {}
+
+    def _pci_place(self, ifname: str) -> tuple:
+        """(PCI address of the netdev's device, of its PF if it is a VF,
+        its VF index there), each None where it does not apply.  Only PCI
+        devices have physfn/virtfnN (netdevsim VFs have no netdev at all)."""
+        device = self.path("sys/class/net", ifname, "device")
+        if not os.path.isdir(device):
+            return None, None, None
+        real = os.path.realpath(device)
+        pci = os.path.basename(real) if os.path.exists(os.path.join(real, "vendor")) else None
+        physfn = os.path.join(real, "physfn")
+        if pci is None or not os.path.isdir(physfn):
+            return pci, None, None
+        pf = os.path.realpath(physfn)
+        index = None
+        try:
+            for name in os.listdir(pf):
+                if (name.startswith("virtfn") and name[6:].isdigit()
+                        and os.path.realpath(os.path.join(pf, name)) == real):
+                    index = int(name[6:])
+                    break
+        except OSError:
+            pass
+        return pci, os.path.basename(pf), index
 
     def _pci_id(self, ifname: str) -> Optional[str]:
         base = self.path("sys/class/net", ifname, "device")

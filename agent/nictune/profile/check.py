@@ -67,6 +67,8 @@ def check(doc: Any, positions: Dict[Path, Tuple[str, int]], plain: Dict[Path, st
     for error in validator.iter_errors(doc):
         problems.extend(_explain(error, validator, plain, prefix))
     if not problems:
+        if schema is None and not prefix:
+            _check_vf_of(doc, positions)
         return
     order = _doc_order(doc)
     problems.sort(key=lambda p: (_order_of(p.loc, order), p.rank))
@@ -77,6 +79,27 @@ def check(doc: Any, positions: Dict[Path, Tuple[str, int]], plain: Dict[Path, st
         message += f" (and {others} more problem{'s' if others > 1 else ''})"
     file, line = locate(positions, prefix + first.loc)
     raise ProfileError(file, line, dotted(prefix + first.keypath), message)
+
+
+def _check_vf_of(doc: dict, positions: Dict[Path, Tuple[str, int]]) -> None:
+    """match: vf_of names an entry before this one; vfs only with vf_of."""
+    seen: List[str] = []
+    for name, entry in (doc.get("interfaces") or {}).items():
+        match = entry.get("match") or {}
+        if "vfs" in match and "vf_of" not in match:
+            path = ("interfaces", name, "match", "vfs")
+            raise ProfileError(*locate(positions, path), dotted(path),
+                               "vfs needs vf_of: the entry whose PFs the VF numbers are of")
+        target = match.get("vf_of")
+        if target is not None and target not in seen:
+            path = ("interfaces", name, "match", "vf_of")
+            why = ("it is this entry" if target == name else
+                   "that entry comes after this one" if target in (doc.get("interfaces") or {}) else
+                   "there is no such entry")
+            raise ProfileError(*locate(positions, path), dotted(path),
+                               f"{show(target)} must name an interface entry before this one "
+                               f"({why}); vf_of selects the VFs of the PFs that entry matched")
+        seen.append(name)
 
 
 def locate(positions: Dict[Path, Tuple[str, int]], path: Path) -> Tuple[str, Optional[int]]:

@@ -8,8 +8,9 @@ different places, and nothing stops them from disagreeing:
     priority --ets.prio_tc--> traffic class --tc_bw / tc_tsa--> a share of the link
     CNPs: their DSCP and priority; NCCL_IB_GID_INDEX vs RoCE mode; MTU vs RoCE MTU
     ASAP2: hw-tc-offload on a switchdev PF and its representors (and with OVS
-    hw_offload); inline crypto: bits a NIC class lacks, MACsec/ESP overhead
-    against the interface MTU and the RoCE MTU
+    hw_offload), VFs wanted with tc offload on a legacy eswitch; inline
+    crypto: bits a NIC class lacks, MACsec/ESP overhead against the
+    interface MTU and the RoCE MTU
 
 It also warns about settings whose kernel side effects a rollback can undo
 only in part (nictune/host/aside.py): an MTU below 1280, `state: down`,
@@ -199,6 +200,7 @@ class _Linter:
                      "the entry leaves hw-tc-offload as the device has it (off on a fresh mlx5 "
                      "port): set features: {hw-tc-offload: true} here and on the representors",
                      at("eswitch", "mode"), self.p.source("host", "ovs", "hw_offload"))
+        self.vfs_without_switchdev(name, entry, tc, ovs_offload)
         crypto = entry.get("crypto") if isinstance(entry.get("crypto"), dict) else {}
         for key, value in crypto.items():
             bit = CRYPTO_BITS.get(key)
@@ -214,6 +216,26 @@ class _Linter:
                              f"interfaces.{name}: crypto.{key} on {driver}: {why}",
                              at("crypto", key), at("match", "driver"))
         self.crypto_overhead_rule(name, entry, crypto)
+
+    def vfs_without_switchdev(self, name: str, entry: dict, tc: Any, ovs_offload: bool) -> None:
+        """VFs asked for, and tc offload asked for them (hw-tc-offload on the
+        PF, or OVS hw_offload), with the eswitch legacy or left as it is: in
+        legacy mode there are no representors, and VF traffic goes through
+        the NIC's legacy switch, which offloads no tc flower rule."""
+        at = lambda *keys: self.p.source("interfaces", name, *keys)  # noqa: E731
+        sriov = entry.get("sriov") if isinstance(entry.get("sriov"), dict) else {}
+        numvfs = _wanted_number(sriov.get("numvfs"))
+        mode = (entry.get("eswitch") or {}).get("mode") if isinstance(entry.get("eswitch"), dict) else None
+        if not numvfs or numvfs <= 0 or mode == "switchdev" or not (tc is True or ovs_offload):
+            return
+        why, where = ("hw-tc-offload on", at("features", "hw-tc-offload")) if tc is True else (
+            "OVS hw_offload on", self.p.source("host", "ovs", "hw_offload"))
+        state = "legacy" if mode == "legacy" else "not set (legacy on a fresh device)"
+        self.add("sriov-offload-legacy-eswitch", WARNING,
+                 f"interfaces.{name}: {numvfs} VF(s) with {why}, but the eswitch mode is "
+                 f"{state}: a legacy eswitch has no representors and offloads no tc flower "
+                 "rule for VF traffic; set eswitch: {mode: switchdev} on this entry",
+                 at("sriov", "numvfs"), where, *((at("eswitch", "mode"),) if mode else ()))
 
     def crypto_overhead_rule(self, name: str, entry: dict, crypto: dict) -> None:
         """MACsec or ESP on a RoCE entry take bytes from every frame: the RoCE

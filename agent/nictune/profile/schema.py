@@ -258,6 +258,14 @@ def build(families=REGISTERED) -> Dict[str, Any]:
                 "flavour": {"anyOf": [{"enum": ["physical", "pcipf", "pcivf", "pcisf", "virtual", "cpu", "dsa", "unused"]},
                                       {"type": "array", "items": {"enum": ["physical", "pcipf", "pcivf", "pcisf", "virtual", "cpu", "dsa", "unused"]}, "minItems": 1, "maxItems": 8}],
                             "description": "devlink port flavour of the interface: physical (uplink), pcipf or pcivf (representors of a PF or VF), pcisf. A list matches if any item does."},
+                "vf_of": {**_text(ENTRY_NAME, 32),
+                          "description": "The name of an earlier interface entry: select the VFs of the PFs it matched, as they are when the plan runs: "
+                                         "their representors (devlink flavour pcivf on the PF's devlink instance and switch id) and their VF netdevs (device/physfn is the PF). "
+                                         "Representors and VFs that the same apply makes are matched by the next plan. "
+                                         f"Allowed: {PATTERN_WORDS[ENTRY_NAME]}."},
+                "vfs": {"anyOf": [_int(0, 65535), {"type": "array", "items": _int(0, 65535), "minItems": 1, "maxItems": 64}],
+                        "description": "With vf_of: only these VF numbers (the representor's devlink VF number, pfNvfM; a VF netdev's virtfnM index). "
+                                       "A list matches if any item does. Allowed: an integer from 0 to 65535, or a list of them."},
             },
             "additionalProperties": False,
             "minProperties": 1,

@@ -3,7 +3,11 @@
 iproute2 tools, never with nictune.
 
 - round trip: plan, apply (switchdev + 4 VFs with mac/vlan/trust +
-  hw-tc-offload on the PF), verify clean, rollback, and a snapshot
+  hw-tc-offload on the PF), verify clean (and its health facts say,
+  from devlink dev info as `devlink` reads it, that no firmware waits for
+  a reset), VF 1's trust turned on by hand
+  (`ip link set ... vf 1 trust on`) and verify exits 2 naming that one
+  key, rollback, and a snapshot
   (`devlink -j dev eswitch show` and `port show`, `ip -j -d link`, sysfs
   sriov_numvfs, the PF's hw-tc-offload) identical before and after;
 - representors: interfaces are matched when an apply is planned, before
@@ -138,6 +142,20 @@ def test_switchdev_and_vfs_round_trip(pf, tmp_path):
     _apply_uplink(handle, ifname, path, state)
     code, report, _ = nictune("verify", str(path), *state)
     assert code == 0, report
+    # devlink dev info as a health fact: netdevsim flashes nothing, so its
+    # stored versions are its running ones, and no reset is pending.
+    versions = json.loads(sh("devlink", "-j", "dev", "info", handle).stdout)["info"][handle]["versions"]
+    assert versions["stored"] and versions["stored"] == versions["running"], versions
+    facts = report["hosts"][0]["facts"][ifname]
+    assert facts["firmware_pending_reset"] is False and "firmware_pending" not in facts, facts
+
+    # Drift made by hand: VF 1 was applied untrusted; verify names it alone.
+    sh("ip", "link", "set", "dev", ifname, "vf", "1", "trust", "on")
+    code, report, _ = nictune("verify", str(path), *state)
+    assert code == 2, report
+    drift = {k: (c["before"], c["after"]) for k, c in changes(report).items()
+             if c["status"] == "drift"}
+    assert drift == {(ifname, "sriov", "vfs.1.trust"): (True, False)}, drift
 
     code, report, _ = nictune("rollback", *state)
     assert code == 0, report

@@ -9,8 +9,9 @@ KEY_IKE, in `ip`'s argv only: that side is not nictune).  nictune plans
 expect: {ipsec_offload: crypto}, is refused an SA with the hand SA's
 (dst, spi, esp), and rolls back; every step is read back with `ip xfrm
 state` / `ip xfrm policy`.  nictune's key bytes (hex either case, raw) are
-in no report and no file under the state directory.  The CLI runs
-in-process.
+in no report, no file under the state directory, nor the JUnit XML and
+Prometheus text the fleet audit renders from the plan and verify
+reports (control/audit_formats.py).  The CLI runs in-process.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Iterator
 import pytest
 
 from netdevsim import esp_port
+from nictune.control import audit_formats as fmt
 from nictune_cli import assert_no_key, fingerprint, key_file, nictune
 from rxe import sh
 
@@ -53,6 +55,18 @@ def _states() -> list:
     its other lines are indented)."""
     text = sh("ip", "xfrm", "state").stdout
     return ["src " + b for b in ("\n" + text).split("\nsrc ")[1:]]
+
+
+def _audited(report: dict, drifted: set) -> list:
+    """The report as the fleet audit writes it (control/audit_formats.py:
+    --junit and --prometheus), checked to name exactly the `drifted` keys
+    (pending in a plan, drift in a verify): the outputs then grepped for
+    the keys have the values of those changes in them."""
+    xml, prom = fmt.junit(report), fmt.prometheus(report, 0.0)
+    flagged = {line.split('key="')[1].split('"}')[0] for line in prom.splitlines()
+               if line.startswith("nictune_audit_drift{") and line.endswith(" 1")}
+    assert flagged >= drifted and ("<failure" in xml) == bool(flagged), (flagged, xml)
+    return [xml, prom]
 
 
 def test_static_sas_and_policies_with_crypto_offload_from_key_files(port, tmp_path):
@@ -97,6 +111,7 @@ def test_static_sas_and_policies_with_crypto_offload_from_key_files(port, tmp_pa
                                    "160 bits icv 128 offload crypto dir out"), ch
     assert f"fingerprint {fingerprint(KEY_OUT)}" in ch[sa_out]["note"], ch
     assert f"fingerprint {fingerprint(KEY_IN)}" in ch[sa_in]["note"], ch
+    outputs += _audited(report, {sa_out, sa_in, pol_out, pol_in})
 
     code, report, out = nictune("apply", str(profile), *state)
     outputs.append(out)
@@ -127,6 +142,7 @@ def test_static_sas_and_policies_with_crypto_offload_from_key_files(port, tmp_pa
     assert all(c["status"] == "ok" for c in _ipsec(report).values()), report
     facts = report["hosts"][0]["facts"][port]
     assert (facts["ipsec_sa_offloaded"], facts["ipsec_sa_software"]) == (3, 0), facts
+    outputs += _audited(report, set())
 
     # An SA with the hand SA's (dst, spi, esp) is someone else's: never replaced.
     clash = tmp_path / "clash.yaml"

@@ -8,6 +8,7 @@
       pcie_speed_gts: 32
       counters: {rx_out_of_buffer: {max: 0}, TlsDecryptError: 0}
       ipsec_offload: crypto           # crypto, packet or none (host/ipsec.py)
+      firmware_pending_reset: false   # devlink dev info: stored == running
 
 Keys are family "expect", name the fact ("counters.<name>" for counters).
 The family is read-only: the engine never writes it; plan, verify and
@@ -27,6 +28,12 @@ crypto is met when every SA is offloaded to the interface (packet offload
 does the crypto too) and there is at least one; packet when every SA and
 policy is packet-offloaded there; none when no SA is offloaded there (no
 SA at all meets it).  The plan's note names each SA at fault and why.
+
+firmware_pending_reset is read from devlink `dev info` of the device that
+has a port for the interface (host/health.py): true when a flashed
+firmware waits for a reset; the note names the components and versions.
+Without such a device (no devlink, a driver without info_get) it reads as
+Unsupported, not as unmet.
 """
 
 from __future__ import annotations
@@ -40,7 +47,8 @@ from nictune.host.knobs.base import Family
 from nictune.host.model import Desired, Key, Unsupported, Want
 from nictune.host.validate import COUNTER_NAME, DRIVER, VERSION_WANT, InvalidInput, check
 
-FACTS = ("driver", "firmware", "link_speed_mbps", "pcie_width", "pcie_speed_gts")
+FWRESET = "firmware_pending_reset"
+FACTS = ("driver", "firmware", "link_speed_mbps", "pcie_width", "pcie_speed_gts", FWRESET)
 COUNTER_PREFIX = "counters."
 IPSEC = "ipsec_offload"
 IPSEC_MODES = ("crypto", "packet", "none")
@@ -99,6 +107,11 @@ class ExpectFamily(Family):
                     "counters of /proc/net/tls_stat, the host's), each with the value or bound "
                     "it must meet.",
                     s.text(COUNTER_NAME, 64), s.wanted(0, s.U64_MAX, "Counter value."), 64),
+                FWRESET: {"type": "boolean",
+                          "description": "Whether a flashed firmware waits for a reset (devlink "
+                                         "dev info of the interface's devlink device: a stored "
+                                         "version differs from the running one); false to "
+                                         "report hosts that need one."},
                 IPSEC: {"enum": list(IPSEC_MODES),
                         "description": "Where the interface's IPsec SAs must run (read over "
                                        "NETLINK_XFRM, never written): crypto or packet offload "
@@ -115,6 +128,7 @@ class ExpectFamily(Family):
         super().__init__(host)
         self._ipsec_want: dict = {}  # ifname -> wanted mode, from expand
         self._ipsec: dict = {}       # ifname -> host.ipsec.Usage or Unsupported, from read
+        self._facts: dict = {}       # ifname -> health facts, from read
         # Here, not at the top: the controller imports this module for its
         # schema alone, and health pulls in rdma and the interface facts.
         from nictune.host.health import Health
@@ -147,7 +161,7 @@ class ExpectFamily(Family):
     def read(self, keys):
         from nictune.host.health import is_tls_counter  # see __init__
 
-        facts: dict = {}
+        facts = self._facts = {}  # ifname -> health facts, kept for note()
         counters: dict = {}
         interfaces = {i.name: i for i in self.host.interfaces()}
         out = {}
@@ -167,6 +181,11 @@ class ExpectFamily(Family):
                 if key.target not in facts:
                     facts[key.target] = self.health.of(iface)
                 out[key] = facts[key.target].get(key.name)
+                if key.name == FWRESET and out[key] is None:
+                    out[key] = Unsupported(
+                        "devlink dev info is read from the running kernel only"
+                        if self.host.root != "/" else
+                        f"no devlink device with a port for {key.target} answers dev info")
         return out
 
     def _read_tls(self, counter: str):
@@ -205,6 +224,11 @@ class ExpectFamily(Family):
     def note(self, key):
         if key.name == IPSEC:
             return self._ipsec_note(key.target)
+        if key.name == FWRESET:
+            pending = self._facts.get(key.target, {}).get("firmware_pending")
+            if pending:
+                return "expected; flashed, waiting for a reset: " + ", ".join(
+                    f"{c} running {v['running']}, stored {v['stored']}" for c, v in pending.items())
         return "expected; nictune reads it, never sets it"
 
     def _ipsec_note(self, ifname: str) -> str:
