@@ -431,6 +431,18 @@ class FakeDcb:
         dev.apps = [a for a in dev.apps if a not in apps]
 
 
+class FixtureHost(Host):
+    """A real Host over a file tree (a /sys fixture) whose interface list
+    the test gives: for code that reads files, not netlink."""
+
+    def __init__(self, root: str, interfaces: list):
+        super().__init__(root)
+        self._interfaces = interfaces
+
+    def interfaces(self):
+        return self._interfaces
+
+
 class FakeHost(Host):
     """nictune's Host over a FakeKernel; files live under `root`."""
 

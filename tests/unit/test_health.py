@@ -8,9 +8,10 @@ import json
 import os
 
 import pytest
+from fakes import FixtureHost
 
 from nictune.host.health import Health, _gts
-from nictune.host.machine import Host, Interface
+from nictune.host.machine import Interface
 
 FIXTURE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                        "fixtures", "health", "mlx5-host")
@@ -20,15 +21,6 @@ P0 = Interface("enp23s0f0np0", 3, "mlx5_core", None, "15b3:1021", "0000:17:00.0"
 P1 = Interface("enp23s0f1np1", 4, "mlx5_core", None, "15b3:1021", "0000:17:00.1", "14.29.1016 (HP_2420110034)")
 MGMT = Interface("eth0", 2, "igb", None, None, None, None)
 GONE = Interface("ens9", 9, None, None, None, None, None)
-
-
-class FixtureHost(Host):
-    def __init__(self, root: str, interfaces: list):
-        super().__init__(root)
-        self._interfaces = interfaces
-
-    def interfaces(self):
-        return self._interfaces
 
 
 @pytest.fixture

@@ -16,10 +16,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from fakes import FixtureHost
 
 from nictune.host.health import Health
 from nictune.host.knobs.expect import ExpectFamily
-from nictune.host.machine import Host, Interface
+from nictune.host.machine import Interface
 from nictune.host.model import Key, Unsupported, Want
 from nictune.host.netlink import devlink as dl
 from nictune.host.netlink.errors import NetlinkError
@@ -31,15 +32,6 @@ HANDLE = "pci/0000:03:00.0"
 P0 = Interface("enp3s0f0np0", 3, "mlx5_core", None, "15b3:1021", "0000:03:00.0", "28.39.1002 (MT_0000000834)")
 REP = Interface("pf0vf0", 7, "mlx5_core", None, None, None, None)
 VETH = Interface("veth0", 9, "veth", None, None, None, None)
-
-
-class FixtureHost(Host):
-    def __init__(self, root: str, interfaces: list):
-        super().__init__(root)
-        self._interfaces = interfaces
-
-    def interfaces(self):
-        return self._interfaces
 
 
 class StandInDevlink:

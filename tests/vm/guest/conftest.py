@@ -47,3 +47,16 @@ def nsim() -> Iterator[netdevsim.Netdevsim]:
         yield dev
     left = netdevsim.leftovers(dev)
     assert not left, f"teardown left {left}"
+
+
+@pytest.fixture
+def pf() -> Iterator[tuple]:
+    """(devlink handle, PF netdev) of a one-port netdevsim device of each
+    test's own: a failed test leaves nothing for the next one."""
+    reason = netdevsim.unavailable()
+    if reason:
+        pytest.skip(f"NETDEVSIM UNAVAILABLE: {reason}")
+    with netdevsim.netdevsim_device(ports=1, queues=4) as dev:
+        yield f"netdevsim/netdevsim{dev.id}", dev.ifnames[0]
+    left = netdevsim.leftovers(dev)
+    assert not left, f"teardown left {left}"

@@ -1,6 +1,6 @@
 """The VM tests' way to run nictune's CLI (in-process, CliRunner), to
-write test key files, and to check that no test key ended up in its
-output or state directory."""
+write test key files, to render reports as the fleet audit does, and to
+check that no test key ended up in its output or state directory."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import List
 from typer.testing import CliRunner
 
 from nictune.cli.app import app
+from nictune.control import audit_formats as fmt
 
 
 def nictune(*args: str) -> tuple:
@@ -58,3 +59,15 @@ def assert_no_key(keys: List[str], texts: List[str], state_dir: str, journaled: 
             assert not any(r in data for r in raw), name
             scanned += 1
     assert texts and bool(scanned) == journaled, (len(texts), scanned)
+
+
+def audited(report: dict, drifted: set) -> list:
+    """The report as the fleet audit writes it (control/audit_formats.py:
+    --junit and --prometheus), checked to name exactly the `drifted` keys
+    (pending in a plan, drift in a verify): the outputs then grepped for
+    the keys have the values of those changes in them."""
+    xml, prom = fmt.junit(report), fmt.prometheus(report, 0.0)
+    flagged = {line.split('key="')[1].split('"}')[0] for line in prom.splitlines()
+               if line.startswith("nictune_audit_drift{") and line.endswith(" 1")}
+    assert flagged >= drifted and ("<failure" in xml) == bool(flagged), (flagged, xml)
+    return [xml, prom]

@@ -25,11 +25,9 @@ iproute2 tools, never with nictune.
 from __future__ import annotations
 
 import json
-from typing import Iterator
 
 import pytest
 
-import netdevsim
 from nictune_cli import changes, nictune
 from rxe import sh
 
@@ -37,17 +35,6 @@ VFS = {0: ("02:00:00:00:00:10", 100, True), 1: ("02:00:00:00:00:11", 101, False)
        2: ("02:00:00:00:00:12", 102, True), 3: ("02:00:00:00:00:13", 0, True)}
 
 
-@pytest.fixture
-def pf() -> Iterator[tuple]:
-    """(devlink handle, PF netdev) of a one-port netdevsim device of each
-    test's own: a failed test leaves nothing for the next one."""
-    reason = netdevsim.unavailable()
-    if reason:
-        pytest.skip(f"NETDEVSIM UNAVAILABLE: {reason}")
-    with netdevsim.netdevsim_device(ports=1, queues=4) as dev:
-        yield f"netdevsim/netdevsim{dev.id}", dev.ifnames[0]
-    left = netdevsim.leftovers(dev)
-    assert not left, f"teardown left {left}"
 
 
 def profile(ifname: str, numvfs: int = 4, bad_mac: bool = False) -> str:

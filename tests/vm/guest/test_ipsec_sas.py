@@ -22,8 +22,7 @@ from typing import Iterator
 import pytest
 
 from netdevsim import esp_port
-from nictune.control import audit_formats as fmt
-from nictune_cli import assert_no_key, fingerprint, key_file, nictune
+from nictune_cli import assert_no_key, audited, fingerprint, key_file, nictune
 from rxe import sh
 
 LOCAL, PEER = "198.18.9.1", "198.18.9.2"
@@ -55,18 +54,6 @@ def _states() -> list:
     its other lines are indented)."""
     text = sh("ip", "xfrm", "state").stdout
     return ["src " + b for b in ("\n" + text).split("\nsrc ")[1:]]
-
-
-def _audited(report: dict, drifted: set) -> list:
-    """The report as the fleet audit writes it (control/audit_formats.py:
-    --junit and --prometheus), checked to name exactly the `drifted` keys
-    (pending in a plan, drift in a verify): the outputs then grepped for
-    the keys have the values of those changes in them."""
-    xml, prom = fmt.junit(report), fmt.prometheus(report, 0.0)
-    flagged = {line.split('key="')[1].split('"}')[0] for line in prom.splitlines()
-               if line.startswith("nictune_audit_drift{") and line.endswith(" 1")}
-    assert flagged >= drifted and ("<failure" in xml) == bool(flagged), (flagged, xml)
-    return [xml, prom]
 
 
 def test_static_sas_and_policies_with_crypto_offload_from_key_files(port, tmp_path):
@@ -111,7 +98,7 @@ def test_static_sas_and_policies_with_crypto_offload_from_key_files(port, tmp_pa
                                    "160 bits icv 128 offload crypto dir out"), ch
     assert f"fingerprint {fingerprint(KEY_OUT)}" in ch[sa_out]["note"], ch
     assert f"fingerprint {fingerprint(KEY_IN)}" in ch[sa_in]["note"], ch
-    outputs += _audited(report, {sa_out, sa_in, pol_out, pol_in})
+    outputs += audited(report, {sa_out, sa_in, pol_out, pol_in})
 
     code, report, out = nictune("apply", str(profile), *state)
     outputs.append(out)
@@ -142,7 +129,7 @@ def test_static_sas_and_policies_with_crypto_offload_from_key_files(port, tmp_pa
     assert all(c["status"] == "ok" for c in _ipsec(report).values()), report
     facts = report["hosts"][0]["facts"][port]
     assert (facts["ipsec_sa_offloaded"], facts["ipsec_sa_software"]) == (3, 0), facts
-    outputs += _audited(report, set())
+    outputs += audited(report, set())
 
     # An SA with the hand SA's (dst, spi, esp) is someone else's: never replaced.
     clash = tmp_path / "clash.yaml"

@@ -24,8 +24,7 @@ from typing import Iterator
 
 import pytest
 
-from nictune.control import audit_formats as fmt
-from nictune_cli import assert_no_key, fingerprint, key_file, nictune
+from nictune_cli import assert_no_key, audited, fingerprint, key_file, nictune
 from rxe import sh
 
 NETNS = "ntmsec"
@@ -108,18 +107,6 @@ def _ping() -> subprocess.CompletedProcess:
 
 
 
-def _audited(report: dict, drifted: set) -> list:
-    """The report as the fleet audit writes it (control/audit_formats.py:
-    --junit and --prometheus), checked to name exactly the `drifted` keys
-    (pending in a plan, drift in a verify): the outputs then grepped for
-    the keys have the values of those changes in them."""
-    xml, prom = fmt.junit(report), fmt.prometheus(report, 0.0)
-    flagged = {line.split('key="')[1].split('"}')[0] for line in prom.splitlines()
-               if line.startswith("nictune_audit_drift{") and line.endswith(" 1")}
-    assert flagged >= drifted and ("<failure" in xml) == bool(flagged), (flagged, xml)
-    return [xml, prom]
-
-
 def test_a_macsec_link_with_mac_offload_and_sas_from_key_files(ports, tmp_path):
     port, my_mac, peer_mac = ports
     keys = tmp_path / "keys"
@@ -149,9 +136,9 @@ def test_a_macsec_link_with_mac_offload_and_sas_from_key_files(ports, tmp_path):
     assert ch[f"rx.{peer_sci}"]["after"] == f"an 0 key {fingerprint(KEY_RX)}", ch
     assert ch["link"]["after"] == f"{LINK} gcm-aes-128 icv 16 encrypt on port 1", ch
     assert ch["link"]["before"] is None and ch["offload"]["after"] == "mac"
-    audited = _audited(report, {c["key"]["name"] for c in ch.values()})
-    assert fingerprint(KEY_TX) in audited[0], audited[0]  # a rotation shows in CI too
-    outputs += audited
+    rendered = audited(report, {c["key"]["name"] for c in ch.values()})
+    assert fingerprint(KEY_TX) in rendered[0], rendered[0]  # a rotation shows in CI too
+    outputs += rendered
 
     code, report, out = nictune("apply", str(profile), *state)
     outputs.append(out)
@@ -187,7 +174,7 @@ def test_a_macsec_link_with_mac_offload_and_sas_from_key_files(ports, tmp_path):
     outputs.append(out)
     assert code == 0, json.dumps(report["hosts"][0], indent=0)
     assert all(c["status"] == "ok" for c in _changes(report).values()), report
-    outputs += _audited(report, set())
+    outputs += audited(report, set())
 
     code, report, out = nictune("rollback", *state)
     outputs.append(out)

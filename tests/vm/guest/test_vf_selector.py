@@ -15,24 +15,11 @@ is covered by the unit tests on a fake sysfs.)
 from __future__ import annotations
 
 import json
-from typing import Iterator
 
-import pytest
-
-import netdevsim
 from nictune_cli import changes, nictune
 from rxe import sh
 
 
-@pytest.fixture
-def pf() -> Iterator[tuple]:
-    reason = netdevsim.unavailable()
-    if reason:
-        pytest.skip(f"NETDEVSIM UNAVAILABLE: {reason}")
-    with netdevsim.netdevsim_device(ports=1, queues=4) as dev:
-        yield f"netdevsim/netdevsim{dev.id}", dev.ifnames[0]
-    left = netdevsim.leftovers(dev)
-    assert not left, f"teardown left {left}"
 
 
 def uplink_profile(ifname: str) -> str:
