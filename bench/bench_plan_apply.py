@@ -424,6 +424,19 @@ def genl_family_id(name: str) -> int | None:
     return None
 
 
+def _family_asked(attrs: bytes) -> str:
+    """CTRL_ATTR_FAMILY_NAME (2) of a GETFAMILY request's attributes."""
+    off = 0
+    while off + 4 <= len(attrs):
+        length, kind = struct.unpack_from("=HH", attrs, off)
+        if length < 4:
+            break
+        if kind & 0x3FFF == 2:
+            return attrs[off + 4:off + length].split(b"\0", 1)[0].decode(errors="replace")
+        off += (length + 3) & ~3
+    return "?"
+
+
 def message_kind(proto: int | None, data: bytes, ethtool_id: int | None) -> list:
     """Names of the netlink messages in one sent datagram."""
     kinds = []
@@ -436,7 +449,10 @@ def message_kind(proto: int | None, data: bytes, ethtool_id: int | None) -> list
         if proto == NETLINK_ROUTE:
             name = "rtnl " + RTM.get(mtype, f"type {mtype}")
         elif proto == NETLINK_GENERIC and mtype == GENL_ID_CTRL:
-            name = "genl CTRL_CMD_GETFAMILY" if cmd == 3 else f"genl ctrl cmd {cmd}"
+            # Named by the family asked for: one lookup per family a command
+            # uses (ethtool, devlink...) is per command, not per key.
+            name = (f"genl CTRL_CMD_GETFAMILY {_family_asked(data[off + 20:off + length])}"
+                    if cmd == 3 else f"genl ctrl cmd {cmd}")
         elif proto == NETLINK_GENERIC and mtype == ethtool_id:
             name = "ethtool " + ETHTOOL_CMDS.get(cmd, f"cmd {cmd}")
         else:
