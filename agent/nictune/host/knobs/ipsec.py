@@ -59,7 +59,6 @@ mana none; netdevsim, the VM tier's, crypto).
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Optional
 
 from nictune.host import keyfile
@@ -212,6 +211,8 @@ class IpsecFamily(Family):
 
     @staticmethod
     def _addresses(where: str, path: str, *texts, prefix: bool = False) -> list:
+        import ipaddress  # only profiles with an ipsec: section pay for it
+
         out = []
         try:
             for t in texts:
