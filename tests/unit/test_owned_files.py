@@ -64,6 +64,8 @@ def nccl_change(report: dict) -> dict:
 
 # -- 1. which paths ------------------------------------------------------------------
 
+# Paths a profile might name, not files of this machine: the host is rooted
+# in the test's temporary directory and the refusal comes before any read.
 @pytest.mark.parametrize("path", ["/proc/self/environ", "/dev/null", "/sys/kernel/mm/ksm/run",
                                   "/run/nccl.conf", "/var/lib/nccl.conf", "/root/.nccl.conf",
                                   "/tmp/nccl.conf"])
