@@ -82,7 +82,9 @@ def test_eswitch_keys_are_per_device_and_the_mode_goes_first(root, monkeypatch):
     current = fam.read([d.key for d in desired] + [veth.key])
     assert current[Key("eswitch", "pci/0000:03:00.0", "mode")] == "legacy"
     assert current[veth.key] == Unsupported("veth0 has no devlink device")
-    assert "disruptive" in fam.note(Key("eswitch", "pci/0000:03:00.0", "mode"))
+    assert "vports are rebuilt" in fam.disruptive(Key("eswitch", "pci/0000:03:00.0", "mode"),
+                                                  "legacy", "switchdev")
+    assert fam.disruptive(Key("eswitch", "pci/0000:03:00.0", "encap"), "none", "basic") == ""
     fam.apply([(d.key, d.want.value) for d in desired])
     # One request per setting, mode first whatever the profile's order.
     assert fake.sent == [("pci/0000:03:00.0", [("mode", "switchdev"), ("encap", "basic")])]

@@ -119,7 +119,9 @@ def test_bound_is_exactly_one_of_min_max():
 def test_words():
     mtu = SCHEMA["$defs"]["entry"]["properties"]["mtu"]
     assert describe(mtu) == "an integer from 68 to 65535, or {min: N} / {max: N}"
-    assert describe(SCHEMA["properties"]["on_unsupported"]) == "one of fail, warn, skip"
+    assert describe(SCHEMA["properties"]["on_unsupported"]) == (
+        "one of fail, warn, skip, or a mapping whose keys are default, or a dotted profile path "
+        "such as roce.ecn or host.nccl")
     assert "a list of 1 to 8 integers" in describe(SCHEMA["$defs"]["sysctl_value"])
     assert re.search(r"a list of them$", describe(SCHEMA["$defs"]["entry"]["properties"]["match"]["properties"]["mac"]))
 

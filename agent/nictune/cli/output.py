@@ -109,7 +109,7 @@ class Printer:
         header = ("target", "setting", *values, "status", "source", "note")
         cells = [tuple(printable(v) for v in (
             c["key"]["target"], f"{c['key']['family']} {_name(c)}", _value(c["before"]), _after(c),
-            c["status"], c.get("source") or "", c.get("note") or "")) for c in rows]
+            c["status"], c.get("source") or "", _note(c))) for c in rows]
         if not any(c[6] for c in cells):
             header, cells = header[:6], [c[:6] for c in cells]
         if self.rich:
@@ -308,6 +308,20 @@ def _after(c: dict) -> str:
     return bound + _value(c["after"])
 
 
+def _note(change: dict) -> str:
+    """The note, led by what makes the change disruptive: a reviewer must
+    not miss that writing it drops the link or resets queues."""
+    why = change.get("disruptive")
+    if not why or change["status"] not in ("pending", "drift", "applied"):
+        return change.get("note") or ""
+    return "; ".join(t for t in (f"DISRUPTIVE: {why}", change.get("note") or "") if t)
+
+
+def _disruptive(host: dict) -> str:
+    n = sum(1 for c in host["changes"] if c.get("disruptive") and c["status"] == "pending")
+    return f" {n} of them disruptive (the link drops or queues are reset: see DISRUPTIVE)." if n else ""
+
+
 def _summary(host: dict) -> str:
     s = host.get("summary", {})
     n = lambda status: s.get(status, 0)  # noqa: E731
@@ -315,7 +329,8 @@ def _summary(host: dict) -> str:
     command = host["command"]
     if command == "plan":
         if n("pending"):
-            return f"{n('pending')} change(s) pending, {ok} setting(s) already as wanted."
+            return (f"{n('pending')} change(s) pending, {ok} setting(s) already as wanted."
+                    + _disruptive(host))
         return f"Nothing to change: {ok} setting(s) already as wanted."
     if command == "verify":
         if n("drift"):

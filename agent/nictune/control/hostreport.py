@@ -67,7 +67,7 @@ def _check_change(label: str, i: int, change: dict) -> None:
         raise _bad(label, f"{where}.status is not a status")
     if "before" not in change or "after" not in change:
         raise _bad(label, f"{where} has no before or after value")
-    for name in ("source", "note"):
+    for name in ("source", "note", "disruptive"):
         if change.get(name) is not None and not _str(change[name]):
             raise _bad(label, f"{where}.{name} is not text")
     if change.get("bound") not in (None, "min", "max"):

@@ -102,34 +102,64 @@ class Desire:
             self.owner[desired.key] = owner
 
 
+class Sourced(str):
+    """A key's "file:line", which also knows the profile path the family
+    asked for it at (("roce", "ecn", "np")): per-section on_unsupported
+    goes by that path."""
+
+    path: tuple = ()
+
+
+def _source_in(sources: dict, prefix: str):
+    def source(*parts: str) -> Sourced:
+        out = Sourced(sources.get("/".join((prefix,) + parts), ""))
+        out.path = parts
+        return out
+    return source
+
+
+class Policy:
+    """What on_unsupported says for one key: the entry's word or mapping
+    first, then the profile's; in a mapping the longest path that covers
+    the key's profile path, then its default (schema.py _on_unsupported)."""
+
+    def __init__(self, *layers):
+        self.layers = [layer for layer in layers if layer is not None]
+
+    def of(self, path: str) -> str:
+        for layer in self.layers:
+            if isinstance(layer, str):
+                return layer
+            covering = [k for k in layer if k != "default" and (path == k or path.startswith(k + "."))]
+            if covering:
+                return layer[max(covering, key=len)]
+            if "default" in layer:
+                return layer["default"]
+        return "fail"
+
+
 def expand(host: Host, fams: Families, doc: dict, sources: dict) -> Desire:
-    """The profile's wants on this host, entry by entry in profile order.
+    """The profile's wants on this host: host: sections first, then the
+    interface entries in profile order.
 
     An entry's match: selects among the interfaces as they are when the plan
     runs.  `vf_of: ENTRY` (with `vfs: [N, ...]`) selects the VF
     representors and VF netdevs of the PFs that the earlier ENTRY matched
     (machine.vfs_of); those that this same apply makes (switchdev, numvfs)
     are not there yet, and apply writes only what its plan showed: the next
-    plan matches them."""
+    plan matches them.  The entries are matched before host: sections
+    expand, so that those can take the rails' devices (Family.profile_interfaces)."""
     desire = Desire()
-    default_policy = doc.get("on_unsupported", "fail")
-
-    def source_in(prefix: str):
-        return lambda *parts: sources.get("/".join((prefix,) + parts), "")
-
-    host_doc = doc.get("host") or {}
-    for fam in fams.ordered:
-        sections = {s: host_doc[s] for s in fam.host_sections if s in host_doc}
-        for d in fam.expand(HOST, sections, source_in("host")) if sections else ():
-            desire.add(d, default_policy, "host")
-
+    top = doc.get("on_unsupported")
+    entry_desires: list = []  # (Desired, policy word, owner)
     interfaces: list = []
     if doc.get("interfaces"):
         interfaces = host.interfaces()
         desire.warnings.extend(host.skipped_interfaces)
     matched_by: dict = {}  # entry name -> its interfaces, for vf_of
+    rails: list = []       # interfaces of entries with a roce: section
     for entry_name, entry in (doc.get("interfaces") or {}).items():
-        policy = entry.get("on_unsupported", default_policy)
+        policy = Policy(entry.get("on_unsupported"), top)
         match = entry.get("match", {})
         pool = interfaces
         if "vfs" in match and "vf_of" not in match:
@@ -146,6 +176,8 @@ def expand(host: Host, fams: Families, doc: dict, sources: dict) -> Desire:
             pool = vfs_of(matched_by[match["vf_of"]], interfaces, match.get("vfs"))
         matched = [i for i in pool if i.matches(match)]
         matched_by[entry_name] = matched
+        if "roce" in entry:
+            rails.extend(i.name for i in matched if i.name not in rails)
         if not matched:
             desire.warnings.append(f"interfaces.{entry_name} matched no interface on this host")
         for iface in matched:
@@ -153,9 +185,26 @@ def expand(host: Host, fams: Families, doc: dict, sources: dict) -> Desire:
                 sections = {s: entry[s] for s in fam.sections if s in entry}
                 if not sections:
                     continue
-                for d in fam.expand(iface.name, sections, source_in(f"interfaces/{entry_name}")):
-                    desire.add(d, policy, f"interfaces.{entry_name}")
+                for d in fam.expand(iface.name, sections, _source_in(sources, f"interfaces/{entry_name}")):
+                    entry_desires.append((d, policy.of(_path_of(d)), f"interfaces.{entry_name}"))
+
+    everything = list(dict.fromkeys(i.name for found in matched_by.values() for i in found))
+    host_policy = Policy(top)
+    host_doc = doc.get("host") or {}
+    for fam in fams.ordered:
+        if doc.get("interfaces"):
+            fam.profile_interfaces = {"roce": rails, "all": everything}
+        sections = {s: host_doc[s] for s in fam.host_sections if s in host_doc}
+        for d in fam.expand(HOST, sections, _source_in(sources, "host")) if sections else ():
+            desire.add(d, host_policy.of("host." + _path_of(d)), "host")
+    for d, word, owner in entry_desires:
+        desire.add(d, word, owner)
     return desire
+
+
+def _path_of(desired: Desired) -> str:
+    """The profile path a key was asked for at, dotted ("roce.ecn.np")."""
+    return ".".join(getattr(desired.source, "path", ()))
 
 
 def diff(fams: Families, desire: Desire, current: dict) -> list:
@@ -175,6 +224,8 @@ def diff(fams: Families, desire: Desire, current: dict) -> list:
                 m.UNSUPPORTED if desire.policy[key] == "fail" else m.SKIPPED)
         change = Change(key, before, d.want.value, status, d.source,
                         reason or fam.note(key), d.want.bound)
+        if status == m.PENDING:
+            change.disruptive = fam.disruptive(key, before, d.want.value)
         changes.append(change)
     return changes
 

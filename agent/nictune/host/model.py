@@ -89,6 +89,8 @@ class Change:
     source: str = ""
     note: str = ""
     bound: Optional[str] = None
+    # Why writing it interrupts traffic (Family.disruptive), or "".
+    disruptive: str = ""
 
     def as_dict(self) -> dict:
         d = {
@@ -102,6 +104,8 @@ class Change:
             d["note"] = self.note
         if self.bound:
             d["bound"] = self.bound
+        if self.disruptive:
+            d["disruptive"] = self.disruptive
         return d
 
     @classmethod
@@ -114,6 +118,7 @@ class Change:
             d.get("source", ""),
             d.get("note", ""),
             d.get("bound"),
+            d.get("disruptive", ""),
         )
 
 

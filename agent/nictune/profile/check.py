@@ -69,6 +69,7 @@ def check(doc: Any, positions: Dict[Path, Tuple[str, int]], plain: Dict[Path, st
     if not problems:
         if schema is None and not prefix:
             _check_vf_of(doc, positions)
+            _check_policy_paths(doc, positions)
         return
     order = _doc_order(doc)
     problems.sort(key=lambda p: (_order_of(p.loc, order), p.rank))
@@ -100,6 +101,55 @@ def _check_vf_of(doc: dict, positions: Dict[Path, Tuple[str, int]]) -> None:
                                f"{show(target)} must name an interface entry before this one "
                                f"({why}); vf_of selects the VFs of the PFs that entry matched")
         seen.append(name)
+
+
+def _names_settings(node: dict, parts: List[str]) -> bool:
+    """Whether the schema `node` has settings at dotted path `parts`: a
+    section, a setting, or a key of a free-form mapping (sysctl.<key>)."""
+    if not parts:
+        return True
+    if "$ref" in node:
+        node = SCHEMA["$defs"][node["$ref"].rsplit("/", 1)[1]]
+    if any(_names_settings(branch, parts) for branch in node.get("anyOf", ())):
+        return True
+    props = node.get("properties") or {}
+    if parts[0] in props:
+        return _names_settings(props[parts[0]], parts[1:])
+    return isinstance(node.get("additionalProperties"), dict)
+
+
+def _check_policy_paths(doc: dict, positions: Dict[Path, Tuple[str, int]]) -> None:
+    """Each key of an on_unsupported mapping names settings that exist where
+    it stands: a misspelt section would otherwise change nothing, silently."""
+    entry = SCHEMA["$defs"]["entry"]
+    host = SCHEMA["properties"]["host"]
+
+    def known(key: str, hosts_too: bool) -> bool:
+        parts = key.split(".")
+        if parts[0] in _NOT_SETTINGS:
+            return False
+        if parts[0] == "host":
+            return hosts_too and len(parts) > 1 and _names_settings(host, parts[1:])
+        return _names_settings(entry, parts)
+
+    places = [(("on_unsupported",), True)]
+    places += [(("interfaces", name, "on_unsupported"), False) for name in (doc.get("interfaces") or {})]
+    for path, hosts_too in places:
+        node: Any = doc
+        for part in path:
+            node = node.get(part) if isinstance(node, dict) else None
+        for key in node if isinstance(node, dict) else ():
+            if key != "default" and not known(key, hosts_too):
+                where = ("an interface entry's section or setting, such as roce.ecn or rings "
+                         "(docs/profile-reference.md lists them)"
+                         + (", or host.<section>" if hosts_too else "; host paths go in the "
+                            "profile's own on_unsupported"))
+                raise ProfileError(*locate(positions, path + (key,)), dotted(path + (key,)),
+                                   f"{show(key)} names no setting here; the keys are default or "
+                                   f"{where}")
+
+
+_NOT_SETTINGS = ("match", "on_unsupported")
 
 
 def locate(positions: Dict[Path, Tuple[str, int]], path: Path) -> Tuple[str, Optional[int]]:

@@ -166,10 +166,24 @@ def _selector(pattern: str, max_length: int, what: str) -> dict:
     return node
 
 
+POLICIES = ["fail", "warn", "skip"]
+# A key of the mapping form of on_unsupported: default, or a dotted profile
+# path such as roce.ecn or host.nccl (profile/check.py: it must name settings).
+SETTING_PATH = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
+register_words({SETTING_PATH: "default, or a dotted profile path such as roce.ecn or host.nccl"})
+
+
 def _on_unsupported(scope: str) -> dict:
     return {
-        "enum": ["fail", "warn", "skip"],
-        "description": f"What to do when {scope} cannot take a setting: fail the run, warn and go on, or skip silently.",
+        "anyOf": [{"enum": POLICIES},
+                  {"type": "object", "propertyNames": _text(SETTING_PATH, 128),
+                   "additionalProperties": {"enum": POLICIES}, "minProperties": 1, "maxProperties": 64}],
+        "description": f"What to do when {scope} cannot take a setting: fail the run, warn and go "
+                       "on, or skip silently. Or, per section, a mapping such as {default: fail, "
+                       "roce.ecn: warn}: each key is a profile path (interface entry paths as "
+                       "roce.ecn, host ones as host.nccl) and covers the settings below it, the "
+                       "longest key winning; default covers the rest. An entry's word or mapping "
+                       "comes before the profile's.",
     }
 
 
@@ -251,6 +265,8 @@ def build(families=REGISTERED) -> Dict[str, Any]:
             "properties": {
                 "name": _selector(v.IFGLOB, 64, "Interface name or glob, such as ens* or eth[0-3]."),
                 "driver": _selector(v.DRIVER, 32, "Kernel driver name, such as mlx5_core or mana."),
+                "lower_driver": _selector(v.DRIVER, 32, "Kernel driver of a device enslaved to the interface (sysfs lower_*), such as mana for an Azure hv_netvsc NIC "
+                                                        "whose Accelerated Networking VF is MANA rather than a Mellanox VF (mlx5_core, mlx4_en); an interface without lower devices does not match."),
                 "pci_id": _selector(v.PCI_ID, 9, "PCI vendor:device id."),
                 "mac": _selector(v.MAC, 17, "Permanent MAC address."),
                 "phys_port_name": _selector(v.IFGLOB, 64, "Switch port name or glob (sysfs phys_port_name), such as p0 or pf0vf* for the representors of PF 0's VFs."),

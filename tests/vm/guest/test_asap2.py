@@ -120,9 +120,9 @@ def test_switchdev_and_vfs_round_trip(pf, tmp_path):
     planned = changes(report)
     mode = planned[(handle, "eswitch", "mode")]
     assert (mode["before"], mode["after"], mode["status"]) == ("legacy", "switchdev", "pending")
-    assert "disruptive" in mode["note"]
+    assert "vports are rebuilt" in mode["disruptive"]
     numvfs = planned[(ifname, "sriov", "numvfs")]
-    assert (numvfs["before"], numvfs["after"]) == (0, 4) and "disruptive" in numvfs["note"]
+    assert (numvfs["before"], numvfs["after"]) == (0, 4) and "are created" in numvfs["disruptive"]
     assert planned[(ifname, "sriov", "vfs.2.mac")]["before"] is None  # no VF yet
     assert snapshot(handle, ifname) == before  # plan wrote nothing
 

@@ -75,6 +75,11 @@ class Family:
 
     def __init__(self, host: Host):
         self.host = host
+        # Set by the engine before host: sections expand: the interfaces
+        # the profile's entries matched on this host, entries with a roce:
+        # section first ({"roce": [...], "all": [...]}); None when the
+        # profile has no interface entries.
+        self.profile_interfaces: Optional[Dict[str, list]] = None
 
     # -- what the family is (no host needed) ---------------------------------
     @classmethod
@@ -141,6 +146,14 @@ class Family:
 
     def note(self, key: Key) -> str:
         """Something a reviewer should know about this key, shown in plans."""
+        return ""
+
+    def disruptive(self, key: Key, before: Any, after: Any) -> str:
+        """Why changing `key` from `before` to `after` interrupts traffic
+        (the driver drops the link, re-creates its queues or detaches the
+        port), citing the driver function; "" when it does not.  Plans
+        mark such a change for the reviewer, and --json carries it.  Asked
+        after read, for keys that would change; never writes."""
         return ""
 
     # -- values -> host ----------------------------------------------------------

@@ -131,9 +131,9 @@ class EswitchFamily(Family):
                     f"the driver of {handle} has no eswitch {k.name}")
         return out
 
-    def note(self, key):
+    def disruptive(self, key, before, after):
         if key.name == "mode":
-            return ("disruptive: the device's vports are rebuilt (PF and VF traffic stops), "
+            return ("the device's vports are rebuilt (PF and VF traffic stops), "
                     "representors appear in switchdev and go in legacy")
         return ""
 

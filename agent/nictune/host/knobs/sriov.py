@@ -211,14 +211,13 @@ class SriovFamily(Family):
             return f"VF {vf} does not exist: {pf} has {count} VFs"
         return None
 
-    def note(self, key):
+    def disruptive(self, key, before, after):
         if key.name != "numvfs":
             return ""
-        now = self._numvfs.get(key.target)
-        if now:
-            return (f"disruptive: {now} VFs are removed first (a VF count only changes through "
+        if before:
+            return (f"{before} VFs are removed first (a VF count only changes through "
                     "0), with their drivers, representors and attributes")
-        return "disruptive: VFs and, in switchdev, their representors are created"
+        return "VFs and, in switchdev, their representors are created"
 
     # -- writing --
 
