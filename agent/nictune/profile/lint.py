@@ -6,7 +6,15 @@ different places, and nothing stops them from disagreeing:
     NCCL_IB_TC / roce.tos  --tos >> 2-->  DSCP  --dscp_map (trust dscp)-->  priority
     priority --pfc--> lossless, or --ecn np+rp--> lossy with congestion control
     priority --ets.prio_tc--> traffic class --tc_bw / tc_tsa--> a share of the link
-    CNPs: their DSCP and priority; NCCL_IB_GID_INDEX vs RoCE mode; MTU vs RoCE MTU
+    CNPs: their DSCP and priority, and a class that can send them (strict or
+    with bandwidth); NCCL_IB_FIFO_TC (NCCL's credit messages): a mapped DSCP
+    and a class that can send them
+    the same ToS everywhere RDMA traffic takes one: roce.tos (RDMA-CM),
+    roce.verbs_tos (mlx5_ib), NCCL_IB_TC, UCX_IB_TRAFFIC_CLASS,
+    NVSHMEM_IB_TRAFFIC_CLASS, each with ECT in its ECN bits where ECN runs
+    PFC vs link-level (global) pause, and PFC without ECN on its priority
+    NCCL_IB_GID_INDEX vs RoCE mode; MTU vs RoCE MTU; ring sizes the NIC class
+    rounds or refuses (nicclass.rings_effective)
     ASAP2: hw-tc-offload on a switchdev PF and its representors (and with OVS
     hw_offload), VFs wanted with tc offload on a legacy eswitch; inline
     crypto: bits a NIC class lacks, MACsec/ESP overhead against the
@@ -29,6 +37,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..host import nicclass
 from ..host.aside import IPV6_MIN_MTU
 from ..host.knobs.nccl import HCA_ITEM, nccl_list
 from ..host.knobs.sysctl import SPREAD, normalise, spread_note
@@ -50,6 +59,39 @@ IB_MTUS = (4096, 2048, 1024, 512, 256)
 # NVIDIA's usual RoCE recipe puts CNPs on DSCP 48 / priority 6, a class of
 # their own that no PFC pause can hold back.
 CNP_PRIO_RECOMMENDED = 6
+
+# RFC 3168 section 5: the low two bits of the IPv4 ToS / IPv6 traffic class
+# are the ECN field: 10 is ECT(0), 01 ECT(1), 00 Not-ECT, 11 CE.  A switch
+# that finds congestion marks ECT packets CE and drops Not-ECT ones instead,
+# so DCQCN only sees the congestion of ECT traffic (106 = DSCP 26 + ECT(0)).
+ECT = {2: "ECT(0)", 1: "ECT(1)"}
+ECN_FIELD = {0: "Not-ECT", 3: "CE"}
+
+# Where RDMA traffic takes its ToS on the host side: (name, profile key path).
+# NCCL src/transport/net_ib/connect.cc: the QPs' GRH traffic_class is
+# NCCL_IB_TC (default 0); UCX src/uct/ib/base/ib_iface.c
+# uct_ib_iface_config_table: UCX_IB_TRAFFIC_CLASS, whose "auto" selects 106 on
+# RoCE v2; NVSHMEM's env_defs (NVSHMEMI_ENV_DEF IB_TRAFFIC_CLASS): default 0.
+HOST_TCS = (
+    ("NCCL_IB_TC", ("host", "nccl", "env", "NCCL_IB_TC")),
+    ("UCX_IB_TRAFFIC_CLASS", ("host", "ucx", "env", "UCX_IB_TRAFFIC_CLASS")),
+    ("NVSHMEM_IB_TRAFFIC_CLASS", ("host", "nvshmem", "env", "NVSHMEM_IB_TRAFFIC_CLASS")),
+)
+# What each library sends with when its variable is unset (None: NCCL's own
+# rule, nccl-tc-unset, covers it).
+HOST_TC_DEFAULT = {"UCX_IB_TRAFFIC_CLASS": (106, "UCX's auto selects 106 on RoCE v2"),
+                   "NVSHMEM_IB_TRAFFIC_CLASS": (0, "NVSHMEM sends with traffic class 0 (DSCP 0)")}
+ENTRY_TCS = (("roce.tos", "tos"), ("roce.verbs_tos", "verbs_tos"))
+
+# Drivers whose ports come up with link-level (global, 802.3x) pause on.
+# mlx5 keeps global pause (pptx/pprx) and PFC (pfctx/pfcrx) in one port
+# register, PFCC (drivers/net/ethernet/mellanox/mlx5/core/port.c
+# mlx5_set_port_pause, mlx5_set_port_pfc); the driver never writes pause at
+# probe (only mlx5e_ethtool_set_pauseparam in en_ethtool.c does), so the
+# firmware's default stays: "Both Tx and Rx global pause frames are enabled
+# by default", and the PFC recipe disables them first (NVIDIA mlx5 driver
+# documentation, Flow Control).
+GLOBAL_PAUSE_AT_BOOT = {"mlx5_core": "mlx5 ports come up with global pause on (firmware default)"}
 
 # What every side-effect finding adds: what a rollback puts back, and what not.
 ROLLBACK_PART = ("nictune rollback puts back the addresses, routes and sysctls it records before "
@@ -119,12 +161,33 @@ def _wanted_number(value: Any) -> Optional[int]:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _get(doc: Any, *keys: str) -> Any:
+    """doc[k1][k2]..., or None where a level is missing or not a mapping:
+    lint reads sections the schema may not have (yet) defensively."""
+    for key in keys:
+        if not isinstance(doc, dict):
+            return None
+        doc = doc.get(key)
+    return doc
+
+
+def _ecn_bits(tos: int) -> str:
+    return ECT.get(tos & 3) or ECN_FIELD[tos & 3]
+
+
 class _Linter:
     def __init__(self, profile: Profile):
         self.p = profile
         self.doc = profile.doc
         self.findings: List[Finding] = []
         self.env: Dict[str, Any] = ((self.doc.get("host") or {}).get("nccl") or {}).get("env") or {}
+        # Host-wide traffic classes that are set: name -> (value, "file:line").
+        self.host_tcs: Dict[str, Tuple[int, str]] = {}
+        for tc_name, keys in HOST_TCS:
+            value = _number(_get(self.doc, *keys))
+            if value is not None:
+                self.host_tcs[tc_name] = (value, self.p.source(*keys))
+        self.ect_reported: set = set()  # host values already found Not-ECT
 
     def add(self, code: str, severity: str, message: str, *locations: str) -> None:
         self.findings.append(Finding(code, severity, message, tuple(dict.fromkeys(locations))))
@@ -142,9 +205,75 @@ class _Linter:
             if isinstance(entry.get("macsec"), dict):
                 self.macsec_rules(name, entry)
             self.offload_rules(name, entry, entries)
+            self.rings_rules(name, entry)
         self.host_side_effects()
         self.nccl_rules(entries)
+        self.host_tc_rules(entries)
         return self.findings
+
+    # -- ring sizes the NIC class would round or refuse -----------------------
+    def rings_rules(self, name: str, entry: dict) -> None:
+        """The class table (nicclass.py) knows each driver's ring limits and
+        whether it rounds: a size it rounds reads back different, fails
+        verification and rolls the apply back; one out of its limits is
+        refused (RingsFamily.check does the same at plan time)."""
+        rings = entry.get("rings")
+        driver_sel = _get(entry, "match", "driver")
+        if not isinstance(rings, dict) or driver_sel is None:
+            return
+        for driver in _as_list(driver_sel):
+            nic = nicclass.for_driver(driver)
+            if nic is None or not nic.rings:
+                continue
+            for key, want in rings.items():
+                self.ring_rule(name, driver, nic, key, want)
+
+    def ring_rule(self, name: str, driver: str, nic: Any, key: str, want: Any) -> None:
+        limits, value = nic.rings.get(key), _wanted_number(want)
+        if limits is None or value is None:
+            return
+        bound = next(iter(want)) if isinstance(want, dict) else None
+        at = (self.p.source("interfaces", name, "rings", key),
+              self.p.source("interfaces", name, "match", "driver"))
+        # The minimum some drivers derive from the page size (mlx5 rx) is
+        # taken for 4 KiB pages: lint does not know the host's.
+        least, most = nicclass.rings_minimum(driver, key), limits[1]
+        pages = " with 4 KiB pages" if key in nic.rings_page_bytes else ""
+        # {min: N} is met by anything up to the maximum, {max: N} by anything
+        # down to the minimum: only a bound past the other end is unmeetable.
+        if (value > most and bound != "max") or (value < least and bound != "min"):
+            self.add("rings-out-of-range", ERROR,
+                     f"interfaces.{name}: rings.{key} {value} is outside {least}..{most}, what "
+                     f"{driver} takes for {key} rings{pages}: the driver refuses it", *at)
+            return
+        effective = nicclass.rings_effective(driver, key, value)
+        if bound is None and effective != value:
+            how = " up to a power of two" if nic.rings_round_up_pow2 else ""
+            self.add("rings-rounded", WARNING,
+                     f"interfaces.{name}: rings.{key} {value} reads back {effective}: {driver} "
+                     f"rounds {key} rings{how}, so verify sees drift and the apply rolls back; "
+                     f"ask for {effective}, or {{min: {value}}}", *at)
+
+    # -- the traffic class of every RDMA user on the host ---------------------
+    def host_tc_rules(self, entries: dict) -> None:
+        """UCX_IB_TRAFFIC_CLASS and NVSHMEM_IB_TRAFFIC_CLASS against
+        NCCL_IB_TC when no entry gives a roce.tos or verbs_tos to compare
+        each with (then _Entry.traffic_class_rules does it per entry)."""
+        for name, (value, at) in self.host_tcs.items():
+            if name != "NCCL_IB_TC" and not 0 <= value <= 255:
+                self.add("traffic-class-invalid", ERROR,
+                         f"{name} {value} is not a traffic class byte from 0 to 255", at)
+        if any(isinstance(e.get("roce"), dict) and
+               any(e["roce"].get(k) is not None for _, k in ENTRY_TCS) for e in entries.values()):
+            return
+        valid = [(n, va) for n, va in self.host_tcs.items() if 0 <= va[0] <= 255]
+        ref = valid[0] if valid else None
+        for name, (value, at) in valid[1:]:
+            if value != ref[1][0]:
+                self.add("traffic-class-mismatch", ERROR,
+                         f"{name} is {value} but {ref[0]} is {ref[1][0]}: RDMA traffic of the two "
+                         "libraries would land in different DSCPs, and so priorities",
+                         at, ref[1][1])
 
     # -- MACsec: overhead against the MTU, offload against the NIC class -------
     def macsec_rules(self, name: str, entry: dict) -> None:
@@ -314,6 +443,11 @@ class _Linter:
             self.add("nccl-tc-invalid", ERROR,
                      f"NCCL_IB_TC {tc!r} is not a traffic class byte from 0 to 255",
                      self.nccl("NCCL_IB_TC"))
+        fifo = self.env.get("NCCL_IB_FIFO_TC")
+        if fifo is not None and not 0 <= (_number(fifo) if _number(fifo) is not None else -1) <= 255:
+            self.add("nccl-tc-invalid", ERROR,
+                     f"NCCL_IB_FIFO_TC {fifo!r} is not a traffic class byte from 0 to 255",
+                     self.nccl("NCCL_IB_FIFO_TC"))
         self.socket_ifname(entries)
 
     def socket_ifname(self, entries: dict) -> None:
@@ -391,6 +525,11 @@ class _Entry:
         self.dscp_map = {int(k): v for k, v in (roce.get("dscp_map") or {}).items()}
         # mlx5: trust is dscp as soon as the APP table has DSCP entries.
         self.trust = roce.get("trust") or ("dscp" if self.dscp_map else None)
+        self.np = set(self.ecn.get("np") or [])
+        self.rp = set(self.ecn.get("rp") or [])
+        # ECN is "configured" when the entry turns it on for some priority; an
+        # ecn section with CNP settings only leaves the enables as they are.
+        self.ecn_on = bool(self.np or self.rp)
 
     def at(self, *keys: str) -> str:
         return self.l.p.source("interfaces", self.name, "roce", *keys)
@@ -406,8 +545,180 @@ class _Entry:
         self.ets_sum()
         self.pfc_unused()
         self.cnp_rules()
+        self.cnp_class_rule()
+        self.traffic_class_rules()
+        self.ect_rules()
+        self.fifo_tc_rules()
+        self.pause_rules()
+        self.pfc_without_ecn()
         self.gid_index_rule()
         self.mtu_rule()
+
+    def starved_class(self, prio: Any) -> Optional[int]:
+        """The traffic class `prio` maps to (ets.prio_tc) when that class is
+        not strict and gets no bandwidth, else None.  mlx5 puts zero-share
+        ETS classes in the lowest group, below every other ETS and strict
+        class (en_dcbnl.c mlx5e_build_tc_group: MLX5E_LOWEST_PRIO_GROUP, the
+        others one up; mlx5e_build_tc_tx_bw splits that group's 100% among
+        them), so they send only when nothing else has anything to send."""
+        prio_tc = self.ets.get("prio_tc")
+        if not isinstance(prio, int) or prio_tc is None or not 0 <= prio < len(prio_tc):
+            return None
+        tc = prio_tc[prio]
+        tsa = (self.ets.get("tc_tsa") or [None] * 8)[tc] if 0 <= tc < 8 else None
+        bw = (self.ets.get("tc_bw") or [None] * 8)[tc] if 0 <= tc < 8 else None
+        return tc if tsa in ("ets", None) and bw == 0 else None
+
+    def ets_at(self) -> List[str]:
+        return [self.at("ets", "prio_tc"), self.at("ets", "tc_bw"),
+                *([self.at("ets", "tc_tsa")] if self.ets.get("tc_tsa") else [])]
+
+    def cnp_class_rule(self) -> None:
+        cnp_dscp, cnp_prio = self.ecn.get("cnp_dscp"), self.ecn.get("cnp_prio")
+        where = [self.at("ecn", "cnp_prio")]
+        if cnp_prio is None and cnp_dscp is not None and self.trust == "dscp":
+            cnp_prio = self.dscp_map.get(cnp_dscp)
+            where = [self.at("ecn", "cnp_dscp"), self.at("dscp_map")]
+        tc = self.starved_class(cnp_prio)
+        if tc is None:
+            return
+        self.add("cnp-class-starved", ERROR,
+                 f"CNPs go out on priority {cnp_prio}, traffic class {tc} (ets.prio_tc), which is "
+                 "not strict and gets 0% (ets.tc_bw): mlx5 puts zero-bandwidth ETS classes below "
+                 "every other class (mlx5e_build_tc_group), so CNPs wait exactly when congestion is "
+                 f"worst; make traffic class {tc} strict (NVIDIA's recipe) or give it a share",
+                 *where, *self.ets_at())
+
+    # -- one ToS for all RDMA traffic on the port -------------------------------
+    def own_tcs(self) -> List[Tuple[str, int, str]]:
+        return [(label, _number(self.roce.get(key)), self.at(key)) for label, key in ENTRY_TCS
+                if _number(self.roce.get(key)) is not None]
+
+    def traffic_class_rules(self) -> None:
+        """roce.tos, roce.verbs_tos and every library's traffic class must be
+        one value (nccl-tc-mismatch, in tos_rules, is NCCL_IB_TC vs roce.tos)."""
+        own = self.own_tcs()
+        if not own:
+            return
+        ref_label, ref, ref_at = own[0]
+        for label, value, at in own[1:] + [(n, v, a) for n, (v, a) in self.l.host_tcs.items()]:
+            if value == ref or (label == "NCCL_IB_TC" and ref_label == "roce.tos"):
+                continue
+            self.add("traffic-class-mismatch", ERROR,
+                     f"{label} is {value} but {ref_label} is {ref}: that traffic would carry DSCP "
+                     f"{value >> 2}, not {ref >> 2}, and so not be in the RoCE class", at, ref_at)
+        if ref_label != "roce.tos" and "NCCL_IB_TC" not in self.l.env and self.l.env:
+            self.add("nccl-tc-unset", WARNING,
+                     f"{ref_label} is {ref} but NCCL_IB_TC is not set: NCCL sends with traffic "
+                     "class 0 (DSCP 0)", ref_at, self.l.p.source("host", "nccl", "env"))
+        for name, keys in HOST_TCS:
+            section = _get(self.l.doc, *keys[:2])
+            if name in self.l.host_tcs or name not in HOST_TC_DEFAULT or not isinstance(section, dict):
+                continue
+            default, why = HOST_TC_DEFAULT[name]
+            if default != ref:
+                self.add("traffic-class-unset", WARNING,
+                         f"{ref_label} is {ref} but {name} is not set: {why}, so its RDMA traffic "
+                         "would not be in the RoCE class", ref_at, self.l.p.source(*keys[:2]))
+
+    def ect_rules(self) -> None:
+        if not self.ecn_on:
+            return
+        host = [(n, v, a) for n, (v, a) in self.l.host_tcs.items() if n not in self.l.ect_reported]
+        for label, value, at in self.own_tcs() + host:
+            if not 0 <= value <= 255 or value & 3 in ECT:
+                continue
+            if label in self.l.host_tcs:
+                self.l.ect_reported.add(label)
+            self.not_ect(label, value, at)
+
+    def not_ect(self, label: str, value: int, at: str) -> None:
+        prios = ", ".join(map(str, sorted(self.np | self.rp)))
+        self.add("tos-not-ect", WARNING,
+                 f"{label} {value} has {_ecn_bits(value)} in its ECN bits (the low two, RFC 3168) "
+                 f"while ECN is on for priority {prios}: a congested switch marks ECT packets and "
+                 "drops the others, so DCQCN never slows that traffic down; "
+                 f"{(value & ~3) | 2} is DSCP {value >> 2} with ECT(0)", at, self.at("ecn"))
+
+    def fifo_tc_rules(self) -> None:
+        """NCCL_IB_FIFO_TC (NCCL 2.22.3+, env.rst): the traffic class of the
+        receiver's QPs, which carry the CTS (credit) RDMA writes
+        (src/transport/net_ib/connect.cc ncclIbReceiverQpsCreateToRts);
+        meant for "a high priority, low-latency traffic class" so credits are
+        not delayed behind data.  Unmapped, it lands on priority 0 behind bulk
+        traffic; in a class without bandwidth, it waits behind everything."""
+        fifo = _number(self.l.env.get("NCCL_IB_FIFO_TC"))
+        if fifo is None or not 0 <= fifo <= 255 or self.trust != "dscp" or not self.dscp_map:
+            return
+        where = self.l.nccl("NCCL_IB_FIFO_TC")
+        prio = self.dscp_map.get(fifo >> 2)
+        if prio is None:
+            self.add("fifo-tc-unmapped", WARNING,
+                     f"NCCL_IB_FIFO_TC {fifo} is DSCP {fifo >> 2}, which dscp_map does not map: "
+                     "NCCL's credit (CTS) messages would fall into priority 0, behind bulk "
+                     "traffic, the opposite of what NCCL_IB_FIFO_TC is for", where, self.at("dscp_map"))
+            return
+        tc = self.starved_class(prio)
+        if tc is not None:
+            self.add("fifo-tc-starved", ERROR,
+                     f"NCCL_IB_FIFO_TC {fifo} is DSCP {fifo >> 2}, priority {prio}, traffic class "
+                     f"{tc}, which is not strict and gets 0% (ets.tc_bw): NCCL's credit messages "
+                     "would wait behind every other class and stall the data behind them",
+                     where, self.at("dscp_map"), *self.ets_at())
+        if prio in self.np | self.rp and fifo & 3 not in ECT:
+            self.not_ect("NCCL_IB_FIFO_TC", fifo, where)
+
+    # -- PFC against link-level pause and ECN ----------------------------------
+    def pause_rules(self) -> None:
+        """Global (802.3x) pause stops every priority, the lossy ones too,
+        and mlx5 keeps it in the same port register as PFC (PFCC) and will
+        not run both: NVIDIA's PFC recipes turn it off first."""
+        pfc = self.roce.get("pfc") or []
+        if not pfc:
+            return
+        pause = self.entry.get("pause") if isinstance(self.entry.get("pause"), dict) else {}
+        prios = ("priority " if len(pfc) == 1 else "priorities ") + ", ".join(map(str, pfc))
+        at = lambda key: self.l.p.source("interfaces", self.name, "pause", key)  # noqa: E731
+        on = [k for k in ("rx", "tx") if pause.get(k) is True]
+        if on:
+            self.add("pfc-with-global-pause", ERROR,
+                     f"PFC is on for {prios} and link-level pause {' and '.join(on)} too: global "
+                     "pause stops every priority, the lossy ones included (and mlx5 keeps both in "
+                     "one port register, PFCC, and will not run both); set pause: {rx: false, "
+                     "tx: false}",
+                     *(at(k) for k in on), self.at("pfc"))
+            return
+        unset = [k for k in ("rx", "tx") if pause.get(k) is None]
+        driver_sel = _get(self.entry, "match", "driver")
+        known = [d for d in (_as_list(driver_sel) if driver_sel is not None else [])
+                 if d in GLOBAL_PAUSE_AT_BOOT]
+        if unset and known:
+            self.add("pfc-global-pause-unset", WARNING,
+                     f"PFC is on for {prios} but the entry leaves pause {' and '.join(unset)} "
+                     f"as the device has it: {GLOBAL_PAUSE_AT_BOOT[known[0]]}, and global pause "
+                     "cannot run beside PFC; set pause: {rx: false, tx: false}",
+                     self.at("pfc"), self.l.p.source("interfaces", self.name, "match", "driver"))
+
+    def pfc_without_ecn(self) -> None:
+        """A lossless priority without DCQCN has only pause to slow senders:
+        congestion spreads back hop by hop (pause storms, head-of-line
+        blocking of the flows that share the paused queues).  Only when the
+        entry turns ECN on somewhere: without np/rp the profile leaves the
+        device's ECN enables as they are, which lint cannot see."""
+        if not self.ecn_on:
+            return
+        used = set(self.dscp_map.values()) if self.trust == "dscp" and self.dscp_map else None
+        for prio in sorted(set(self.roce.get("pfc") or [])):
+            if (used is not None and prio not in used) or prio == self.ecn.get("cnp_prio"):
+                continue  # pfc-unused-priority and cnp-prio-lossless say it
+            missing = [n for n, on in (("np", self.np), ("rp", self.rp)) if prio not in on]
+            if missing:
+                self.add("pfc-without-ecn", WARNING,
+                         f"PFC is on for priority {prio} but ECN {' and '.join(missing)} "
+                         f"{'are' if len(missing) > 1 else 'is'} not: a "
+                         "lossless priority without DCQCN only has pause frames to slow senders, "
+                         "so congestion spreads as pause storms and head-of-line blocking; add "
+                         f"{prio} to ecn.np and ecn.rp", self.at("pfc"), self.at("ecn"))
 
     def trust_rules(self) -> None:
         if self.roce.get("trust") == "pcp" and self.dscp_map:
