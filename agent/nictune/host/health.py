@@ -13,6 +13,10 @@ through Host.path(), so tests point the Host at a fixture tree.
     rdma_device, rdma_port      the RDMA port whose GID table names X
     counters                    ethtool statistics (ETHTOOL_GSTATS) and the
                                 RDMA port's hw_counters, RoCE-relevant ones
+                                (ROCE_HEALTH: the names that say "RoCE is
+                                broken", each with its driver source); all
+                                of them, and /sys/class/net/X/statistics,
+                                for expect: counters (counters())
     ipsec_sa_offloaded,         IPsec SAs offloaded to X / in software on X
     ipsec_sa_software           (host/ipsec.py), when any SA concerns X
     tls                         /proc/net/tls_stat, when the tls module is
@@ -29,6 +33,13 @@ through Host.path(), so tests point the Host at a fixture tree.
                                 {running, stored}} of those, only when true.
                                 Running kernel only; absent without devlink,
                                 without a port for X, or without INFO_GET.
+
+Counters are totals since the device last reset them (boot, driver load).
+expect: counters compares their increase between two reads (knobs/
+expect.py); the reads and the wait between them go through a
+CounterSource: the running kernel and the wall clock, or a host's own
+(Host.counter_source: tests/fakes.py FakeHost, whose recorded counters
+move when its clock does).
 """
 
 from __future__ import annotations
@@ -38,20 +49,50 @@ import errno
 import os
 import re
 import struct
+import time
 from typing import Callable, Dict, Optional, Tuple
 
 from nictune.host import rdma
 from nictune.host.machine import Host, Interface
 from nictune.host.rdma import _read  # None when absent, or EINVAL while the link is down
 
-# The ethtool statistics that matter for RoCE on mlx5 (en_stats.c names):
-# per-priority PFC pause frames, and drops for lack of receive buffers.
-_ETHTOOL_COUNTERS = re.compile(r"^((rx|tx)_prio[0-7]_pause|rx_out_of_buffer)$")
+# The counters that say "RoCE is broken" on mlx5, by the names the driver
+# gives them, with where it does and what a rise means.  Checked against
+# torvalds/linux drivers/net/ethernet/mellanox/mlx5/core/en_stats.c (commit
+# 01dd7424) and drivers/infiniband/hw/mlx5/counters.c (commit 10d4de41).
+# <N> is a priority, 0-7.  The profiles expect each not to rise at all on a
+# lossless rail (profiles/connectx7-roce-lossless.yaml).
+ROCE_HEALTH = (
+    # name, source (file: table or function), a rise means
+    ("tx_pause_storm_warning_events", "en_stats.c: pport_pfc_stall_stats_desc "
+     "(device_stall_minor_watermark_cnt)", "the port sent pause long enough to near a PFC storm"),
+    ("tx_pause_storm_error_events", "en_stats.c: pport_pfc_stall_stats_desc "
+     "(device_stall_critical_watermark_cnt)", "a PFC storm: the device stopped sending pause"),
+    ("rx_prio<N>_discards", "en_stats.c: pport_per_prio_traffic_stats_desc (rx_discards)",
+     "frames of priority N dropped on receive: loss on what should be lossless"),
+    ("rx_discards_phy", "en_stats.c: pport_2863_stats_desc (if_in_discards)",
+     "the port dropped received frames (no buffer)"),
+    ("link_down_events_phy", "en_stats.c: MLX5E_DECLARE_STATS_GRP_OP_FILL_STRS(phy) "
+     "(phys_layer_cntrs.link_down_events)", "the link went down"),
+    ("local_ack_timeout_err", "counters.c: retrans_q_cnts", "a QP's ACK timer expired: retransmission"),
+    ("packet_seq_err", "counters.c: retrans_q_cnts", "a NAK for a sequence error was received"),
+    ("out_of_sequence", "counters.c: out_of_seq_q_cnts", "packets arrived out of order: loss"),
+    ("rx_icrc_encapsulated", "counters.c: ext_ppcnt_cnts", "RoCE packets with a bad ICRC"),
+)
+
+# Of those and the other RoCE-relevant ones, what health facts show (ethtool
+# -S, en_stats.c names): per-priority PFC pause frames (pport_per_prio_pfc_
+# stats_desc "rx_%s_pause"), drops for lack of receive buffers (q counter
+# rx_out_of_buffer), and the ROCE_HEALTH ones above.
+_ETHTOOL_COUNTERS = re.compile(
+    r"^((rx|tx)_prio[0-7]_pause|rx_out_of_buffer|rx_prio[0-7]_discards|rx_discards_phy"
+    r"|tx_pause_storm_(warning|error)_events|link_down_events_phy)$")
 # RDMA port hw_counters (upstream mlx5_ib counters.c names): ECN marks seen
 # and CNPs sent as notification point, CNPs acted on as reaction point, and
-# packets that arrived out of order (loss on a lossless class).
+# the ROCE_HEALTH ones: out of order, sequence errors, ACK timeouts, bad ICRC.
 RDMA_COUNTERS = ("np_ecn_marked_roce_packets", "np_cnp_sent", "rp_cnp_handled",
-                 "out_of_sequence")
+                 "out_of_sequence", "packet_seq_err", "local_ack_timeout_err",
+                 "rx_icrc_encapsulated")
 
 # /proc/net/tls_stat, made by the tls module for each network namespace;
 # net/tls/tls_proc.c (6.12) prints tls_mib_list, in this order, each line
@@ -61,6 +102,18 @@ TLS_COUNTERS = ("TlsCurrTxSw", "TlsCurrRxSw", "TlsCurrTxDevice", "TlsCurrRxDevic
                 "TlsTxSw", "TlsRxSw", "TlsTxDevice", "TlsRxDevice", "TlsDecryptError",
                 "TlsRxDeviceResync", "TlsDecryptRetry", "TlsRxNoPadViolation")
 TLS_ABSENT = "the tls module is not loaded (no /proc/net/tls_stat)"
+
+# Counters that are not totals but say how many there are now: the kTLS
+# sockets open (net/tls/tls_main.c tls_sk_proto_cleanup decrements the
+# TlsCurr* ones on close) and a veth's peer (drivers/net/veth.c
+# veth_get_ethtool_stats: "peer_ifindex").  Their increase means nothing:
+# expect: compares them as they read.
+GAUGES = re.compile(r"^(TlsCurr[A-Za-z]+|peer_ifindex)$")
+
+# The netdev's own statistics (Documentation/ABI/testing/sysfs-class-net-
+# statistics): rx_dropped, rx_missed_errors, ... for any driver, under
+# the names `ip -s link` counts; an ethtool -S one of the same name wins.
+NETDEV_STATISTICS = "statistics"
 
 
 def is_tls_counter(name: str) -> bool:
@@ -87,6 +140,32 @@ def parse_tls_stat(text: str) -> Dict[str, int]:
 _UNKNOWN_SPEEDS = (-1, 0xFFFFFFFF)
 
 StatsReader = Callable[[str], Dict[str, int]]
+
+
+class CounterSource:
+    """Where ethtool statistics come from, and the clock two reads of a
+    counter are apart by: the running kernel's ETHTOOL_GSTATS and the wall
+    clock.  A Host rooted elsewhere than "/" (a fixture tree) has no
+    ethtool statistics here: they would be this machine's same-named
+    devices'.  A host whose counters are not the running kernel's brings
+    its own source as Host.counter_source (tests/fakes.py FakeHost)."""
+
+    def __init__(self, host: Host):
+        self.live = host.root == "/"
+
+    def ethtool_stats(self, ifname: str) -> Dict[str, int]:
+        return ethtool_stats(ifname) if self.live else {}
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+def counter_source(host: Host) -> CounterSource:
+    """The host's own counter source, or the running kernel's."""
+    return getattr(host, "counter_source", None) or CounterSource(host)
 
 
 def _int(text: Optional[str]) -> Optional[int]:
@@ -123,8 +202,8 @@ class Health:
         self._devlink = devlink
         self._devlink_ports: Optional[Dict[str, str]] = None  # netdev -> devlink handle
         self._dev_info: Dict[str, object] = {}  # handle -> DevInfo, or None when unreadable
-        self._read_stats = stats if stats is not None else (
-            ethtool_stats if host.root == "/" else lambda ifname: {})
+        self.source = counter_source(host)
+        self._read_stats = stats if stats is not None else self.source.ethtool_stats
         self._stats: Dict[str, Dict[str, int]] = {}
         self._ports: Optional[Dict[str, Tuple[str, int]]] = None
         self._ipsec = None  # host.ipsec.IpsecView, made on first use
@@ -201,11 +280,11 @@ class Health:
                 self._dev_info[handle] = None
         return self._dev_info[handle]
 
-    def tls_stat(self) -> Optional[Dict[str, int]]:
+    def tls_stat(self, fresh: bool = False) -> Optional[Dict[str, int]]:
         """The kTLS counters of /proc/net/tls_stat (the Host's root), or None
-        when the tls module is not loaded.  ValueError when its text does
-        not parse."""
-        if not self._tls_read:
+        when the tls module is not loaded; read again with `fresh`.
+        ValueError when its text does not parse."""
+        if fresh or not self._tls_read:
             text = _read(self.host.path(TLS_STAT))
             self._tls = None if text is None else parse_tls_stat(text)
             self._tls_read = True  # after the parse: bad text raises every time
@@ -220,23 +299,27 @@ class Health:
             self._ipsec = IpsecView()
         return self._ipsec.of(iface.name, iface.index)
 
-    def counters(self, ifname: str, roce_only: bool = False) -> Dict[str, int]:
-        """ethtool statistics and the RDMA port's hw_counters of `ifname`;
-        with roce_only, just the ones that tell RoCE health."""
-        stats = self._ethtool_stats(ifname)
+    def counters(self, ifname: str, roce_only: bool = False, fresh: bool = False) -> Dict[str, int]:
+        """ethtool statistics, the RDMA port's hw_counters and (without
+        roce_only) the netdev statistics of `ifname`, in that order of
+        precedence for a name two of them have; with roce_only, just the
+        ones that tell RoCE health.  `fresh` reads the ethtool statistics
+        again rather than what this instance read before (the sysfs files
+        are read every time)."""
+        stats = self._ethtool_stats(ifname, fresh)
         out = {k: v for k, v in stats.items() if not roce_only or _ETHTOOL_COUNTERS.match(k)}
         port = self.rdma_port(ifname)
         if port:
             base = self.host.path(rdma.IB_CLASS, port[0], "ports", str(port[1]), "hw_counters")
             names = RDMA_COUNTERS if roce_only else _listdir(base)
-            for counter in names:
-                value = _int(_read(os.path.join(base, counter)))
-                if value is not None:
-                    out.setdefault(counter, value)
+            _read_counters(base, names, out)
+        if not roce_only:
+            base = self.host.path("sys/class/net", ifname, NETDEV_STATISTICS)
+            _read_counters(base, _listdir(base), out)
         return dict(sorted(out.items()))
 
-    def _ethtool_stats(self, ifname: str) -> Dict[str, int]:
-        if ifname not in self._stats:
+    def _ethtool_stats(self, ifname: str, fresh: bool = False) -> Dict[str, int]:
+        if fresh or ifname not in self._stats:
             try:
                 self._stats[ifname] = self._read_stats(ifname)
             except OSError:
@@ -248,6 +331,15 @@ class Health:
         if self._ports is None:
             self._ports = rdma.netdev_ports(self.host)
         return self._ports.get(ifname)
+
+
+def _read_counters(base: str, names, out: Dict[str, int]) -> None:
+    """Each file `name` under `base` that holds a number, into `out` unless
+    a source before it named it already."""
+    for counter in names:
+        value = _int(_read(os.path.join(base, counter)))
+        if value is not None:
+            out.setdefault(counter, value)
 
 
 def _listdir(path: str) -> list:

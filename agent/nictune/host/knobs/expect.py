@@ -6,20 +6,49 @@
       link_speed_mbps: 400000
       pcie_width: 16
       pcie_speed_gts: 32
-      counters: {rx_out_of_buffer: {max: 0}, TlsDecryptError: 0}
+      counters: {rx_discards_phy: {max: 0}, TlsDecryptError: 0}  # increase
+      counters_interval: 5            # seconds between the two reads
+      counter_totals: {TlsTxDevice: {min: 1}}   # the value as it reads
       ipsec_offload: crypto           # crypto, packet or none (host/ipsec.py)
       firmware_pending_reset: false   # devlink dev info: stored == running
 
-Keys are family "expect", name the fact ("counters.<name>" for counters).
-The family is read-only: the engine never writes it; plan, verify and
-apply report an unmet expectation as drift.  A fact the host does not
-report reads as None, which meets no expectation.
+Keys are family "expect", name the fact ("counters.<name>" and
+"counter_totals.<name>" for counters).  The family is read-only: the
+engine never writes it; plan, verify and apply report an unmet
+expectation as drift.  A fact the host does not report reads as None,
+which meets no expectation.
 
-Counters are the interface's ethtool statistics and RDMA hw_counters,
-except the kTLS ones of /proc/net/tls_stat (Tls*: TlsTxDevice,
-TlsDecryptError, ...; host/health.py), which are the network namespace's
-whichever entry names them, and read as Unsupported("the tls module is not
-loaded") where that file is absent.
+Counters are the interface's ethtool statistics, RDMA hw_counters and
+/sys/class/net/X/statistics (host/health.py), except the kTLS ones of
+/proc/net/tls_stat (Tls*: TlsTxDevice, TlsDecryptError, ...), which are
+the network namespace's whichever entry names them, and read as
+Unsupported("the tls module is not loaded") where that file is absent.
+
+`counters` compares how much each counter rose over an interval, not its
+total: a counter is a total since the device last reset it, so one drop
+at boot would otherwise be drift forever.  read() reads every counter key
+of every interface, waits, and reads them again: one wait per command,
+as long as the longest counters_interval any entry asks for (default 5 s,
+1 to 60); an entry with a shorter one has its second read when its own
+interval is up, within that one wait.  The value plans show is the
+increase, and the note says "rx_discards_phy rose by 12 in 5 s (100 ->
+112)".  A counter that fell between the reads (reset, or a 32-bit
+hw_counter wrapped), or that only one read found, reads as None: its
+increase is unknown, and the note says so; one the host lacks reads as
+None too, named in the note.  Counters that count what there is now rather than events (the
+TlsCurr* sockets, a veth's peer_ifindex: health.GAUGES) are compared as
+they read, without a wait.  `counter_totals` is for wanting a total (at
+least one kTLS record sent by the device since boot: TlsTxDevice {min:
+1}): compared as it reads, without a wait.
+
+Which commands wait: every one that reads these keys samples them the same
+way, so that plan, apply and verify agree on what is drift.  plan and
+apply (whose plan comes before any write) and verify each wait once;
+audit is verify on each host, and hosts run in parallel (the fleet's
+forks), so a fleet audit pays the interval once per batch of hosts, not
+once per host.  show reads no expectations and never waits.  A profile
+without counters: expectations (or with gauges and totals only) never
+waits.
 
 ipsec_offload is read over NETLINK_XFRM (host/ipsec.py says which SAs and
 policies concern an interface).  Its current value is the modes its SAs
@@ -50,6 +79,13 @@ from nictune.host.validate import COUNTER_NAME, DRIVER, VERSION_WANT, InvalidInp
 FWRESET = "firmware_pending_reset"
 FACTS = ("driver", "firmware", "link_speed_mbps", "pcie_width", "pcie_speed_gts", FWRESET)
 COUNTER_PREFIX = "counters."
+TOTAL_PREFIX = "counter_totals."
+# Named to sort beside counters:, the mapping whose reads it spaces; whole
+# seconds.  5 s catches a drop burst of a congested job yet keeps an audit
+# short; a minute is the most one command waits.
+INTERVAL = "counters_interval"
+DEFAULT_INTERVAL = 5
+MAX_INTERVAL = 60
 IPSEC = "ipsec_offload"
 IPSEC_MODES = ("crypto", "packet", "none")
 
@@ -88,7 +124,8 @@ class ExpectFamily(Family):
     position = 110
     position_note = "never written: read after everything else"
     sections = ("expect",)
-    settings = tuple(f"expect.{fact}" for fact in FACTS) + ("expect.counters", "expect." + IPSEC)
+    settings = tuple(f"expect.{fact}" for fact in FACTS) + (
+        "expect.counters", "expect." + INTERVAL, "expect.counter_totals", "expect." + IPSEC)
     read_only = True  # the engine reports unmet keys as drift, never writes them
 
     @classmethod
@@ -103,9 +140,22 @@ class ExpectFamily(Family):
                 "pcie_speed_gts": {"enum": [2.5, 5, 8, 16, 32, 64],
                                    "description": "PCIe link speed in GT/s, as the device trained (32 = Gen5)."},
                 "counters": s.mapping(
-                    "Counters (ethtool -S, RDMA hw_counters; Tls* names: the kernel's kTLS "
-                    "counters of /proc/net/tls_stat, the host's), each with the value or bound "
-                    "it must meet.",
+                    "Counters (ethtool -S, RDMA hw_counters, /sys/class/net/X/statistics; "
+                    "Tls* names: the kernel's kTLS counters of /proc/net/tls_stat, the "
+                    "host's), each with the value or bound its increase over "
+                    "counters_interval must meet: {max: 0} is 'did not rise'. Counters of "
+                    "what there is now (TlsCurr*, peer_ifindex) are compared as they read.",
+                    s.text(COUNTER_NAME, 64),
+                    s.wanted(0, s.U64_MAX, "Increase of the counter over the interval."), 64),
+                INTERVAL: {**s.integer(1, MAX_INTERVAL),
+                           "description": "Seconds between the two reads of the counters "
+                                          f"(default {DEFAULT_INTERVAL}): each command that "
+                                          "checks them waits this long once, for all "
+                                          "interfaces and counters together."},
+                "counter_totals": s.mapping(
+                    "Counters compared as they read (a total since the device last reset "
+                    "them), not as an increase: for 'at least one since boot' "
+                    "(TlsTxDevice: {min: 1}).",
                     s.text(COUNTER_NAME, 64), s.wanted(0, s.U64_MAX, "Counter value."), 64),
                 FWRESET: {"type": "boolean",
                           "description": "Whether a flashed firmware waits for a reset (devlink "
@@ -129,6 +179,9 @@ class ExpectFamily(Family):
         self._ipsec_want: dict = {}  # ifname -> wanted mode, from expand
         self._ipsec: dict = {}       # ifname -> host.ipsec.Usage or Unsupported, from read
         self._facts: dict = {}       # ifname -> health facts, from read
+        self._interval: dict = {}    # Key of a counters. key -> seconds, from expand
+        self._samples: dict = {}     # Key -> (first, second, seconds apart), from read
+        self._absent: set = set()    # total and gauge keys the host has no counter for
         # Here, not at the top: the controller imports this module for its
         # schema alone, and health pulls in rdma and the interface facts.
         from nictune.host.health import Health
@@ -152,31 +205,46 @@ class ExpectFamily(Family):
                                    + ", ".join(IPSEC_MODES))
             self._ipsec_want[target] = mode
             out.append(Desired(Key(self.name, target, IPSEC), Want(mode), source("expect", IPSEC)))
-        for counter, raw in (section.get("counters") or {}).items():
-            check(COUNTER_NAME, counter, "counter name")
-            out.append(Desired(Key(self.name, target, COUNTER_PREFIX + counter),
-                               Want.parse(raw), source("expect", "counters", counter)))
+        interval = section.get(INTERVAL, DEFAULT_INTERVAL)
+        if (not isinstance(interval, int) or isinstance(interval, bool)
+                or not 1 <= interval <= MAX_INTERVAL):
+            raise InvalidInput(f"{source('expect', INTERVAL) or 'expect'}: expect.{INTERVAL} "
+                               f"is {interval!r}; it takes whole seconds, 1 to {MAX_INTERVAL}")
+        for mapping, prefix in (("counters", COUNTER_PREFIX), ("counter_totals", TOTAL_PREFIX)):
+            for counter, raw in (section.get(mapping) or {}).items():
+                check(COUNTER_NAME, counter, "counter name")
+                key = Key(self.name, target, prefix + counter)
+                if prefix == COUNTER_PREFIX:
+                    # The first entry to name a key owns it (engine Desire.add).
+                    self._interval.setdefault(key, interval)
+                out.append(Desired(key, Want.parse(raw), source("expect", mapping, counter)))
         return out
 
     def read(self, keys):
-        from nictune.host.health import is_tls_counter  # see __init__
-
         facts = self._facts = {}  # ifname -> health facts, kept for note()
-        counters: dict = {}
+        self._samples = {}
         interfaces = {i.name: i for i in self.host.interfaces()}
         out = {}
+        rising = []  # counters. keys whose increase is wanted: read twice, below
+        now: dict = {}  # target -> counters, for totals and gauges
+        self._absent = set()
         for key in keys:
             iface = interfaces.get(key.target)
+            counter = _counter(key)
             if iface is None:
                 out[key] = None
+                if counter is not None:
+                    self._absent.add(key)
             elif key.name == IPSEC:
                 out[key] = self._read_ipsec(iface)
-            elif key.name.startswith(COUNTER_PREFIX) and is_tls_counter(key.name[len(COUNTER_PREFIX):]):
-                out[key] = self._read_tls(key.name[len(COUNTER_PREFIX):])
-            elif key.name.startswith(COUNTER_PREFIX):
-                if key.target not in counters:
-                    counters[key.target] = self.health.counters(key.target)
-                out[key] = counters[key.target].get(key.name[len(COUNTER_PREFIX):])
+            elif counter is not None and key.name.startswith(COUNTER_PREFIX) and not _gauge(counter):
+                rising.append(key)
+            elif counter is not None:  # a total, or a gauge: as it reads now
+                if key.target not in now:
+                    now.update(self._now({key.target}, keys))
+                out[key] = now[key.target].get(counter)
+                if out[key] is None:
+                    self._absent.add(key)
             else:
                 if key.target not in facts:
                     facts[key.target] = self.health.of(iface)
@@ -186,7 +254,82 @@ class ExpectFamily(Family):
                         "devlink dev info is read from the running kernel only"
                         if self.host.root != "/" else
                         f"no devlink device with a port for {key.target} answers dev info")
+        out.update(self._rises(rising))
         return out
+
+    # -- counters --------------------------------------------------------------
+    def _now(self, targets: set, keys: list, fresh: bool = False) -> dict:
+        """{target: {counter: value | Unsupported}} for the counters `keys`
+        name: the interfaces' own, and the kTLS ones (the namespace's)."""
+        from nictune.host.health import is_tls_counter  # see __init__
+
+        wanted = sorted(c for c in {_counter(k) for k in keys} - {None} if is_tls_counter(c))
+        if wanted and fresh:
+            try:
+                self.health.tls_stat(fresh=True)  # once for all of them
+            except ValueError:
+                pass  # _read_tls reads it again and says why
+        tls = {c: self._read_tls(c) for c in wanted}
+        return {t: {**self.health.counters(t, fresh=fresh), **tls} for t in targets}
+
+    def _rises(self, keys: list) -> dict:
+        """How much each counter of `keys` rose over its interval: one read
+        of all of them, one wait (the longest interval), and a second read
+        of each interval's keys when that interval is up."""
+        if not keys:
+            return {}
+        clock = self.health.source
+        first = self._now({k.target for k in keys}, keys, fresh=True)
+        start = clock.now()
+        by_interval: dict = {}
+        for key in keys:
+            by_interval.setdefault(self._interval.get(key, DEFAULT_INTERVAL), []).append(key)
+        out = {}
+        for interval in sorted(by_interval):
+            group = by_interval[interval]
+            left = start + interval - clock.now()
+            if left > 0:
+                clock.sleep(left)
+            second = self._now({k.target for k in group}, group, fresh=True)
+            elapsed = clock.now() - start
+            for key in group:
+                out[key] = self._rise(key, first[key.target].get(_counter(key)),
+                                      second[key.target].get(_counter(key)), elapsed)
+        return out
+
+    def _rise(self, key: Key, before, after, elapsed: float):
+        for value in (before, after):
+            if isinstance(value, Unsupported):
+                return value
+        self._samples[key] = (before, after, elapsed)
+        if before is None or after is None or after < before:
+            return None  # absent, or reset/wrapped: the increase is unknown
+        return after - before
+
+    def _counter_note(self, key: Key) -> str:
+        counter = _counter(key)
+        absent = (f"{key.target} has no counter {counter} (ethtool -S, RDMA hw_counters, "
+                  f"/sys/class/net/{key.target}/statistics)")
+        if key in self._absent:
+            return absent
+        if key.name.startswith(TOTAL_PREFIX):
+            return (f"{counter} as it reads: a total since the device last reset it (boot, "
+                    "driver load); nictune reads it, never sets it")
+        if key not in self._samples:
+            return (f"{counter} counts what there is now, compared as it reads; nictune reads "
+                    "it, never sets it")
+        before, after, elapsed = self._samples[key]
+        took = f"{round(elapsed, 1):g} s"
+        if before is None and after is None:
+            return absent
+        if before is None or after is None:
+            return f"{counter} was there at only one of two reads {took} apart: no increase to tell"
+        if after < before:
+            return (f"{counter} fell from {before} to {after} in {took} (reset, or a 32-bit "
+                    "counter wrapped): its increase is unknown; verify again")
+        if after == before:
+            return f"{counter} did not rise in {took} (at {before})"
+        return f"{counter} rose by {after - before} in {took} ({before} -> {after})"
 
     def _read_tls(self, counter: str):
         from nictune.host.health import TLS_ABSENT
@@ -224,6 +367,8 @@ class ExpectFamily(Family):
     def note(self, key):
         if key.name == IPSEC:
             return self._ipsec_note(key.target)
+        if _counter(key) is not None:
+            return self._counter_note(key)
         if key.name == FWRESET:
             pending = self._facts.get(key.target, {}).get("firmware_pending")
             if pending:
@@ -247,3 +392,17 @@ class ExpectFamily(Family):
         if nic and want != "none" and want not in OFFLOAD_MODES.get(driver, (want,)):
             text += f" ({nic})"
         return text
+
+
+def _counter(key: Key) -> Optional[str]:
+    """The counter a counters. or counter_totals. key names; None for a fact."""
+    for prefix in (COUNTER_PREFIX, TOTAL_PREFIX):
+        if key.name.startswith(prefix):
+            return key.name[len(prefix):]
+    return None
+
+
+def _gauge(counter: str) -> bool:
+    from nictune.host.health import GAUGES  # see ExpectFamily.__init__
+
+    return bool(GAUGES.match(counter))
