@@ -3,7 +3,10 @@
 A recorded state (tests/golden/states/*.json, or a golden case's
 observed.json) says what the host's kernel shows:
 
-    links      list of nictune.host.netlink.rtnl.Link fields (RTM_GETLINK)
+    links      list of nictune.host.netlink.rtnl.Link fields (RTM_GETLINK);
+               "master": the upper device's name, which the fake links in
+               sysfs as the kernel does (X/lower_<name>, <name>/upper_X)
+    page_size  the kernel's PAGE_SIZE (Host.page_size), 4096 if left out
     drvinfo    {ifname: DrvInfo fields}                  (ethtool -i)
     features   {ifname: {"active": {bit: bool}, "changeable": [bit, ...]}}
     rings, channels, coalesce, pause
@@ -17,13 +20,23 @@ observed.json) says what the host's kernel shows:
                like a real host's: class/net/X -> devices/..., infiniband GID
                tables, OFED ecn files, rdma_cm configfs) copied under
                Host.root first, symlinks kept
-    dcb        {ifname: {"ets": {...}, "pfc": {...}, "apps": [[sel, prio, proto]]}}
+    dcb        {ifname: {"ets": {...}, "pfc": {...}, "apps": [[sel, prio, proto]],
+                "buffer": {...}, "dcbx": bits}}
                per device with dcbnl ops; fields left out take mlx5's
                initial state (ETS vendor TSA, prio_tc 0->1 1->0 i->i, PFC
-               off, no APP entries); a device missing from the map answers
-               EOPNOTSUPP, as veth and MANA do
+               off, cable length 7 m, no APP entries, DCBX not host); a
+               device missing from the map answers EOPNOTSUPP, as veth and
+               MANA do
+    tunables   {ifname: {"pfc-prevention-tout": ms}}: ethtool tunables of
+               devices whose driver has them (FakeTunables, mlx5's ranges);
+               a device missing from the map answers EOPNOTSUPP
+    ethtool_stats
+               {ifname: {statistic: value | [value, ...]}}  (ethtool -S,
+               ETHTOOL_GSTATS), served by FakeCounters; a list holds the
+               value at each instant of the fake clock: its n-th item after
+               the n-th wait (the last one stays)
     quirks     {ifname: {...}} driver behaviour that matters to nictune:
-               rings_round_up_pow2 / rings_min (MANA), mtu_propagates_to
+               rings_round_up_pow2 / rings_min (MANA, mlx5), mtu_propagates_to
                (hv_netvsc sets its MANA VF's MTU first)
 
 An observed.json may start from a recorded state and change parts of it:
@@ -51,7 +64,7 @@ from dataclasses import asdict, fields, replace
 from typing import Callable, Optional
 
 from nictune.host.machine import Host
-from nictune.host.netlink.dcb import App, DcbState, Ets, Pfc
+from nictune.host.netlink.dcb import App, Buffer, DcbState, Ets, Pfc
 from nictune.host.netlink.drvinfo import DrvInfo
 from nictune.host.netlink.errors import NetlinkError
 from nictune.host.netlink.ethtool import Features
@@ -149,6 +162,7 @@ class FakeKernel:
         self.ops = {op: copy.deepcopy(self.state.get(op, {})) for op in OPS}
         self.quirks = self.state.get("quirks", {})
         self.dcb = {name: _dcb_state(dev) for name, dev in self.state.get("dcb", {}).items()}
+        self.tunables = copy.deepcopy(self.state.get("tunables", {}))
         self.faults: list = []
         self.writes: list = []  # (op, ifname, values) of every write that reached the kernel
         self.on_write: list = []  # callables(op, ifname, values), run before each write
@@ -162,6 +176,15 @@ class FakeKernel:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w") as f:
                 f.write(text)
+        for raw in self.state.get("links", []):
+            if raw.get("master"):  # net/core/dev.c netdev_adjacent_sysfs_add
+                self._adjacent(raw["master"], raw["name"])
+
+    def _adjacent(self, upper: str, lower: str) -> None:
+        net = os.path.join(self.root, "sys/class/net")
+        for a, b, kind in ((upper, lower, "lower"), (lower, upper, "upper")):
+            os.makedirs(os.path.join(net, a), exist_ok=True)
+            os.symlink(os.path.join("..", b), os.path.join(net, a, f"{kind}_{b}"))
 
     # -- test controls --
     def fail(self, op: str, ifname: Optional[str] = None, code: int = errno.EINVAL,
@@ -198,6 +221,7 @@ class FakeKernel:
             "features": {n: dict(d["active"]) for n, d in self.features.items()},
             "ops": copy.deepcopy(self.ops),
             "dcb": {n: asdict(d) for n, d in self.dcb.items()},
+            "tunables": copy.deepcopy(self.tunables),
             "files": files,
         }
 
@@ -362,16 +386,24 @@ _WHAT = {"rings": "ring size", "channels": "channel count"}
 
 
 def _dcb_state(recorded: dict) -> DcbState:
-    """mlx5's initial DCB state (en_dcbnl.c: vendor TSA, prio_tc 0->1,
-    1->0, the rest i->i; PFC off) with the recorded fields on top."""
+    """mlx5's initial DCB state (en_dcbnl.c mlx5e_ets_init: vendor TSA,
+    prio_tc 0->1, 1->0, the rest i->i; PFC off; mlx5e_dcbnl_initialize:
+    cable length MLX5E_DEFAULT_CABLE_LEN 7, DCBX caps CEE | IEEE without
+    HOST, as when the firmware runs DCBX) with the recorded fields on top.
+    The default buffers are a ConnectX's as mlnx_qos showed them in a
+    published reading (every priority in buffer 1 of 262016 bytes; the
+    total was not shown)."""
     ets = Ets(tc_tx_bw=[100] * 8, tc_rx_bw=[0] * 8, tc_tsa=[255] * 8,
               prio_tc=[1, 0, 2, 3, 4, 5, 6, 7], tc_reco_bw=[0] * 8, tc_reco_tsa=[0] * 8,
               reco_prio_tc=[0] * 8, ets_cap=8)
-    pfc = Pfc(pfc_cap=8, pfc_en=0, requests=[0] * 8, indications=[0] * 8)
+    pfc = Pfc(pfc_cap=8, pfc_en=0, delay=7, requests=[0] * 8, indications=[0] * 8)
+    buffer = Buffer(prio2buffer=[1] * 8, buffer_size=[0, 262016, 0, 0, 0, 0, 0, 0], total_size=0)
     ets = replace(ets, **recorded.get("ets", {}))
     pfc = replace(pfc, **recorded.get("pfc", {}))
+    buffer = replace(buffer, **recorded.get("buffer", {}))
     apps = [App(*a) for a in recorded.get("apps", [])]
-    return DcbState(ets=ets, pfc=pfc, apps=apps, maxrate=[0] * 8, trust=None, dcbx=0x4 | 0x8)
+    return DcbState(ets=ets, pfc=pfc, apps=apps, maxrate=[0] * 8, trust=None,
+                    dcbx=recorded.get("dcbx", 0x4 | 0x8), buffer=buffer)
 
 
 class FakeDcb:
@@ -379,7 +411,12 @@ class FakeDcb:
     en_dcbnl.c): ETS with prio_tc >= 8 or ETS-class bandwidth other than 0
     or 100 is EINVAL; APP entries other than DSCP are EINVAL; a new DSCP
     entry replaces the old one for that DSCP; deleting an absent entry is
-    ENOENT.  Devices without dcbnl ops answer EOPNOTSUPP."""
+    ENOENT; a PFC delay (cable length) of 0 or >= 1000 is silently kept as
+    it was (mlx5e_dcbnl_ieee_setpfc); buffer sizes are kept in 128-byte
+    cells, rounding down, and a zero size for a buffer that a PFC priority
+    maps to is EINVAL (en/port_buffer.c); SDCBX takes a mode with HOST, or
+    0 for firmware control, and refuses LLD_MANAGED (mlx5e_dcbnl_setdcbx).
+    Devices without dcbnl ops answer EOPNOTSUPP."""
 
     def __init__(self, kernel: FakeKernel):
         self.k = kernel
@@ -412,7 +449,24 @@ class FakeDcb:
     def set_pfc(self, ifname: str, pfc: Pfc) -> None:
         dev = self._dev(ifname)
         self.k._write("set_pfc", ifname, asdict(pfc))
-        dev.pfc = copy.deepcopy(pfc)
+        delay = pfc.delay if 0 < pfc.delay < 1000 else dev.pfc.delay
+        dev.pfc = replace(copy.deepcopy(pfc), delay=delay)
+
+    def set_buffer(self, ifname: str, buffer: Buffer) -> None:
+        dev = self._dev(ifname)
+        lossless = {buffer.prio2buffer[p] for p in range(8) if dev.pfc.pfc_en >> p & 1}
+        if any(buffer.buffer_size[b] == 0 for b in lossless):
+            raise NetlinkError(errno.EINVAL)
+        self.k._write("set_buffer", ifname, asdict(buffer))
+        dev.buffer = Buffer(list(buffer.prio2buffer), [size // 128 * 128 for size in buffer.buffer_size],
+                            dev.buffer.total_size)
+
+    def set_dcbx(self, ifname: str, mode: int) -> None:
+        dev = self._dev(ifname)
+        if mode & 0x2 or (mode and not mode & 0x1):
+            raise NetlinkError(errno.EINVAL, "the driver refused the DCBX mode")
+        self.k._write("set_dcbx", ifname, {"mode": mode})
+        dev.dcbx = (dev.dcbx & ~0x1) if mode == 0 else mode
 
     def add_apps(self, ifname: str, apps: list) -> None:
         dev = self._dev(ifname)
@@ -431,6 +485,43 @@ class FakeDcb:
         dev.apps = [a for a in dev.apps if a not in apps]
 
 
+class FakeTunables:
+    """ethtool tunables as mlx5 answers them (en_ethtool.c
+    mlx5e_set_pfc_prevention_tout): pfc-prevention-tout 0 (off), 80-8000
+    ms, or 0xffff (auto), which reads back as 100; anything else EINVAL.
+    Devices without tunables answer EOPNOTSUPP."""
+
+    def __init__(self, kernel: FakeKernel):
+        self.k = kernel
+
+    def __enter__(self) -> "FakeTunables":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def _dev(self, ifname: str) -> dict:
+        self.k._link(ifname)
+        dev = self.k.tunables.get(ifname)
+        if dev is None:
+            raise NetlinkError(errno.EOPNOTSUPP)
+        return dev
+
+    def get(self, ifname: str, tunable_id: int) -> int:
+        return self._dev(ifname)["pfc-prevention-tout"]
+
+    def set(self, ifname: str, tunable_id: int, value: int) -> None:
+        dev = self._dev(ifname)
+        ms = 100 if value == 0xFFFF else value
+        if ms != 0 and not 80 <= ms <= 8000:
+            raise NetlinkError(errno.EINVAL)
+        self.k._write("set_tunable", ifname, {"pfc-prevention-tout": value})
+        dev["pfc-prevention-tout"] = ms
+
+
 class FixtureHost(Host):
     """A real Host over a file tree (a /sys fixture) whose interface list
     the test gives: for code that reads files, not netlink."""
@@ -441,6 +532,30 @@ class FixtureHost(Host):
 
     def interfaces(self):
         return self._interfaces
+
+
+class FakeCounters:
+    """The recorded ethtool statistics and a clock of their own (health.
+    CounterSource's methods): waiting moves the clock and the counters to
+    their next instant at once, so a test sees a counter rise between two
+    reads without sleeping."""
+
+    def __init__(self, kernel: FakeKernel):
+        self.k = kernel
+        self.clock = 1000.0
+        self.waits: list = []  # seconds of each wait asked for
+
+    def ethtool_stats(self, ifname: str) -> dict:
+        instant = len(self.waits)
+        return {name: (value[min(instant, len(value) - 1)] if isinstance(value, list) else value)
+                for name, value in self.k.state.get("ethtool_stats", {}).get(ifname, {}).items()}
+
+    def now(self) -> float:
+        return self.clock
+
+    def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        self.clock += seconds
 
 
 class FakeHost(Host):
@@ -454,9 +569,13 @@ class FakeHost(Host):
         self._rtnl = FakeRtnl(self.kernel)
         self._ethtool = FakeEthtool(self.kernel)
         self._dcb = FakeDcb(self.kernel)
+        self.counter_source = FakeCounters(self.kernel)  # health.counter_source()
 
     def dcb(self):
         return self._dcb
+
+    def tunables(self):
+        return FakeTunables(self.kernel)
 
     def rtnl(self):
         return self._rtnl
@@ -466,6 +585,9 @@ class FakeHost(Host):
 
     def _drvinfo(self, ifname: str):
         return self.kernel.drvinfo.get(ifname)
+
+    def page_size(self) -> int:
+        return self.kernel.state.get("page_size", 4096)
 
     def close(self) -> None:  # the fakes stay usable after a run
         pass

@@ -182,6 +182,11 @@ def _ets(**change) -> nd.Ets:
     lambda d: d.set_trust("eth0", [nd.SEL_DSCP, nd.SEL_DSCP]),
     lambda d: d.set_trust("eth0", [7]),
     lambda d: d.set_dcbx("eth0", 0x20),
+    lambda d: d.set_dcbx("eth0", -1),
+    lambda d: d.set_buffer("eth0", nd.Buffer(prio2buffer=[0, 0, 0, 8, 0, 0, 0, 0])),
+    lambda d: d.set_buffer("eth0", nd.Buffer(buffer_size=[-1] + [0] * 7)),
+    lambda d: d.set_buffer("eth0", nd.Buffer(buffer_size=[2**32] + [0] * 7)),
+    lambda d: d.set_buffer("eth0", nd.Buffer(prio2buffer=[0] * 7)),
 ])
 def test_bad_input_is_refused_before_sending(call):
     with pytest.raises(ValueError):

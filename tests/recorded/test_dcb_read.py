@@ -51,6 +51,7 @@ def test_decoder_reads_back_what_was_packed(path):
     assert [[a.selector, a.priority, a.protocol] for a in state.apps] == spec.get("apps", [])
     assert state.trust == spec.get("trust")
     assert state.dcbx == spec.get("dcbx")
+    assert (dataclasses.asdict(state.buffer) if state.buffer else None) == spec.get("buffer")
 
 
 def _check_against_dcb_show(state: nd.DcbState, shows: dict) -> None:
@@ -81,6 +82,10 @@ def _check_against_dcb_show(state: nd.DcbState, shows: dict) -> None:
         flags = {"host": calls.DCBX_HOST, "lld_managed": calls.DCBX_LLD_MANAGED,
                  "cee": calls.DCBX_VER_CEE, "ieee": calls.DCBX_VER_IEEE, "static": calls.DCBX_STATIC}
         assert state.dcbx == sum(bit for name, bit in flags.items() if shows["dcbx"].get(name))
+    if "buffer" in shows:
+        buffer, show = state.buffer, shows["buffer"]
+        assert (buffer.prio2buffer, buffer.buffer_size, buffer.total_size) == (
+            show["prio_buffer"], show["buffer_size"], show["total_size"])
     if "apptrust" in shows:
         names = {"dscp": nd.SEL_DSCP, "pcp": nd.SEL_PCP}
         assert state.trust == [names[n] for n in shows["apptrust"]["order"]]

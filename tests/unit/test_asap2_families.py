@@ -135,7 +135,8 @@ def test_vfs_that_do_not_exist_yet_read_as_none(root, vfs):
     assert desired[1].want.value == "02:00:00:00:00:aa"  # as the kernel prints it
     assert [current[d.key] for d in desired] == [0, None, None]
     assert all(fam.check(d.key, d.want) is None for d in desired)
-    assert "VFs and, in switchdev, their representors are created" in fam.note(desired[0].key)
+    assert "VFs and, in switchdev, their representors are created" in fam.disruptive(
+        desired[0].key, 0, 4)
 
 
 def test_limits_are_said_in_the_plan(root, vfs):
@@ -193,8 +194,8 @@ def test_a_vf_count_change_goes_through_zero_and_attributes_follow(root, vfs, mo
     fam = SriovFamily(host)
     desired = fam.expand("nsim0", {"sriov": {"numvfs": 3, "vfs": {"0": {"vlan": 5},
                                                                    "2": {"trust": True}}}}, _src)
-    fam.read([d.key for d in desired])
-    assert "2 VFs are removed first" in fam.note(desired[0].key)
+    current = fam.read([d.key for d in desired])
+    assert "2 VFs are removed first" in fam.disruptive(desired[0].key, current[desired[0].key], 3)
     state["nsim0"] = {0: VfConfig(vlan=0, qos=4), 1: VfConfig(), 2: VfConfig()}
     fam.apply([(d.key, d.want.value) for d in desired])
     assert [w for w in writes if not w.startswith("/")] == ["0", "3"]

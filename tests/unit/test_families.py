@@ -41,7 +41,8 @@ def _declared(attribute: str) -> set:
 
 def test_the_entry_schema_holds_exactly_what_the_families_declare():
     entry = set(_leaves(SCHEMA["$defs"]["entry"]))
-    engine_keys = {"on_unsupported", "match.name", "match.driver", "match.pci_id", "match.mac",
+    engine_keys = {"on_unsupported", "match.name", "match.driver", "match.lower_driver",
+                   "match.pci_id", "match.mac",
                    "match.phys_port_name", "match.phys_switch_id", "match.flavour",
                    "match.vf_of", "match.vfs"}
     assert entry - engine_keys == _declared("sections")
@@ -137,7 +138,9 @@ def test_two_families_cannot_claim_the_same_setting():
 
 def test_nic_support_comes_from_the_class_tables():
     assert family_named("dcb").nic_support("mana", "roce.pfc").startswith("not supported by mana")
-    assert family_named("dcb").nic_support("mlx5_core", "roce.pfc") is None
+    # mlx5: not on every netdev (issue 11 item 3), and a PFC change drops the link.
+    assert family_named("dcb").nic_support("mlx5_core", "roce.pfc") == (
+        "PF and uplink representor only, not on VFs or VF representors; a change toggles the port link")
     assert "power of two" in family_named("rings").nic_support("mana", "rings.rx")
     assert family_named("channels").nic_support("mlx5_core", "channels.rx").startswith("not supported")
     assert family_named("channels").nic_support("mlx5_core", "channels.combined") is None

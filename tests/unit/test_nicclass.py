@@ -35,7 +35,7 @@ def test_mana_roce_is_port_1_only():
     ("rx", 100, 128), ("rx", 129, 256), ("rx", 8192, 8192), ("tx", 1000, 1024), ("tx", 16384, 16384)])
 def test_mana_rings_round_up_to_a_power_of_two(name, asked, got):
     assert nicclass.rings_effective("mana", name, asked) == got
-    assert nicclass.rings_effective("mlx5_core", name, asked) == asked
+    assert nicclass.rings_effective("igb", name, asked) == asked  # no table: the kernel decides
 
 
 def test_tables():

@@ -85,7 +85,11 @@ def test_plan_rows(cx7, capsys):
     # Settings already as wanted are left out unless asked for.
     assert "rx-gro" not in out and "rp_filter" not in out
     assert err == ""
-    assert lines[-1] == "25 change(s) pending, 13 setting(s) already as wanted."
+    # P0 is up: its MTU, rings and channels changes re-create mlx5's channels.
+    assert lines[-1] == ("25 change(s) pending, 13 setting(s) already as wanted. 4 of them "
+                         "disruptive (the link drops or queues are reset: see DISRUPTIVE).")
+    assert row(out, P0, "link mtu", "1500", "9000", "pending", "connectx7-training.yaml:16",
+               "DISRUPTIVE: mlx5")
 
     out, _ = render(cx7.run("plan", CX7), capsys, show_ok=True)
     assert row(out, P0, "features rx-gro", "on", "on", "ok")
@@ -158,7 +162,7 @@ def test_apply_verify_rollback_summaries(cx7, capsys):
     assert out.splitlines()[-1] == f"Restored 25 setting(s) from apply {report['journal']}."
 
     out, _ = render(cx7.run("plan", CX7), capsys)
-    assert out.splitlines()[-1] == "25 change(s) pending, 13 setting(s) already as wanted."
+    assert out.splitlines()[-1].startswith("25 change(s) pending, 13 setting(s) already as wanted. 4 of")
 
 
 def test_a_failed_apply_prints_the_error_last(cx7, capsys):
@@ -208,8 +212,13 @@ def test_summary_of_an_unknown_command_is_empty():
 
 def test_diffs_of_verify_and_rollback_read_in_their_direction(cx7, capsys):
     assert cx7.run("apply", CX7)["exit_code"] == 0
-    with open(os.path.join(cx7.host.root, "etc/nccl.conf"), "a") as f:
-        f.write("NCCL_DEBUG=TRACE\n")
+    # (Appending NCCL_DEBUG=TRACE would change nothing: NCCL takes a
+    # variable's first line, and verify compares variables.)
+    path = os.path.join(cx7.host.root, "etc/nccl.conf")
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text.replace("NCCL_DEBUG=WARN", "NCCL_DEBUG=TRACE"))
     out, _ = render(cx7.run("verify", CX7), capsys)
     diff = [line.strip() for line in out.splitlines() if line.startswith("    ")]
     assert diff[:2] == ["--- /etc/nccl.conf (actual)", "+++ /etc/nccl.conf (expected)"]

@@ -96,12 +96,13 @@ def test_a_profile_widens_the_directories(root):
     assert desired.key.name == "/opt/nccl/nccl.conf"
 
 
+@pytest.mark.parametrize("section", ["nccl", "ucx", "mpi", "nvshmem"])
 @pytest.mark.parametrize("override", [{"adopt": True}, {"allowed_dirs": ["/opt"]}])
-def test_an_inventory_cannot_widen_what_nictune_may_replace(tmp_path, override):
+def test_an_inventory_cannot_widen_what_nictune_may_replace(tmp_path, override, section):
     profile = tmp_path / "p.yaml"
     profile.write_text("nictune: 1\nhost:\n  nccl: {env: {NCCL_IB_TC: 106}}\n")
     with pytest.raises(ProfileError) as e:
-        load_profile(str(profile), [({"host": {"nccl": override}}, "hosts.ini:7")])
+        load_profile(str(profile), [({"host": {section: override}}, "hosts.ini:7")])
     assert (e.value.file, e.value.line) == ("hosts.ini", 7)
     assert "cannot be set from an inventory" in e.value.message
     # A path from the inventory is fine: the host decides what it may do there.

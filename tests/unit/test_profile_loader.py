@@ -203,7 +203,7 @@ def test_missing_required():
 
 def test_empty_match():
     err = err_of("nictune: 1\ninterfaces:\n  rails:\n    match: {}\n")
-    assert err.line == 4 and "name, driver, pci_id, mac" in err.message
+    assert err.line == 4 and "name, driver, lower_driver, pci_id, mac" in err.message
 
 
 def test_unquoted_mac_hint():

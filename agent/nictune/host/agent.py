@@ -92,12 +92,16 @@ def execute(request: dict, host: Host, confirm: Optional[dict] = None) -> Outcom
 def _tidied(host: Host, outcome: Outcome) -> Outcome:
     """After every apply and rollback, even one with nothing to write: the
     temporary files an interrupted write left beside a file nictune owns
-    go (knobs/nccl.py), and the report says so."""
-    from nictune.host.knobs.nccl import NcclFamily
+    go (knobs/envfile.py: NCCL's, UCX's, Open MPI's, NVSHMEM's), and the
+    report says so."""
+    from nictune.host.knobs import REGISTERED
+    from nictune.host.knobs.envfile import OwnedFileFamily
 
-    keys = [c.key for c in outcome.changes if c.key.family == NcclFamily.name]
-    if keys:
-        outcome.warnings.extend(NcclFamily(host).tidy(keys))
+    for family in REGISTERED:
+        if issubclass(family, OwnedFileFamily):
+            keys = [c.key for c in outcome.changes if c.key.family == family.name]
+            if keys:
+                outcome.warnings.extend(family(host).tidy(keys))
     return outcome
 
 

@@ -165,7 +165,7 @@ class CounterSource:
 
 def counter_source(host: Host) -> CounterSource:
     """The host's own counter source, or the running kernel's."""
-    return getattr(host, "counter_source", None) or CounterSource(host)
+    return host.counter_source or CounterSource(host)
 
 
 def _int(text: Optional[str]) -> Optional[int]:

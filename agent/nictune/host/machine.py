@@ -44,6 +44,11 @@ class Interface:
     pci_address: Optional[str] = None
     physfn: Optional[str] = None
     vf_index: Optional[int] = None
+    # The drivers of the devices enslaved to this one (its lower devices:
+    # /sys/class/net/X/lower_*), sorted; None when it has none.  An Azure
+    # hv_netvsc NIC's is its Accelerated Networking VF's: mana, or mlx5_core
+    # / mlx4_en on older hardware, whose fabric carries less (MTU 3900).
+    lower_driver: Optional[tuple] = None
 
     def matches(self, selectors: dict) -> bool:
         """All given selectors must match; a list means any of its items.
@@ -57,6 +62,8 @@ class Interface:
                 return False
             if field in ("name", "phys_port_name"):
                 ok = any(fnmatch.fnmatchcase(have, pat) for pat in options)
+            elif field == "lower_driver":  # any lower device of a wanted driver
+                ok = any(d in options for d in have)
             elif field in ("mac", "pci_id", "phys_switch_id"):  # hex: any case
                 ok = have.lower() in {o.lower() for o in options}
             else:
@@ -138,9 +145,17 @@ class Host:
         self._links: Optional[list] = None
         self._ioctl_sock = None
         self._devlink = None
+        # Where counters are read and how verify waits between samples
+        # (health.CounterSource); tests/fakes.py FakeHost brings its own.
+        self.counter_source = None
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.root, *parts)
+
+    def page_size(self) -> int:
+        """The kernel's PAGE_SIZE: some drivers' ring limits are counted in
+        pages (nicclass.rings_minimum)."""
+        return os.sysconf("SC_PAGE_SIZE")
 
     def rtnl(self):
         if self._rtnl is None:
@@ -172,6 +187,13 @@ class Host:
 
             self._ethtool = EthtoolIoctl()
         return self._ethtool
+
+    def tunables(self):
+        """An ethtool tunables ioctl socket for one phase (a context manager:
+        tunables exist only as ETHTOOL_GTUNABLE/STUNABLE ioctls)."""
+        from nictune.host.netlink.ethtool_ioctl import Tunables
+
+        return Tunables()
 
     def devlink(self):
         """The devlink generic netlink socket (NetlinkError ENOENT: the
@@ -230,8 +252,24 @@ class Host:
                         vf_index=vf_index,
                     )
                 )
+            self._set_lower_drivers(found)
             self._interfaces, self.skipped_interfaces = found, skipped
         return self._interfaces
+
+    def _set_lower_drivers(self, found: list) -> None:
+        """Interface.lower_driver: the kernel links each upper device to its
+        lower ones in sysfs as lower_<ifname> (net/core/dev.c
+        netdev_adjacent_sysfs_add, for masters such as hv_netvsc, bond,
+        bridge, team); a lower device nictune skipped has no known driver."""
+        drivers = {i.name: i.driver for i in found}
+        for iface in found:
+            try:
+                entries = os.listdir(self.path("sys/class/net", iface.name))
+            except OSError:
+                continue
+            lowers = {drivers.get(e[len("lower_"):]) for e in entries if e.startswith("lower_")}
+            lowers.discard(None)
+            iface.lower_driver = tuple(sorted(lowers)) or None
 
     def links(self) -> list:
         """The last link dump: facts and the first link read share it."""

@@ -14,7 +14,7 @@ Sources (torvalds/linux, paths under drivers/):
         DSCP selector only (the first DSCP entry switches trust to dscp, the
         last one deleted switches it back to pcp), dcbnl_{get,set}buffer,
         {get,set}dcbx), net/ethernet/mellanox/mlx5/core/en_ethtool.c
-        (combined channels only, rings up to 8192).  ECN/DCQCN: upstream only
+        (combined channels only; rings: see MLX5 below).  ECN/DCQCN: upstream only
         in debugfs (infiniband/hw/mlx5/cong.c); the per-priority enables
         and CNP knobs under /sys/class/net/X/ecn/ are MLNX_OFED/DOCA-OFED.
   mana: net/ethernet/microsoft/mana/mana_en.c (no dcbnl_ops, max_mtu from
@@ -34,6 +34,7 @@ Inline crypto (`crypto`, knobs/crypto.py): mlx5 sets NETIF_F_HW_TLS_TX/RX in
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -44,8 +45,11 @@ class NicClass:
     dcb: frozenset            # DCB objects the driver's dcbnl ops cover; empty: no dcbnl_ops
     roce_ports: Optional[tuple]  # ports that carry RoCE v2; None: every port the device has
     channels: tuple           # ethtool -L kinds the driver takes
-    rings: dict = field(default_factory=dict)  # name -> (min, max)
+    rings: dict = field(default_factory=dict)  # name -> (min, max); min with 4 KiB pages
     rings_round_up_pow2: bool = False
+    # Ring minimums that grow with the kernel's PAGE_SIZE: name -> bytes of a
+    # page per ring entry at the minimum (minimum = PAGE_SIZE // that).
+    rings_page_bytes: dict = field(default_factory=dict)
     max_mtu: Optional[int] = None
     why_not: dict = field(default_factory=dict)  # capability -> reason, for messages
     title: str = ""           # what the class is, for docs
@@ -56,10 +60,22 @@ class NicClass:
 MLX5 = NicClass(
     driver="mlx5_core",
     title="NVIDIA ConnectX-7 (mlx5_core)",
-    dcb=frozenset({"trust", "dscp_map", "pfc", "ets", "maxrate", "buffer", "dcbx"}),
+    dcb=frozenset({"trust", "dscp_map", "pfc", "ets", "maxrate", "buffer", "dcbx",
+                   "pfc_cable_length"}),
     roce_ports=None,
     channels=("combined",),
-    rings={"rx": (1, 8192), "tx": (1, 8192)},
+    # en_ethtool.c mlx5e_ethtool_set_ringparam: EINVAL below
+    # 1 << MLX5E_PARAMS_MINIMUM_LOG_RQ_SIZE rx and 1 << MLX5E_PARAMS_MINIMUM_LOG_SQ_SIZE
+    # (0x6: 64) tx, then order_base_2() of each: sizes round up to a power of two.
+    # en.h: MINIMUM_LOG_RQ_SIZE = 1 + MLX5E_LOG_MAX_RX_WQE_BULK = 1 + ilog2(PAGE_SIZE /
+    # roundup_pow_of_two(SKB_DATA_ALIGN(NET_SKB_PAD) + SKB_DATA_ALIGN(sizeof(struct
+    # skb_shared_info)))) = 1 + ilog2(PAGE_SIZE / 512) with 64-byte cache lines: rx
+    # at least 16 with 4 KiB pages, 256 with 64 KiB (arm64).  Maxima: 1 << 0xd, and
+    # the device reports its own (rx-max, tx-max).  (Kernels before 4.19 had a fixed
+    # MINIMUM_LOG_RQ_SIZE 0x7: 128.)
+    rings={"rx": (16, 8192), "tx": (64, 8192)},
+    rings_round_up_pow2=True,
+    rings_page_bytes={"rx": 256},
     max_mtu=9978,
     crypto={
         "tls_tx": "mlx5e_ktls (ConnectX-6 Dx and later, with the firmware capability)",
@@ -72,6 +88,19 @@ MLX5 = NicClass(
         "ecn": "the upstream mlx5 driver has no /sys/class/net/<if>/ecn (ECN/DCQCN per-priority "
                "enables and CNP settings are MLNX_OFED/DOCA-OFED sysfs; upstream keeps DCQCN "
                "parameters in debugfs, which nictune does not write)",
+        # en_dcbnl.c mlx5e_dcbnl_build_netdev: dcbnl_ops only when
+        # MLX5_CAP_GEN(mdev, vport_group_manager) (a VF never is);
+        # mlx5e_dcbnl_build_rep_netdev: only the uplink representor
+        # (en_rep.c mlx5e_build_rep_netdev, rep->vport == MLX5_VPORT_UPLINK).
+        "dcb_port": "mlx5 gives DCB (dcbnl) only to the vport group manager: the PF netdev and "
+                    "the uplink representor (en_dcbnl.c mlx5e_dcbnl_build_netdev, "
+                    "mlx5e_dcbnl_build_rep_netdev); set it on the PF",
+        # MLNX_OFED en_sysfs.c set_kobj_mode(): the ecn files are 0644 when
+        # mlx5_core_is_pf(mdev), else 0444.  A representor's mdev is its
+        # PF's, so what it shows is the PF port's.
+        "ecn_port": "MLNX_OFED makes the ecn files writable on the PF only (en_sysfs.c "
+                    "set_kobj_mode: mlx5_core_is_pf); a representor shares its PF's device; "
+                    "set ECN on the PF",
     },
 )
 
@@ -114,6 +143,74 @@ def dcb_unsupported(driver: Optional[str], name: str) -> Optional[str]:
     return f"not supported by {driver}: " + nic.why_not.get("dcb", f"no DCB {name} in the driver")
 
 
+# Where on an eswitch a netdev sits (machine.Interface facts): a VF netdev
+# has device/physfn; a representor has a devlink port flavour (pcivf,
+# pcisf, pcipf) or, without devlink, mlx5's phys_port_name ([cN]pfNvfM,
+# [cN]pfNsfM: en_rep.c mlx5e_rep_get_phys_port_name); an uplink (flavour
+# physical, phys_port_name pN) and a plain PF netdev have neither.
+ROLE_NAMES = {"vf": "a VF", "vf_rep": "a VF representor", "sf_rep": "an SF representor",
+              "pf_rep": "a PF representor"}
+_REP_FLAVOURS = {"pcivf": "vf_rep", "pcisf": "sf_rep", "pcipf": "pf_rep"}
+_REP_PORT_NAMES = ((re.compile(r"(c\d+)?pf\d+vf\d+"), "vf_rep"), (re.compile(r"(c\d+)?pf\d+sf\d+"), "sf_rep"))
+
+
+def port_role(iface) -> str:
+    """"vf", "vf_rep", "sf_rep", "pf_rep", or "" (a PF netdev or an uplink)."""
+    if iface is None:
+        return ""
+    if iface.physfn:
+        return "vf"
+    if iface.flavour in _REP_FLAVOURS:
+        return _REP_FLAVOURS[iface.flavour]
+    if iface.flavour is None and iface.phys_port_name:
+        for pattern, role in _REP_PORT_NAMES:
+            if pattern.fullmatch(iface.phys_port_name):
+                return role
+    return ""
+
+
+def _port_unsupported(driver: Optional[str], iface, why: str) -> Optional[str]:
+    nic = for_driver(driver)
+    role = port_role(iface)
+    if nic is None or not role or why not in nic.why_not:
+        return None
+    return f"not supported on {ROLE_NAMES[role]} ({iface.name}): " + nic.why_not[why]
+
+
+def dcb_port_unsupported(driver: Optional[str], iface) -> Optional[str]:
+    """Why this netdev has no DCB although its driver does (a VF, a
+    representor), or None."""
+    return _port_unsupported(driver, iface, "dcb_port")
+
+
+def ecn_port_unsupported(driver: Optional[str], iface) -> Optional[str]:
+    """Why this netdev's ECN files are not the ones to write, or None."""
+    return _port_unsupported(driver, iface, "ecn_port")
+
+
+def dcb_port_note(driver: Optional[str]) -> Optional[str]:
+    """For the profile reference: the netdevs of the class that have DCB."""
+    nic = for_driver(driver)
+    return "PF and uplink representor only, not on VFs or VF representors" if (
+        nic is not None and "dcb_port" in nic.why_not) else None
+
+
+# roce.pfc_cable_length: en_dcbnl.c mlx5e_dcbnl_ieee_setpfc takes
+# ieee_pfc.delay as the cable length in metres for the PFC headroom
+# (port_buffer.c calculate_xoff) and silently keeps the old one for 0 or
+# anything >= MLX5E_MAX_CABLE_LENGTH (1000); mlx5e_dcbnl_ieee_getpfc
+# reports it only with MLX5_BUFFER_SUPPORTED.  The uapi (dcbnl.h struct
+# ieee_pfc) defines delay in bit times, so for other drivers it is not a
+# length at all.
+PFC_CABLE_LENGTH = {"mlx5_core": (1, 999)}
+
+# roce.pfc_prevention_timeout (ms): en_ethtool.c
+# mlx5e_set_pfc_prevention_tout: 0 disables, PFC_STORM_PREVENTION_AUTO
+# (0xffff) means MLX5E_PFC_PREVEN_AUTO_TOUT_MSEC (100, which a read then
+# reports), else MLX5E_PFC_PREVEN_TOUT_MIN_MSEC..MAX_MSEC (80..8000) or EINVAL.
+PFC_PREVENTION_TIMEOUT = {"mlx5_core": {"min": 80, "max": 8000, "auto": 100}}
+
+
 def ecn_unsupported(driver: Optional[str]) -> Optional[str]:
     """Why ECN settings are absent, given that /sys/class/net/X/ecn is."""
     nic = for_driver(driver)
@@ -152,3 +249,44 @@ def rings_effective(driver: Optional[str], name: str, value: int) -> int:
     least = nic.rings.get(name, (0, 0))[0]
     value = max(value, least)
     return 1 << (value - 1).bit_length()
+
+
+def rings_minimum(driver: Optional[str], name: str, page_size: int = 4096) -> int:
+    """The fewest `name` ring entries the driver takes (it refuses fewer
+    with EINVAL); 0 where nictune knows of no minimum."""
+    nic = for_driver(driver)
+    if nic is None:
+        return 0
+    per_entry = nic.rings_page_bytes.get(name)
+    if per_entry:
+        return max(page_size // per_entry, 1)
+    return nic.rings.get(name, (0, 0))[0]
+
+
+# Changes that interrupt traffic while the interface is up: (driver, what) ->
+# why, with the driver function that does it.  what: rings, channels, mtu.
+# Drivers absent here are not known to (veth, bridge, ...).
+DISRUPTS = {
+    ("mlx5_core", "rings"): "mlx5 re-creates its channels (mlx5e_ethtool_set_ringparam -> "
+                            "mlx5e_safe_switch_params): the queues are rebuilt",
+    ("mlx5_core", "channels"): "mlx5 re-creates its channels (mlx5e_ethtool_set_channels -> "
+                               "mlx5e_safe_switch_params): the queues are rebuilt",
+    ("mlx5_core", "mtu"): "mlx5 re-creates its channels (mlx5e_change_mtu -> "
+                          "mlx5e_safe_switch_params): the queues are rebuilt",
+    ("mana", "rings"): "MANA detaches and re-attaches the port (mana_set_ringparam -> "
+                       "mana_detach, mana_attach)",
+    ("mana", "channels"): "MANA detaches and re-attaches the port (mana_set_channels -> "
+                          "mana_detach, mana_attach)",
+    ("mana", "mtu"): "MANA detaches and re-attaches the port (mana_change_mtu -> "
+                     "mana_detach, mana_attach)",
+    # drivers/net/hyperv/netvsc_drv.c netvsc_change_mtu: the VF's MTU first
+    # (dev_set_mtu), then netvsc_detach + netvsc_attach of the synthetic device.
+    ("hv_netvsc", "mtu"): "hv_netvsc changes its VF's MTU, then removes and re-adds the "
+                          "synthetic device (netvsc_change_mtu -> netvsc_detach, netvsc_attach)",
+}
+
+
+def disruption(driver: Optional[str], what: str) -> str:
+    """Why changing `what` (rings, channels, mtu) on an up interface of
+    this driver interrupts traffic; "" when it is not known to."""
+    return DISRUPTS.get((driver or "", what), "")

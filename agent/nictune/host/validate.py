@@ -24,11 +24,28 @@ SYSCTL_KEY = r"^net(\.[A-Za-z0-9_-]+){1,6}$"
 IF_SYSCTL_KEY = r"^ipv[46]\.[A-Za-z0-9_-]{1,64}$"
 # A sysctl value: numbers, words and the separators multi-value keys use.
 SYSCTL_VALUE = r"^[A-Za-z0-9_ \t.,:/+-]{0,256}$"
-NCCL_NAME = r"^NCCL_[A-Z0-9_]{1,64}$"
+# NCCL exports every name its file sets (src/misc/param.cc setEnvFile);
+# nictune takes NCCL_* and the CUDA_* ones images put there (azhpc-images
+# sets CUDA_DEVICE_ORDER in /etc/nccl.conf), never LD_* and the like.
+NCCL_NAME = r"^(NCCL|CUDA)_[A-Z0-9_]{1,64}$"
 # NCCL reads "NAME=VALUE" lines of at most 1023 bytes and trims nothing, so
 # leading or trailing blanks would become part of the value: refuse them.
 NCCL_VALUE = r"^([^\s\x00]([^\n\r\x00]{0,898}[^\s\x00])?)?$"
 FEATURE_NAME = r"^[a-z0-9_-]{1,64}$"
+# UCX's ucx.conf (knobs/ucx.py): inih lines of at most 199 bytes, values
+# trimmed, ';' after a blank starts a comment: no blank at either end, no
+# ';', and short enough that UCX_NAME=VALUE fits in one line.
+UCX_NAME = r"^UCX_[A-Z0-9_]{1,60}$"
+UCX_VALUE = r"^([^\s;\x00]([^\n\r;\x00]{0,126}[^\s;\x00])?)?$"
+# Open MPI's openmpi-mca-params.conf (knobs/mpi.py): MCA parameter names as
+# the file spells them, without the OMPI_MCA_ prefix of the environment;
+# values take NCCL_VALUE (one line, no blank at either end).
+MCA_NAME = r"^[a-z][a-z0-9_]{0,127}$"
+# NVSHMEM's variables, exported by a shell file (knobs/nvshmem.py): values
+# without blanks, quotes or any shell metacharacter, so that nothing in
+# them is ever interpreted, even outside the quotes nictune puts them in.
+NVSHMEM_NAME = r"^NVSHMEM_[A-Z0-9_]{1,60}$"
+SHELL_VALUE = r"^[A-Za-z0-9_.,:/+=@%^-]{0,256}$"
 MAC = r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$"
 PCI_ID = r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{4}$"
 DRIVER = r"^[A-Za-z0-9_-]{1,32}$"
@@ -62,8 +79,13 @@ WORDS = {
     SYSCTL_KEY: "a sysctl name under net. such as net.ipv4.tcp_ecn: 2 to 7 parts of letters, digits, '_' or '-' joined by dots",
     IF_SYSCTL_KEY: "a per-interface sysctl name such as ipv4.rp_filter: ipv4. or ipv6. and then 1-64 letters, digits, '_' or '-'",
     SYSCTL_VALUE: "text of up to 256 letters, digits, spaces, tabs and _ . , : / + -",
-    NCCL_NAME: "an NCCL variable name: NCCL_ and then 1-64 capital letters, digits or '_'",
+    NCCL_NAME: "an NCCL variable name: NCCL_ (or CUDA_) and then 1-64 capital letters, digits or '_'",
     NCCL_VALUE: "text of up to 900 characters on one line, with no blank at either end",
+    UCX_NAME: "a UCX variable name: UCX_ and then 1-60 capital letters, digits or '_'",
+    UCX_VALUE: "text of up to 128 characters on one line, with no ';' and no blank at either end",
+    MCA_NAME: "an Open MPI MCA parameter name as its file spells it, without the OMPI_MCA_ prefix: a lowercase letter and then up to 127 lowercase letters, digits or '_'",
+    NVSHMEM_NAME: "an NVSHMEM variable name: NVSHMEM_ and then 1-60 capital letters, digits or '_'",
+    SHELL_VALUE: "up to 256 letters, digits and _ . , : / + = @ % ^ -: no blanks, quotes or shell metacharacters",
     FEATURE_NAME: "an ethtool feature name: 1-64 lowercase letters, digits, '_' or '-'",
     MAC: "a MAC address such as 0c:42:a1:00:00:01",
     PCI_ID: "a PCI vendor:device id such as 15b3:1021",

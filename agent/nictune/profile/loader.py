@@ -81,7 +81,9 @@ def _finish(parsed: Parsed, name: str, base_dir: Optional[str], real: Optional[s
 NOT_OVERRIDABLE = ("extends", "nictune")
 # Keys that widen which files nictune may replace (knobs/nccl.py): a profile
 # sets them, an inventory never does.
-FILE_POLICY = (("host", "nccl", "adopt"), ("host", "nccl", "allowed_dirs"))
+# Which files nictune may replace: a profile says, never an inventory.
+FILE_POLICY = tuple(("host", section, key) for section in ("nccl", "ucx", "mpi", "nvshmem")
+                    for key in ("adopt", "allowed_dirs"))
 
 
 def override_layer(mapping: Any, where: str) -> Parsed:

@@ -1,9 +1,9 @@
 """The nictune side of a recorded case: which Dcb call makes the request
 that `dcb` sent, and with what argument (test helper).
 
-Two recorded requests are ones the agent never makes, as no profile key
-sets the APP trust order or the DCBX mode: their encoders live here, and
-RecordedDcb is nictune's Dcb plus set_trust and set_dcbx.
+One recorded request is one the agent never makes, as no profile key sets
+the APP trust order: its encoder lives here, and RecordedDcb is nictune's
+Dcb plus set_trust.
 """
 
 from __future__ import annotations
@@ -12,15 +12,17 @@ import dataclasses
 from typing import Any, List, Sequence, Tuple
 
 from nictune.host.netlink import dcb as nd
-from nictune.host.netlink._pyroute2 import nlmsg
-from nictune.host.netlink.errors import NetlinkError
 from nictune.host.netlink.socket import NLM_F_ACK, NLM_F_REQUEST
 from nictune.host.validate import InvalidInput
 
-DCB_CMD_SDCBX = 23
-# DCB_CAP_DCBX_* bits: DcbState.dcbx and the SDCBX mode.
-DCBX_HOST, DCBX_LLD_MANAGED, DCBX_VER_CEE, DCBX_VER_IEEE, DCBX_STATIC = 1, 2, 4, 8, 16
-_DCBX_ALL = DCBX_HOST | DCBX_LLD_MANAGED | DCBX_VER_CEE | DCBX_VER_IEEE | DCBX_STATIC
+from nictune.host.netlink.dcb import (  # noqa: F401  (the tests import them from here)
+    DCB_CMD_SDCBX,
+    DCBX_HOST,
+    DCBX_LLD_MANAGED,
+    DCBX_STATIC,
+    DCBX_VER_CEE,
+    DCBX_VER_IEEE,
+)
 
 
 # --- the bytes of a request and the state in a reply (the agent sends and
@@ -76,49 +78,12 @@ def trust_attrs(selectors: Sequence[int]) -> list:
     return [("DCB_ATTR_IEEE", {"attrs": [table]})]
 
 
-def dcbx_attrs(mode: int) -> list:
-    nd._int(mode, 0, _DCBX_ALL, "DCBX mode")  # bits above DCBX_STATIC are undefined
-    return [("DCB_ATTR_DCBX", mode)]
-
-
-class dcbx_reply(nlmsg):
-    """The RTM_SETDCB reply to SDCBX: a u8 DCB_ATTR_DCBX, non-zero when the
-    driver refused the mode."""
-
-    fields = nd.dcbmsg.fields
-    nla_map = ((14, "DCB_ATTR_DCBX", "uint8"),)
-
-
-def _sdcbx(ifname: str, mode: int) -> nd.dcbmsg:
-    # SDCBX is not in the agent's command table: build it as Dcb builds the rest.
-    return nd._message(DCB_CMD_SDCBX, ifname, dcbx_attrs(mode))
-
-
 class RecordedDcb(nd.Dcb):
-    """nictune's Dcb plus the two calls only the recordings make."""
+    """nictune's Dcb plus the call only the recordings make."""
 
     def set_trust(self, ifname: str, selectors: List[int]) -> None:
         """The APP trust order (kernel 6.3+; drivers with dcbnl_setapptrust)."""
         self._set(nd.DCB_CMD_IEEE_SET, ifname, trust_attrs(selectors))
-
-    def set_dcbx(self, ifname: str, mode: int) -> None:
-        """DCBX_* bits; mlx5 takes DCBX_HOST | DCBX_VER_IEEE for host-owned."""
-        replies = self._sock.request(_sdcbx(ifname, mode), nd.RTM_SETDCB,
-                                     NLM_F_REQUEST | NLM_F_ACK, {nd.RTM_SETDCB: dcbx_reply})
-        for reply in replies:
-            if reply.get_attr("DCB_ATTR_DCBX"):
-                raise NetlinkError(22, f"the driver refused DCBX mode {mode:#x}")  # EINVAL
-
-
-def _encode_sdcbx(ifname: str, mode: int) -> bytes:
-    """What set_dcbx sends, encoded as encode_request() does (seq, pid 0)."""
-    msg = _sdcbx(ifname, mode)
-    msg["header"]["type"] = nd.RTM_SETDCB
-    msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK
-    msg["header"]["sequence_number"] = 0
-    msg["header"]["pid"] = 0
-    msg.encode()
-    return bytes(msg.data)
 
 
 # --- recorded case -> call --------------------------------------------------------
@@ -135,6 +100,8 @@ def call_for(spec: dict, state: nd.DcbState) -> Tuple[str, Any]:
         return method, dataclasses.replace(state.ets, **spec["change"])
     if method == "set_pfc":
         return method, dataclasses.replace(state.pfc, **spec["change"])
+    if method == "set_buffer":
+        return method, dataclasses.replace(state.buffer, **spec["change"])
     if method in ("add_apps", "del_apps"):
         return method, [nd.App(*entry) for entry in spec["apps"]]
     if method == "set_trust":
@@ -150,12 +117,12 @@ _ENCODERS = {
     "add_apps": (nd.DCB_CMD_IEEE_SET, nd.app_attrs),
     "del_apps": (nd.DCB_CMD_IEEE_DEL, nd.app_attrs),
     "set_trust": (nd.DCB_CMD_IEEE_SET, trust_attrs),
+    "set_buffer": (nd.DCB_CMD_IEEE_SET, nd.buffer_attrs),
+    "set_dcbx": (nd.DCB_CMD_SDCBX, nd.dcbx_attrs),
 }
 
 
 def encode_call(method: str, arg: Any, ifname: str) -> bytes:
     """encode_request() for the message the RecordedDcb method sends (seq, pid 0)."""
-    if method == "set_dcbx":
-        return _encode_sdcbx(ifname, arg)
     cmd, attrs = _ENCODERS[method]
     return encode_request(cmd, ifname, attrs(arg))

@@ -213,6 +213,29 @@ CASES: List[dict] = [
         "nictune": {"method": "set_trust", "selectors": [SEL_DSCP, SEL_PCP]},
     },
     {
+        "case": "pfc-cable-length",
+        "argv": ["pfc", "set", "dev", IFNAME, "delay", "100"],
+        "state": "mlx5",
+        "nictune": {"method": "set_pfc", "change": {"delay": 100}},
+    },
+    {
+        "case": "buffer-prio3",
+        "argv": ["buffer", "set", "dev", IFNAME, "prio-buffer", "all:0", "3:1",
+                 "buffer-size", "all:0", "0:262144", "1:524288"],
+        "state": "mlx5",
+        "nictune": {"method": "set_buffer", "change": {
+            "prio2buffer": [0, 0, 0, 1, 0, 0, 0, 0],
+            "buffer_size": [262144, 524288, 0, 0, 0, 0, 0, 0]}},
+    },
+    {
+        # What roce.dcbx: firmware sends to drivers other than mlx5 (mlx5
+        # takes mode 0, which `dcb dcbx set` cannot send: it wants a flag).
+        "case": "dcbx-lld-managed-ieee",
+        "argv": ["dcbx", "set", "dev", IFNAME, "lld-managed", "ieee"],
+        "state": "mlx5",
+        "nictune": {"method": "set_dcbx", "mode": 0x0A},
+    },
+    {
         "case": "dcbx-host-ieee",
         "argv": ["dcbx", "set", "dev", IFNAME, "host", "ieee"],
         "state": "mlx5",
@@ -225,7 +248,7 @@ CASES: List[dict] = [
 SHOWS: Dict[str, List[List[str]]] = {
     "mlx5": [["ets", "show", "dev", IFNAME], ["-s", "pfc", "show", "dev", IFNAME],
              ["maxrate", "show", "dev", IFNAME], ["app", "show", "dev", IFNAME],
-             ["dcbx", "show", "dev", IFNAME]],
+             ["dcbx", "show", "dev", IFNAME], ["buffer", "show", "dev", IFNAME]],
     "trust": [["app", "show", "dev", IFNAME], ["dcbx", "show", "dev", IFNAME],
               ["apptrust", "show", "dev", IFNAME]],
 }

@@ -29,7 +29,7 @@ def run(job: dict, dcb: nd.Dcb) -> dict:
         if job.get("get"):
             return {"state": dataclasses.asdict(dcb.get(job["ifname"]))}
         # set_ets/set_pfc start from what Dcb.get reads, as `dcb` does.
-        state = dcb.get(job["ifname"]) if job["spec"]["method"] in ("set_ets", "set_pfc") else None
+        state = dcb.get(job["ifname"]) if job["spec"]["method"] in ("set_ets", "set_pfc", "set_buffer") else None
         method, arg = call_for(job["spec"], state)
         getattr(dcb, method)(job["ifname"], arg)
         return {"ok": True}

@@ -22,11 +22,15 @@ from nictune.host.knobs.expect import ExpectFamily
 from nictune.host.knobs.ipsec import IpsecFamily
 from nictune.host.knobs.link import LinkFamily
 from nictune.host.knobs.macsec import MacsecFamily
+from nictune.host.knobs.mpi import MpiFamily
 from nictune.host.knobs.nccl import NcclFamily
+from nictune.host.knobs.nvshmem import NvshmemFamily
 from nictune.host.knobs.ovs import OvsFamily
 from nictune.host.knobs.roce import RoceFamily
 from nictune.host.knobs.sriov import SriovFamily
 from nictune.host.knobs.sysctl import SysctlFamily
+from nictune.host.knobs.tunable import TunableFamily
+from nictune.host.knobs.ucx import UcxFamily
 
 REGISTERED = (
     LinkFamily,
@@ -41,7 +45,11 @@ REGISTERED = (
     SysctlFamily,
     RoceFamily,
     DcbFamily,
+    TunableFamily,
     NcclFamily,
+    UcxFamily,
+    MpiFamily,
+    NvshmemFamily,
     OvsFamily,
     MacsecFamily,
     IpsecFamily,

@@ -1,4 +1,5 @@
-"""DCB over dcbnl: trust, the DSCP -> priority map, PFC and ETS.
+"""DCB over dcbnl: trust, the DSCP -> priority map, PFC (and its cable
+length), ETS, the port buffers and who owns DCBX.
 
 mlx5 has no trust attribute of its own: the device trusts DSCP exactly
 when the APP table holds DSCP (selector 5) entries, so trust and dscp_map
@@ -8,7 +9,18 @@ trust pcp deletes every DSCP entry.  dscp_map is the exact set of DSCP
 entries: entries not in the map are deleted (mlx5 maps those DSCPs to 0).
 
 PFC is one bitmask and ETS one structure on the device, each written in a
-single message: a revert writes the whole before-vector back.
+single message: a revert writes the whole before-vector back.  The PFC
+cable length (mlx5's reading of ieee_pfc.delay) rides in the PFC message,
+and prio2buffer and the buffer sizes share one struct dcbnl_buffer.
+
+dcbx: host means the host's settings stand (DCB_CAP_DCBX_HOST); firmware
+hands DCBX to the NIC, whose willing agent may then take PFC and ETS from
+the switch behind the profile's back.  Written first, so that what follows
+is written under host control.
+
+Where a driver has DCB but one of its netdevs does not (an mlx5 VF or VF
+representor: nicclass.dcb_port_unsupported), every key is unsupported with
+that reason before the kernel is asked.
 """
 
 from __future__ import annotations
@@ -20,6 +32,7 @@ from typing import Optional
 from nictune.host import nicclass
 from nictune.host.knobs.base import Family, group_by_target
 from nictune.host.model import Desired, Key, Unsupported, Want
+from nictune.host.netlink.uapi import DCBX_HOST, DCBX_LLD_MANAGED, DCBX_VER_IEEE
 from nictune.host.netlink.errors import NetlinkError
 from nictune.host.validate import DSCP
 
@@ -28,6 +41,23 @@ SEL_DSCP = 5
 TSA_NAMES = {0: "strict", 1: "cbs", 2: "ets", 255: "vendor"}
 TSA_CODES = {v: k for k, v in TSA_NAMES.items()}
 ETS_FIELDS = {"ets.prio_tc": "prio_tc", "ets.tc_bw": "tc_tx_bw", "ets.tc_tsa": "tc_tsa"}
+BUFFER_FIELDS = {"buffer.prio2buffer": "prio2buffer", "buffer.size": "buffer_size"}
+
+# The SDCBX mode each owner is written as.  `dcb dcbx set host ieee` is
+# host; firmware is LLD-managed, except on mlx5, which refuses
+# DCB_CAP_DCBX_LLD_MANAGED and hands DCBX to the firmware on mode 0
+# (en_dcbnl.c mlx5e_dcbnl_setdcbx).
+DCBX_MODES = {"host": DCBX_HOST | DCBX_VER_IEEE, "firmware": DCBX_LLD_MANAGED | DCBX_VER_IEEE}
+DCBX_FIRMWARE_MODE = {"mlx5_core": 0}
+
+# Drivers that toggle the port link when the PFC enables change, so the
+# change drops traffic for a moment.  mlx5 does not for the cable length or
+# the buffers: those rewrite the PBMC register in place (en/port_buffer.c
+# mlx5e_port_manual_buffer_config -> port_set_buffer).
+PFC_TOGGLES_LINK = {
+    "mlx5_core": "mlx5 toggles the port link when PFC changes "
+                 "(en_dcbnl.c mlx5e_dcbnl_ieee_setpfc -> mlx5_toggle_port_link)",
+}
 
 
 def default_dscp_map() -> dict:
@@ -54,7 +84,9 @@ class DcbFamily(Family):
     position_note = "after pause (see pause), before the RoCE files (see roce)"
     sections = ("roce",)
     settings = ("roce.trust", "roce.dscp_map", "roce.pfc",
-                "roce.ets.prio_tc", "roce.ets.tc_bw", "roce.ets.tc_tsa")
+                "roce.ets.prio_tc", "roce.ets.tc_bw", "roce.ets.tc_tsa",
+                "roce.pfc_cable_length", "roce.buffer.prio2buffer", "roce.buffer.size",
+                "roce.dcbx")
 
     @classmethod
     def schema(cls, s):
@@ -62,6 +94,10 @@ class DcbFamily(Family):
             "prio_tc": s.vector(s.integer(0, 7), "Priority -> traffic class (0-7)."),
             "tc_bw": s.vector(s.integer(0, 100), "Bandwidth percent per traffic class; the ETS classes sum to 100."),
             "tc_tsa": s.vector({"enum": ["ets", "strict", "vendor"]}, "Scheduler per traffic class: ets, strict or vendor."),
+        }, minProperties=1)
+        buffer = s.section("Port receive buffers (dcb buffer / mlnx_qos --prio2buffer --buffer_size).", {
+            "prio2buffer": s.vector(s.integer(0, 7), "Priority -> receive buffer (0-7)."),
+            "size": s.vector(s.integer(0, s.U32), "Size of each receive buffer in bytes; the driver may round it to its buffer cell."),
         }, minProperties=1)
         # Shares roce: with RoceFamily, which describes the section.
         return {"entry": {"roce": {"type": "object", "additionalProperties": False, "properties": {
@@ -71,11 +107,26 @@ class DcbFamily(Family):
                 s.text(DSCP, 2), s.integer(0, 7), 64),
             "pfc": s.prio_list("Priorities with PFC on; every other priority off."),
             "ets": ets,
+            "pfc_cable_length": {**s.integer(1, 0xFFFF), "description":
+                                 "Cable length in metres that mlx5 sizes the PFC headroom for (ieee_pfc.delay; mlx5: 1-999)."},
+            "buffer": buffer,
+            "dcbx": {"enum": ["host", "firmware"], "description":
+                     "Who runs DCBX: host (the profile's PFC/ETS stand) or firmware (the NIC may take them from the switch)."},
         }}}}
 
     @classmethod
     def nic_support(cls, driver, setting):
-        return nicclass.dcb_unsupported(driver, setting[len("roce."):])
+        name = setting[len("roce."):]
+        reason = nicclass.dcb_unsupported(driver, name)
+        if reason or nicclass.for_driver(driver) is None:
+            return reason
+        notes = [nicclass.dcb_port_note(driver)]
+        if name == "pfc_cable_length" and driver in nicclass.PFC_CABLE_LENGTH:
+            low, high = nicclass.PFC_CABLE_LENGTH[driver]
+            notes.append(f"{low}-{high} m, read back only with port buffer support")
+        elif name == "pfc" and driver in PFC_TOGGLES_LINK:
+            notes.append("a change toggles the port link")
+        return "; ".join(n for n in notes if n) or None
 
     def __init__(self, host):
         super().__init__(host)
@@ -97,6 +148,12 @@ class DcbFamily(Family):
         for name in ("prio_tc", "tc_bw", "tc_tsa"):
             if name in (roce.get("ets") or {}):
                 wanted[f"ets.{name}"] = list(roce["ets"][name])
+        for name in ("pfc_cable_length", "dcbx"):
+            if name in roce:
+                wanted[name] = roce[name]
+        for name in ("prio2buffer", "size"):
+            if name in (roce.get("buffer") or {}):
+                wanted[f"buffer.{name}"] = list(roce["buffer"][name])
         self._wanted[target] = wanted
         return [Desired(Key(self.name, target, name), Want(value),
                         source("roce", *name.split(".")))
@@ -106,7 +163,8 @@ class DcbFamily(Family):
     def _state(self, ifname: str):
         """The device's DCB state, or the reason it has none."""
         driver = self.driver_of(ifname)
-        reason = nicclass.dcb_unsupported(driver, "pfc")
+        iface = next((i for i in self.host.interfaces() if i.name == ifname), None)
+        reason = nicclass.dcb_unsupported(driver, "pfc") or nicclass.dcb_port_unsupported(driver, iface)
         if reason:
             return Unsupported(reason)
         try:
@@ -140,6 +198,17 @@ class DcbFamily(Family):
             return _dscp_apps(state)
         if key.name == "pfc":
             return Unsupported("the device reports no PFC") if state.pfc is None else _pfc_list(state.pfc)
+        if key.name == "pfc_cable_length":
+            return self._cable_length(key.target, state)
+        if key.name == "dcbx":
+            if state.dcbx is None:
+                return Unsupported("the driver reports no DCBX mode (no getdcbx)")
+            return "host" if state.dcbx & DCBX_HOST else "firmware"
+        if key.name in BUFFER_FIELDS:
+            if state.buffer is None:
+                return Unsupported("the device reports no port buffers (the driver has no "
+                                   "dcbnl_getbuffer; mlx5 has them with MLX5_BUFFER_SUPPORTED only)")
+            return list(getattr(state.buffer, BUFFER_FIELDS[key.name]))
         if state.ets is None:
             return Unsupported("the device reports no ETS")
         values = list(getattr(state.ets, ETS_FIELDS[key.name]))
@@ -150,8 +219,28 @@ class DcbFamily(Family):
                     for bw, tsa in zip(values, state.ets.tc_tsa)]
         return [_tsa_name(v) for v in values] if key.name == "ets.tc_tsa" else values
 
+    def _cable_length(self, ifname: str, state):
+        driver = self.driver_of(ifname)
+        if driver not in nicclass.PFC_CABLE_LENGTH:
+            return Unsupported(f"not supported by {driver or 'this driver'}: only mlx5 reads ieee_pfc.delay "
+                               "as a cable length in metres (the uapi, dcbnl.h struct ieee_pfc, "
+                               "gives it in bit times)")
+        if state.pfc is None or not state.pfc.delay:
+            return Unsupported("the device reports no cable length (mlx5 reports it with port "
+                               "buffer support only: en_dcbnl.c mlx5e_dcbnl_ieee_getpfc)")
+        return state.pfc.delay
+
     def check(self, key, want) -> Optional[str]:
         wanted = self._wanted.get(key.target, {})
+        if key.name == "pfc_cable_length":
+            low, high = nicclass.PFC_CABLE_LENGTH.get(self.driver_of(key.target), (1, 0xFFFF))
+            if not low <= want.value <= high:
+                return (f"the driver takes a cable length of {low}-{high} m and silently keeps "
+                        "the old one otherwise (en_dcbnl.c mlx5e_dcbnl_ieee_setpfc: "
+                        "MLX5E_MAX_CABLE_LENGTH)")
+            return None
+        if key.name == "buffer.size":
+            return self._check_lossless_sizes(key.target, wanted)
         if key.name in ("trust", "dscp_map") and wanted.get("trust") == "pcp" and wanted.get("dscp_map"):
             return "trust pcp and a dscp_map contradict each other: DSCP entries switch the device to trust dscp"
         if key.name.startswith("ets."):
@@ -175,9 +264,36 @@ class DcbFamily(Family):
                     "the device takes only 100 (or 0)")
         return None
 
+    def _check_lossless_sizes(self, target: str, wanted: dict) -> Optional[str]:
+        """mlx5 refuses (EINVAL) a zero size for a lossless buffer, one that a
+        priority with PFC on maps to (port_buffer.c
+        mlx5e_port_manual_buffer_config)."""
+        state = self._states.get(target)
+        if self.driver_of(target) != "mlx5_core" or state is None or isinstance(state, Unsupported):
+            return None
+        pfc = wanted.get("pfc", _pfc_list(state.pfc) if state.pfc else [])
+        prio2buffer = wanted.get("buffer.prio2buffer", state.buffer.prio2buffer if state.buffer else None)
+        if prio2buffer is None:
+            return None
+        for prio in pfc:
+            if wanted["buffer.size"][prio2buffer[prio]] == 0:
+                return (f"buffer {prio2buffer[prio]} holds priority {prio}, which has PFC on: "
+                        "mlx5 refuses a zero size for a lossless buffer")
+        return None
+
     def note(self, key: Key) -> str:
         if key.name == "dscp_map":
             return "exact map: DSCP entries not listed are deleted (they then map to priority 0)"
+        if key.name == "dcbx" and self._wanted.get(key.target, {}).get("dcbx") == "firmware":
+            return "a willing NIC firmware may then take PFC and ETS from the switch (DCBX)"
+        if key.name == "buffer.size" and self.driver_of(key.target) == "mlx5_core":
+            return ("mlx5 keeps sizes in whole buffer cells, rounding down (en/port_buffer.c "
+                    "port_set_buffer)")
+        return ""
+
+    def disruptive(self, key: Key, before, after) -> str:
+        if key.name == "pfc" and before != after:
+            return PFC_TOGGLES_LINK.get(self.driver_of(key.target) or "", "")
         return ""
 
     # -- writes ------------------------------------------------------------
@@ -191,8 +307,13 @@ class DcbFamily(Family):
 
     def _write(self, ifname: str, values: dict, revert: bool) -> None:
         dcb = self.host.dcb()
+        if "dcbx" in values:
+            mode = DCBX_MODES[values["dcbx"]]
+            if values["dcbx"] == "firmware":
+                mode = DCBX_FIRMWARE_MODE.get(self.driver_of(ifname) or "", mode)
+            dcb.set_dcbx(ifname, mode)
         # Read now, not at plan time; the writes below each replace one
-        # object (APP table, PFC, ETS) and leave the others as read here.
+        # object (APP table, PFC, ETS, buffers) and leave the others as read here.
         state = dcb.get(ifname)
         have = _dscp_apps(state)
         if "dscp_map" in values:
@@ -204,9 +325,13 @@ class DcbFamily(Family):
             # Reverting restores the map this run first saw, when it had one.
             first = self._first_apps.get(ifname) if revert else None
             self._set_dscp_map(ifname, first or default_dscp_map(), have)
-        if "pfc" in values:
-            mask = sum(1 << p for p in values["pfc"])
-            dcb.set_pfc(ifname, dataclasses.replace(state.pfc, pfc_en=mask))
+        if "pfc" in values or "pfc_cable_length" in values:
+            pfc = state.pfc
+            if "pfc" in values:
+                pfc = dataclasses.replace(pfc, pfc_en=sum(1 << p for p in values["pfc"]))
+            if "pfc_cable_length" in values:
+                pfc = dataclasses.replace(pfc, delay=values["pfc_cable_length"])
+            dcb.set_pfc(ifname, pfc)
         ets_values = {k: v for k, v in values.items() if k in ETS_FIELDS}
         if ets_values:
             ets = state.ets
@@ -222,6 +347,9 @@ class DcbFamily(Family):
             ets.tc_tx_bw = [bw if tsa == TSA_CODES["ets"] else 0
                             for bw, tsa in zip(ets.tc_tx_bw, ets.tc_tsa)]
             dcb.set_ets(ifname, ets)
+        buffer_values = {BUFFER_FIELDS[k]: list(v) for k, v in values.items() if k in BUFFER_FIELDS}
+        if buffer_values:
+            dcb.set_buffer(ifname, dataclasses.replace(state.buffer, **buffer_values))
 
     def _set_dscp_map(self, ifname: str, wanted: dict, have: dict) -> None:
         """Make the DSCP entries `wanted`, from the `have` just read: add what

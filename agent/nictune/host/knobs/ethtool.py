@@ -3,7 +3,9 @@
 Features are per bit, named as the kernel names them; ethtool's short
 aliases are accepted.  Rings, channels, coalesce and pause share one shape
 (a dump per family of every device, one set message per device) and so one
-class.
+class.  Plans refuse before writing what the drivers would refuse or round
+(ring minimums and powers of two, nicclass.py), MANA queue changes while
+mana_ib holds the port, and mark queue rebuilds as disruptive.
 """
 
 from __future__ import annotations
@@ -182,6 +184,34 @@ class EthtoolParamsFamily(Family):
         for target, values in group_by_target(items).items():
             self._set(target, values)
 
+    def _held_by_mana_ib(self, ifname: str) -> Optional[str]:
+        """Why a MANA port's queues must not be resized now, or None.
+        mana_set_channels and mana_set_ringparam (drivers/net/ethernet/
+        microsoft/mana/mana_ethtool.c) rebuild the queues with mana_detach
+        and mana_attach; mana_attach configures the vPort again
+        (mana_en.c mana_cfg_vport), which is EBUSY while mana_ib holds it
+        (vport_use_count), leaving the port down; newer kernels refuse
+        mana_set_channels outright with EBUSY while RDMA holds the vPort,
+        its EQs being sized to the current queue count."""
+        if self.driver_of(ifname) != "mana":
+            return None
+        from nictune.host import rdma  # only for MANA ports
+
+        found = rdma.port_of(self.host, ifname)
+        if found is None:
+            return None
+        return (f"not supported while mana_ib uses the port ({found[0]} sits on {ifname}): "
+                f"changing MANA {self.name} detaches and re-attaches the port (mana_detach, "
+                "mana_attach) under its RDMA users, and fails with EBUSY while mana_ib holds "
+                "the vPort")
+
+    def disruptive(self, key, before, after) -> str:
+        """The kinds nicclass.DISRUPTS lists (rings, channels on mlx5 and
+        MANA): the driver rebuilds the queues of an up interface."""
+        why = nicclass.disruption(self.driver_of(key.target), self.name)
+        link = next((l for l in self.host.links() if l.name == key.target), None)
+        return why if link is not None and link.up else ""
+
     def show(self, target):
         if self._shown is None:  # one dump for every interface shown
             self._shown = self._dump()
@@ -214,22 +244,36 @@ class RingsFamily(EthtoolParamsFamily):
         if limits is None:
             return "not supported: the driver has no such ring"
         rounding = ", rounded up to a power of two" if nic.rings_round_up_pow2 else ""
-        return f"{limits[0]} to {limits[1]}{rounding}"
+        per_entry = nic.rings_page_bytes.get(setting.split(".", 1)[1])
+        paged = (f" (the least is PAGE_SIZE / {per_entry}: {limits[0]} with 4 KiB pages, "
+                 f"{65536 // per_entry} with 64 KiB)") if per_entry else ""
+        return f"{limits[0]} to {limits[1]}{rounding}{paged}"
 
     def _dump(self):
         return self.host.ethtool().rings()
 
     def check(self, key, want) -> Optional[str]:
+        held = self._held_by_mana_ib(key.target)
+        if held:
+            return held
         reason = super().check(key, want)
-        if reason or want.bound == "min":
+        if reason:
             return reason
         driver = self.driver_of(key.target)
+        least = nicclass.rings_minimum(driver, key.name, self.host.page_size())
+        if want.value < least:
+            # What an unmet bound writes is its value: EINVAL mid-apply
+            # (mlx5e_ethtool_set_ringparam, mana_set_ringparam).
+            return (f"not supported by {driver}: {key.name} rings below {least} are refused "
+                    f"by the driver; ask for at least {least}")
+        if want.bound == "min":
+            return None
         effective = nicclass.rings_effective(driver, key.name, want.value)
         if effective != want.value:
             # It would read back as `effective`, fail verification and roll back.
             return (f"not supported by {driver}: {key.name} rings are a power of two of at least "
-                    f"{nicclass.for_driver(driver).rings[key.name][0]}; {want.value} would become "
-                    f"{effective}: ask for {effective}, or {{min: {want.value}}}")
+                    f"{least}; {want.value} would become {effective}: ask for {effective}, "
+                    f"or {{min: {want.value}}}")
         return None
 
     def _set(self, ifname, values):
@@ -260,6 +304,9 @@ class ChannelsFamily(EthtoolParamsFamily):
 
     def _dump(self):
         return self.host.ethtool().channels()
+
+    def check(self, key, want) -> Optional[str]:
+        return self._held_by_mana_ib(key.target) or super().check(key, want)
 
     def _set(self, ifname, values):
         self.host.ethtool().set_channels(ifname, values)

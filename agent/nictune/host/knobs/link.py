@@ -1,4 +1,7 @@
-"""Link basics over rtnetlink: MTU, transmit queue length, admin state."""
+"""Link basics over rtnetlink: MTU, transmit queue length, admin state.
+
+An MTU change on mlx5, MANA and hv_netvsc rebuilds queues or the device
+(nicclass.DISRUPTS): plans mark it disruptive."""
 
 from __future__ import annotations
 
@@ -71,6 +74,20 @@ class LinkFamily(Family):
         if lo and value < lo:
             return f"MTU {value} is below the device minimum {lo}"
         return None
+
+    def disruptive(self, key, before, after) -> str:
+        """An MTU change on an up interface of a driver that rebuilds its
+        queues or detaches the port for it (nicclass.DISRUPTS); taking the
+        link down."""
+        link = self._links.get(key.target)
+        if link is None or not link.up:
+            return ""
+        if key.name == "state":
+            wanted = getattr(after, "value", after)  # a Want or its value
+            return "the link goes down" if wanted == "down" else ""
+        if key.name == "mtu":
+            return nicclass.disruption(self.driver_of(key.target), "mtu")
+        return ""
 
     def apply(self, items):
         """Stacked devices (VLAN, macvlan on a rail) refuse an MTU above their

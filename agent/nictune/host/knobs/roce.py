@@ -5,11 +5,20 @@ default_roce_{mode,tos}, for the RDMA device whose port carries the
 interface (roce.rdma_device: auto) or the one named.  They only affect
 RDMA-CM users that set no ToS themselves (NCCL sets its own: NCCL_IB_TC).
 
+verbs_tos: the MLNX_OFED / DOCA-OFED mlx5_ib global traffic class,
+/sys/class/infiniband/<dev>/tc/<port>/traffic_class (main_ext.c
+traffic_class_store/show, init_tc_sysfs): the ToS every RoCE QP of the port
+gets whatever its user asked for, so verbs users that set none (UCX, MPI,
+storage) leave DSCP 0.  It reads "Global tclass=N" when set and nothing
+otherwise; writing -1 unsets it.  Upstream mlx5_ib has no tc/ directory.
+
 ecn.*: the MLNX_OFED / DOCA-OFED driver's /sys/class/net/<if>/ecn/roce_np
 and roce_rp (per-priority enables, CNP DSCP and 802.1p priority, DCQCN
 parameters).  Upstream drivers have no such directory; the keys are then
 unsupported with the reason, and parameters are only ever the file names
-the driver exposes.
+the driver exposes.  The files are writable on a PF only (a VF's are read
+only, a representor's are its PF's: nicclass.ecn_port_unsupported), which
+plan says before anything is written.
 """
 
 from __future__ import annotations
@@ -25,6 +34,11 @@ PRIOS = 8
 MODES = {"v1": rdma.ROCE_V1, "v2": rdma.ROCE_V2}
 MODE_NAMES = {v: k for k, v in MODES.items()}
 CM_FILES = {"mode": "default_roce_mode", "tos": "default_roce_tos"}
+PORT_KEYS = (*CM_FILES, "verbs_tos")  # keys that live on the RDMA device's port
+VERBS_TOS_UNSET = "-1"  # tclass_parse_tclass takes it: no global traffic class
+NO_TC_SYSFS = ("needs MLNX_OFED/DOCA-OFED mlx5_ib, whose /sys/class/infiniband/<dev>/tc/<port>/"
+               "traffic_class it is (main_ext.c init_tc_sysfs); upstream RDMA drivers have none: "
+               "there, RDMA-CM users take roce.tos and NCCL NCCL_IB_TC")
 # ecn.<name> -> (directory, file) under /sys/class/net/<if>/ecn
 ECN_FILES = {"cnp_dscp": ("roce_np", "cnp_dscp"), "cnp_prio": ("roce_np", "cnp_802p_prio")}
 
@@ -39,7 +53,7 @@ class RoceFamily(Family):
     position_note = ("after dcb: ECN enables are per priority, and the priority a DSCP lands on "
                      "is set by the DCB map")
     sections = ("roce",)
-    settings = ("roce.rdma_device", "roce.mode", "roce.tos", "roce.ecn.np", "roce.ecn.rp",
+    settings = ("roce.rdma_device", "roce.mode", "roce.tos", "roce.verbs_tos", "roce.ecn.np", "roce.ecn.rp",
                 "roce.ecn.cnp_dscp", "roce.ecn.cnp_prio", "roce.ecn.params")
 
     @classmethod
@@ -63,6 +77,8 @@ class RoceFamily(Family):
                 },
                 "mode": {"enum": list(MODES), "description": "RDMA-CM default RoCE mode (configfs default_roce_mode)."},
                 "tos": {**s.integer(0, 255), "description": "RDMA-CM default ToS byte (configfs default_roce_tos); DSCP = tos >> 2."},
+                "verbs_tos": {**s.integer(0, 255), "description":
+                              "ToS byte for every RoCE QP of the port, verbs users included (MLNX_OFED mlx5_ib tc/<port>/traffic_class)."},
                 "ecn": ecn,
             }, title="RoCE settings")}}
 
@@ -73,6 +89,8 @@ class RoceFamily(Family):
             return None
         if setting.startswith("roce.ecn."):
             return "needs /sys/class/net/<if>/ecn, and " + nic.why_not["ecn"]
+        if setting == "roce.verbs_tos":
+            return NO_TC_SYSFS if nic.driver == "mlx5_core" else f"not supported by {nic.driver}: {NO_TC_SYSFS}"
         if setting in ("roce.mode", "roce.tos") and nic.roce_ports:
             return "RoCE v2 on port " + ", ".join(str(p) for p in nic.roce_ports) + " only"
         return None
@@ -87,7 +105,7 @@ class RoceFamily(Family):
         roce = sections.get("roce") or {}
         self._rdma_device[target] = roce.get("rdma_device", "auto")
         out = []
-        for name in ("mode", "tos"):
+        for name in ("mode", "tos", "verbs_tos"):
             if name in roce:
                 out.append(Desired(Key(self.name, target, name), Want(roce[name]), source("roce", name)))
         ecn = roce.get("ecn") or {}
@@ -142,10 +160,13 @@ class RoceFamily(Family):
         out = {}
         cm_keys: dict = {}  # (device, port) -> [key]
         # Finding a port walks every RDMA device: once per interface.
-        for target in {k.target for k in keys if k.name in CM_FILES}:
+        for target in {k.target for k in keys if k.name in PORT_KEYS}:
             self._ports[target] = self._port(target)
         for key in keys:
-            if key.name in CM_FILES:
+            if key.name == "verbs_tos":
+                port = self._ports[key.target]
+                out[key] = port if isinstance(port, Unsupported) else self._read_verbs_tos(*port)
+            elif key.name in CM_FILES:
                 port = self._ports[key.target]
                 if isinstance(port, Unsupported):
                     out[key] = port
@@ -171,7 +192,31 @@ class RoceFamily(Family):
             return {key: Unsupported(f"cannot read rdma_cm {device} port {port}: {reason}")
                     for key in keys}
 
+    def _tc_path(self, device: str, port: int) -> str:
+        return self.host.path("sys/class/infiniband", device, "tc", str(port), "traffic_class")
+
+    def _read_verbs_tos(self, device: str, port: int):
+        """The port's global traffic class, None when none is set."""
+        try:
+            with open(self._tc_path(device, port)) as f:
+                text = f.read()
+        except FileNotFoundError:
+            return Unsupported(f"no {device}/tc/{port}/traffic_class: {NO_TC_SYSFS}")
+        except OSError as e:
+            return Unsupported(f"cannot read {device} traffic_class: {e}")
+        # Per-address rules (dst_ip=...,tclass=N) follow on their own lines;
+        # nictune sets only the global one.
+        for line in text.splitlines():
+            if line.startswith("Global tclass="):
+                return int(line.split("=", 1)[1])
+        return None
+
     def _read_ecn(self, key: Key):
+        driver = self.driver_of(key.target)
+        iface = next((i for i in self.host.interfaces() if i.name == key.target), None)
+        reason = nicclass.ecn_port_unsupported(driver, iface)
+        if reason:
+            return Unsupported(reason)
         if not os.path.isdir(self.host.path("sys/class/net", key.target, "ecn")):
             return Unsupported(nicclass.ecn_unsupported(self.driver_of(key.target)))
         path = self._ecn_path(key)
@@ -195,17 +240,22 @@ class RoceFamily(Family):
         port = self._ports.get(key.target)
         if key.name in CM_FILES and isinstance(port, tuple):
             return f"rdma_cm {port[0]} port {port[1]}: RDMA-CM users only; NCCL uses NCCL_IB_TC"
+        if key.name == "verbs_tos" and isinstance(port, tuple):
+            return f"{port[0]} port {port[1]}: overrides the ToS of every RoCE QP there, NCCL's too"
         return ""
 
     # -- writes ------------------------------------------------------------
     def apply(self, items):
         cm: dict = {}
         for key, value in items:
-            if key.name in CM_FILES:
+            if key.name in PORT_KEYS:
                 port = self._ports.get(key.target) or self._port(key.target)
                 if isinstance(port, Unsupported):
                     raise OSError(f"{key.target}: {port.reason}")
-                cm.setdefault(port, []).append((key, value))
+                if key.name == "verbs_tos":
+                    _write(self._tc_path(*port), VERBS_TOS_UNSET if value is None else str(int(value)))
+                else:
+                    cm.setdefault(port, []).append((key, value))
             elif key.name in ("ecn.np", "ecn.rp"):
                 path = self._ecn_path(key)
                 for p in range(PRIOS):

@@ -1,5 +1,5 @@
-"""dcbnl over rtnetlink: ETS, PFC and the APP table (a read also gives the
-APP trust order and the DCBX mode).
+"""dcbnl over rtnetlink: ETS, PFC, the port buffers, the APP table and the
+DCBX mode (a read also gives the APP trust order).
 
 The kernel side is net/dcb/dcbnl.c: requests are RTM_GETDCB / RTM_SETDCB
 with a `struct dcbmsg` header and a DCB_CMD_* command; the device is named
@@ -16,12 +16,14 @@ What the kernel answers (dcb_doit):
 - DCB_CMD_IEEE_SET / IEEE_DEL: the driver's error does NOT come back in
   the ACK (that says 0) but as a u8 DCB_ATTR_IEEE in an RTM_SETDCB reply,
   holding the negative errno.
+- DCB_CMD_SDCBX (dcbnl_setdcbx): the driver's u8 answer comes back as
+  DCB_ATTR_DCBX in the RTM_SETDCB reply; non-zero means it refused the mode.
 
 Encodings follow iproute2's `dcb` byte for byte (tests/recorded/dcb):
 whole `struct ieee_ets` / `struct ieee_pfc` blobs in host byte order,
-nests flagged NLA_F_NESTED as libmnl does.  ETS and PFC are written whole,
-so callers start from what get() read and change only what they mean to,
-as `dcb ets set` / `dcb pfc set` do.
+nests flagged NLA_F_NESTED as libmnl does.  ETS, PFC and the buffers are
+written whole, so callers start from what get() read and change only what
+they mean to, as `dcb ets set` / `dcb pfc set` / `dcb buffer set` do.
 """
 
 from __future__ import annotations
@@ -34,16 +36,22 @@ from nictune.host.netlink._pyroute2 import NLA_F_NESTED, nla, nlmsg
 from nictune.host.netlink.errors import NetlinkError
 from nictune.host.netlink.names import validate_ifname
 from nictune.host.netlink.socket import NLM_F_ACK, NLM_F_REQUEST, NetlinkSocket
+from nictune.host.netlink.uapi import (DCBX_HOST, DCBX_LLD_MANAGED, DCBX_STATIC, DCBX_VER_CEE,
+                                       DCBX_VER_IEEE)
 from nictune.host.validate import InvalidInput
 
 RTM_GETDCB, RTM_SETDCB = 78, 79
 DCB_CMD_IEEE_SET, DCB_CMD_IEEE_GET = 20, 21
+DCB_CMD_SDCBX = 23
 DCB_CMD_IEEE_DEL = 27
 _MSG_TYPE = {
     DCB_CMD_IEEE_SET: RTM_SETDCB,
     DCB_CMD_IEEE_GET: RTM_GETDCB,
+    DCB_CMD_SDCBX: RTM_SETDCB,
     DCB_CMD_IEEE_DEL: RTM_SETDCB,
 }
+# DCB_CAP_DCBX_* (include/uapi/linux/dcbnl.h, netlink/uapi.py): DcbState.dcbx and SDCBX modes.
+DCBX_ALL = DCBX_HOST | DCBX_LLD_MANAGED | DCBX_VER_CEE | DCBX_VER_IEEE | DCBX_STATIC
 
 PRIOS = 8  # IEEE_8021QAZ_MAX_TCS: 8 priorities, 8 traffic classes
 TSA = {"strict": 0, "cbs": 1, "ets": 2, "vendor": 255}
@@ -57,6 +65,10 @@ _ETS = struct.Struct("=3B56B")
 _PFC = struct.Struct("=3BxH2x8Q8Q")
 _APP = struct.Struct("=BBH")  # struct dcb_app: selector, priority, protocol
 _MAXRATE = struct.Struct("=8Q")  # struct ieee_maxrate: u64 tc_maxrate[8], kbit/s
+# struct dcbnl_buffer: u8 prio2buffer[8], u32 buffer_size[8] (bytes),
+# u32 total_size (read only) -- 44 bytes.
+_BUFFER = struct.Struct("=8B8II")
+BUFFERS = 8  # DCBX_MAX_BUFFERS
 
 
 # --- values ---------------------------------------------------------------
@@ -98,6 +110,16 @@ class Pfc:
     indications: List[int] = field(default_factory=_zeros)
 
 
+@dataclass
+class Buffer:
+    """struct dcbnl_buffer: which port buffer each priority's traffic goes
+    to, each buffer's size in bytes, and what all buffers take (read only)."""
+
+    prio2buffer: List[int] = field(default_factory=_zeros)
+    buffer_size: List[int] = field(default_factory=_zeros)
+    total_size: int = 0
+
+
 @dataclass(frozen=True)
 class App:
     """struct dcb_app: for SEL_DSCP the protocol is the DSCP (0-63)."""
@@ -117,6 +139,7 @@ class DcbState:
     maxrate: Optional[List[int]] = None
     trust: Optional[List[int]] = None  # APP_TRUST_TABLE selectors, in order
     dcbx: Optional[int] = None  # DCB_CAP_DCBX_* bits (include/uapi/linux/dcbnl.h)
+    buffer: Optional[Buffer] = None  # DCB_ATTR_DCB_BUFFER (drivers with dcbnl_getbuffer)
 
 
 # --- messages -------------------------------------------------------------
@@ -149,16 +172,19 @@ class dcbmsg(nlmsg):
             (2, "DCB_ATTR_IEEE_PFC", "cdata"),
             (3, "DCB_ATTR_IEEE_APP_TABLE", "app_table"),
             (7, "DCB_ATTR_IEEE_MAXRATE", "cdata"),
+            (10, "DCB_ATTR_DCB_BUFFER", "cdata"),
             (11, "DCB_ATTR_DCB_APP_TRUST_TABLE", "app_table"),
         )
         app_table = _selector_list
 
 
 class dcb_set_reply(nlmsg):
-    """The RTM_SETDCB reply to IEEE_SET / IEEE_DEL: a u8 status."""
+    """The RTM_SETDCB reply to IEEE_SET / IEEE_DEL / SDCBX: a u8 status
+    (DCB_ATTR_IEEE: the driver's negative errno; DCB_ATTR_DCBX: setdcbx's
+    answer, non-zero for a refusal)."""
 
     fields = dcbmsg.fields
-    nla_map = ((13, "DCB_ATTR_IEEE", "uint8"),)
+    nla_map = ((13, "DCB_ATTR_IEEE", "uint8"), (14, "DCB_ATTR_DCBX", "uint8"))
 
 
 def _message(cmd: int, ifname: str, attrs: list) -> dcbmsg:
@@ -237,6 +263,23 @@ def pfc_attrs(pfc: Pfc) -> list:
     return [("DCB_ATTR_IEEE", {"attrs": [("DCB_ATTR_IEEE_PFC", blob)]})]
 
 
+def buffer_attrs(buffer: Buffer) -> list:
+    """`dcb buffer set`'s message: the whole struct dcbnl_buffer, total_size
+    as read (dcbnl_setbuffer drivers ignore it; mlx5e_dcbnl_setbuffer does)."""
+    blob = _BUFFER.pack(
+        *_array(buffer.prio2buffer, 0, BUFFERS - 1, "buffer prio2buffer"),
+        *_array(buffer.buffer_size, 0, 2**32 - 1, "buffer buffer_size"),
+        _int(buffer.total_size, 0, 2**32 - 1, "buffer total_size"),
+    )
+    return [("DCB_ATTR_IEEE", {"attrs": [("DCB_ATTR_DCB_BUFFER", blob)]})]
+
+
+def dcbx_attrs(mode: int) -> list:
+    # Bits above DCB_CAP_DCBX_STATIC are undefined; 0 is a mode (mlx5: hand
+    # DCBX back to the firmware, mlx5e_dcbnl_setdcbx).
+    return [("DCB_ATTR_DCBX", _int(mode, 0, DCBX_ALL, "DCBX mode"))]
+
+
 # protocol ranges per selector: ethertype and ports are u16, a DSCP has 6
 # bits, PCP entries hold pcp | dei << 3.
 _APP_PROTOCOL_MAX = {
@@ -297,6 +340,7 @@ def _state(msg: dcbmsg) -> DcbState:
     maxrate = ieee.get_attr("DCB_ATTR_IEEE_MAXRATE")
     apps = ieee.get_attr("DCB_ATTR_IEEE_APP_TABLE")
     trust = ieee.get_attr("DCB_ATTR_DCB_APP_TRUST_TABLE")
+    buffer = ieee.get_attr("DCB_ATTR_DCB_BUFFER")
     if ets is not None:
         state.ets = _ets(ets)
     if pfc is not None:
@@ -308,6 +352,9 @@ def _state(msg: dcbmsg) -> DcbState:
         state.apps = [App(*_APP.unpack_from(_blob(a[1], _APP.size, "DCB APP entry"))) for a in apps["attrs"]]
     if trust is not None:
         state.trust = [_blob(a[1], 1, "DCB trust entry")[0] for a in trust["attrs"]]
+    if buffer is not None:
+        v = _BUFFER.unpack_from(_blob(buffer, _BUFFER.size, "DCB_ATTR_DCB_BUFFER"))
+        state.buffer = Buffer(list(v[:8]), list(v[8:16]), v[16])
     return state
 
 
@@ -340,12 +387,22 @@ class Dcb:
             if status:
                 # A u8 holding the driver's negative errno.
                 raise NetlinkError(256 - status if status > 127 else status)
+            if reply.get_attr("DCB_ATTR_DCBX"):
+                # setdcbx answers 1 for a mode it does not take, no errno.
+                raise NetlinkError(22, "the driver refused the DCBX mode")  # EINVAL
 
     def set_ets(self, ifname: str, ets: Ets) -> None:
         self._set(DCB_CMD_IEEE_SET, ifname, ets_attrs(ets))
 
     def set_pfc(self, ifname: str, pfc: Pfc) -> None:
         self._set(DCB_CMD_IEEE_SET, ifname, pfc_attrs(pfc))
+
+    def set_buffer(self, ifname: str, buffer: Buffer) -> None:
+        self._set(DCB_CMD_IEEE_SET, ifname, buffer_attrs(buffer))
+
+    def set_dcbx(self, ifname: str, mode: int) -> None:
+        """DCB_CAP_DCBX_* bits, as `dcb dcbx set` sends them."""
+        self._set(DCB_CMD_SDCBX, ifname, dcbx_attrs(mode))
 
     def add_apps(self, ifname: str, apps: List[App]) -> None:
         """Adds entries; mlx5 turns trust to DSCP with the first DSCP entry."""

@@ -23,6 +23,10 @@ Differences that the ioctl imposes:
   GET, change only the given keys, SET.  A driver without the op, or a
   missing device, fails at that GET: EOPNOTSUPP, or ENODEV.
 
+Tunables (`Tunables`, ETHTOOL_GTUNABLE / ETHTOOL_STUNABLE) exist only as
+ioctls -- ethtool netlink has no tunable message -- so they are spoken here
+whichever backend Host.ethtool() chose, as `ethtool --set-tunable` does.
+
 Struct layouts are those of include/uapi/linux/ethtool.h (torvalds/linux);
 the struct is named at each layout below.  The kernel side is
 net/ethtool/ioctl.c (net/core/ethtool.c before 5.5).
@@ -40,12 +44,23 @@ from nictune.host.netlink.errors import NetlinkError
 from nictune.host.netlink.ethtool import ETH_SS_FEATURES, Features
 from nictune.host.netlink.ioctl import inet_socket, siocethtool, string_set
 from nictune.host.netlink.names import param_value, validate_features
+from nictune.host.netlink.uapi import (ETHTOOL_PFC_PREVENTION_TOUT,  # noqa: F401 (re-exported)
+                                       PFC_STORM_PREVENTION_AUTO, PFC_STORM_PREVENTION_DISABLE)
 
 ETHTOOL_GCOALESCE, ETHTOOL_SCOALESCE = 0x0E, 0x0F
 ETHTOOL_GRINGPARAM, ETHTOOL_SRINGPARAM = 0x10, 0x11
 ETHTOOL_GPAUSEPARAM, ETHTOOL_SPAUSEPARAM = 0x12, 0x13
 ETHTOOL_GFEATURES, ETHTOOL_SFEATURES = 0x3A, 0x3B
 ETHTOOL_GCHANNELS, ETHTOOL_SCHANNELS = 0x3C, 0x3D
+ETHTOOL_GTUNABLE, ETHTOOL_STUNABLE = 0x48, 0x49
+
+# enum tunable_id and enum tunable_type_id.  net/ethtool/ioctl.c
+# ethtool_tunable_valid() insists on the type and length of each id
+# (PFC_PREVENTION_TOUT: ETHTOOL_TUNABLE_U16, 2 bytes), else EINVAL.
+ETHTOOL_TUNABLE_U16 = 2
+_TUNABLE_TYPES = {ETHTOOL_PFC_PREVENTION_TOUT: (ETHTOOL_TUNABLE_U16, struct.Struct("=H"))}
+# struct ethtool_tunable { u32 cmd; u32 id; u32 type_id; u32 len; void *data[]; }
+_TUNABLE = struct.Struct("=4I")
 
 # enum ethtool_sfeatures_retval_bits: SFEATURES returns these as a
 # non-negative ioctl result.
@@ -347,3 +362,51 @@ class EthtoolIoctl:
 
     def set_pause(self, ifname: str, values: dict) -> None:
         self._set_values(_PAUSE, ifname, values)
+
+
+# -- tunables ------------------------------------------------------------------
+
+
+def tunable_request(cmd: int, tunable_id: int, value: int = 0) -> bytes:
+    """struct ethtool_tunable plus its data, as `ethtool --set-tunable` /
+    `--get-tunable` fill it (a GET carries a zeroed value)."""
+    if cmd not in (ETHTOOL_GTUNABLE, ETHTOOL_STUNABLE) or tunable_id not in _TUNABLE_TYPES:
+        raise ValueError(f"not a tunable request nictune makes: cmd {cmd!r}, id {tunable_id!r}")
+    type_id, layout = _TUNABLE_TYPES[tunable_id]
+    limit = 1 << (8 * layout.size)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < limit:
+        raise ValueError(f"tunable {tunable_id} takes an integer 0-{limit - 1}, got {value!r}")
+    return _TUNABLE.pack(cmd, tunable_id, type_id, layout.size) + layout.pack(value)
+
+
+class Tunables:
+    """ETHTOOL_GTUNABLE / STUNABLE on devices of this network namespace;
+    failures are NetlinkError with the ioctl's errno (EOPNOTSUPP: the
+    driver has no get/set_tunable; EINVAL: it refused the value)."""
+
+    def __init__(self):
+        self._sock = inet_socket()
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def __enter__(self) -> "Tunables":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _ioctl(self, ifname: str, request: bytes) -> bytes:
+        buf = array.array("B", request)
+        try:
+            siocethtool(self._sock, ifname, buf)
+        except OSError as e:
+            raise NetlinkError(e.errno) from None
+        return buf.tobytes()
+
+    def get(self, ifname: str, tunable_id: int) -> int:
+        raw = self._ioctl(ifname, tunable_request(ETHTOOL_GTUNABLE, tunable_id))
+        return _TUNABLE_TYPES[tunable_id][1].unpack_from(raw, _TUNABLE.size)[0]
+
+    def set(self, ifname: str, tunable_id: int, value: int) -> None:
+        self._ioctl(ifname, tunable_request(ETHTOOL_STUNABLE, tunable_id, value))

@@ -13,3 +13,11 @@ ENCAP_MODES = {"none": 0, "basic": 1}
 
 # include/uapi/linux/if_link.h: IFLA_VF_LINK_STATE_AUTO, _ENABLE, _DISABLE.
 VF_LINK_STATES = {"auto": 0, "enable": 1, "disable": 2}
+
+# include/uapi/linux/dcbnl.h: DCB_CAP_DCBX_* (dcbnl getdcbx/setdcbx modes).
+DCBX_HOST, DCBX_LLD_MANAGED, DCBX_VER_CEE, DCBX_VER_IEEE, DCBX_STATIC = 1, 2, 4, 8, 16
+
+# include/uapi/linux/ethtool.h: enum tunable_id ETHTOOL_PFC_PREVENTION_TOUT
+# (milliseconds) and its PFC_STORM_PREVENTION_AUTO / _DISABLE values.
+ETHTOOL_PFC_PREVENTION_TOUT = 3
+PFC_STORM_PREVENTION_AUTO, PFC_STORM_PREVENTION_DISABLE = 0xFFFF, 0
