@@ -33,7 +33,10 @@ def run(command: str, target: Optional[str], opts: Options) -> int:
         report = envelope(command, [], error=e.as_dict())
     if command == "audit":
         _write_audit_files(report, opts, out)
-    out.fleet(report, opts.show_all, target or "")
+    from nictune.cli.change_cmds import emit
+
+    if not emit(report, opts, target or ""):
+        out.fleet(report, opts.show_all, target or "")
     return report["exit_code"]
 
 

@@ -13,8 +13,8 @@ from typing import Optional
 import typer
 
 from nictune.cli.lint_cmds import LINTED, lint_gate
-from nictune.cli.options import (AUDIT_FILES, COMMON, CONFIRM, CONTENT, FLEET, FORCE, SHOW_ALL, SSH,
-                                 TARGET, Options, with_options)
+from nictune.cli.options import (AUDIT_FILES, BASE, COMMON, CONFIRM, CONTENT, FLEET, FORCE, FORMAT,
+                                 SHOW_ALL, SSH, TARGET, Format, Options, with_options)
 from nictune.cli.output import Printer, envelope
 from nictune.control.request import build_request
 from nictune.control.targets import target_for
@@ -26,6 +26,14 @@ AUDIT_NEEDS_INVENTORY = ("audit needs an inventory (-i): it reports drift across
 
 def _dispatch(command: str, target: Optional[str], opts: Options) -> None:
     """Run the command where the options say; exits with its code."""
+    if opts.format == Format.json:
+        opts = replace(opts, as_json=True)
+    if (opts.base or opts.base_file) and target:
+        if opts.netns and opts.inventory:
+            _usage(opts.as_json, command, "--netns and -i do not go together")
+        from nictune.cli import change_cmds
+
+        raise typer.Exit(change_cmds.run(target, opts))
     if opts.inventory is None:
         _local(command, target, opts)
     else:
@@ -77,9 +85,15 @@ def _run(command: str, profile_path: Optional[str], opts: Options) -> None:
                 out.warn(f"lint {f.text}")
     if command == "show" and not opts.as_json and report["hosts"]:
         _print_profile(out, report["hosts"][0])
-    else:
+    elif not _markdown(report, opts, profile_path or ""):
         out.report(report, opts.show_all, profile_path or "")
     raise typer.Exit(report["exit_code"])
+
+
+def _markdown(report: dict, opts: Options, target: str) -> bool:
+    from nictune.cli.change_cmds import emit
+
+    return emit(report, opts, target)
 
 
 def _load_profile(path: str):
@@ -111,9 +125,10 @@ def _print_profile(out: Printer, host: dict) -> None:
     sys.stdout.write(yaml.safe_dump(host["profile"], sort_keys=False, default_flow_style=False))
 
 
-@with_options(TARGET, FLEET, COMMON, SHOW_ALL, CONTENT, SSH, FORCE)
+@with_options(TARGET, FLEET, COMMON, FORMAT, BASE, SHOW_ALL, CONTENT, SSH, FORCE)
 def plan(target: Optional[str], opts: Options) -> None:
-    """Dry run: show each setting's before -> after.  Exit 2 if anything would change."""
+    """Dry run: show each setting's before -> after.  Exit 2 if anything would change.
+    With --base REF: what the change since REF does, apart from today's drift."""
     _dispatch("plan", target, opts)
 
 
@@ -124,13 +139,13 @@ def apply(target: Optional[str], opts: Options) -> None:
     _dispatch("apply", target, opts)
 
 
-@with_options(TARGET, FLEET, COMMON, SHOW_ALL, CONTENT, SSH)
+@with_options(TARGET, FLEET, COMMON, FORMAT, SHOW_ALL, CONTENT, SSH)
 def verify(target: Optional[str], opts: Options) -> None:
     """Compare the host(s) with the profile.  Exit 2 on drift."""
     _dispatch("verify", target, opts)
 
 
-@with_options(TARGET, FLEET, AUDIT_FILES, COMMON, SHOW_ALL, CONTENT, SSH)
+@with_options(TARGET, FLEET, AUDIT_FILES, COMMON, FORMAT, SHOW_ALL, CONTENT, SSH)
 def audit(target: Optional[str], opts: Options) -> None:
     """Read-only drift report across a fleet: per host and key, expected and
     actual.  Exit 2 if any host drifted, 1 if any could not be audited."""

@@ -7,6 +7,7 @@ they take groups of them through with_options(), and get one Options.
 
 from __future__ import annotations
 
+import enum
 import functools
 import inspect
 from dataclasses import MISSING, dataclass, fields
@@ -56,6 +57,23 @@ JunitOpt = Annotated[Optional[str], typer.Option("--junit", metavar="FILE",
 PrometheusOpt = Annotated[Optional[str], typer.Option(
     "--prometheus", metavar="FILE", help="Also write node_exporter textfile metrics.")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Plan/apply even when nictune lint finds errors.")]
+BaseOpt = Annotated[Optional[str], typer.Option(
+    "--base", metavar="REF",
+    help="Show what the change since this git revision of the profile's repository does "
+         "(control/change.py).")]
+BaseFileOpt = Annotated[Optional[str], typer.Option(
+    "--base-file", metavar="OLD", help="Like --base, against an old profile file.")]
+
+
+class Format(str, enum.Enum):
+    text = "text"
+    markdown = "markdown"
+    json = "json"
+
+
+FormatOpt = Annotated[Format, typer.Option(
+    "--format", metavar="FORMAT", case_sensitive=False,
+    help="text, markdown (a pull-request comment) or json (as --json).")]
 
 
 # -- the host and fleet commands -----------------------------------------------
@@ -83,6 +101,9 @@ class Options:
     # hosts to wait for a confirmation, and only apply has the option.
     confirm_timeout: float = 0.0
     force: bool = False
+    base: Optional[str] = None
+    base_file: Optional[str] = None
+    format: Format = Format.text
 
 
 APPLY_CONFIRM_TIMEOUT = 30.0
@@ -112,6 +133,8 @@ SSH: Group = (_param("accept_new", AcceptNewOpt), _param("connect_timeout", Conn
               _param("timeout", TimeoutOpt), _param("ssh_config", SshConfigOpt))
 CONFIRM: Group = (_param("confirm_timeout", ConfirmOpt, APPLY_CONFIRM_TIMEOUT),)
 FORCE: Group = (_param("force", ForceOpt),)
+BASE: Group = (_param("base", BaseOpt), _param("base_file", BaseFileOpt))
+FORMAT: Group = (_param("format", FormatOpt),)
 
 Body = Callable[[Optional[str], Options], None]
 

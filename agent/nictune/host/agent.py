@@ -12,6 +12,12 @@ Request (version 1), one line of JSON:
      "netns": "NAME",                       # set by `--netns`: the namespace the agent runs in
      "show_file_content": false}            # true: reports carry the text of files nictune did
                                             # not write (knobs/nccl.py), else a placeholder
+Request version 2 (BASE_FORMAT) is version 1 plus, for "plan" only,
+    "base": {"path": str, "doc": {...}, "sources": {...}}
+the profile before a change (control/change.py): the host also plans it,
+with the same engine, and the report adds "base": {"changes", "warnings",
+"error"}.  Nothing is written for either.  An agent that knows only
+version 1 refuses such a request rather than ignore "base".
 The report is one line of JSON.  After a confirmed apply that changed
 something, the agent waits for the line "confirm" and answers
 {"nictune_confirm": "confirmed"|"expired"|""}.
@@ -37,11 +43,20 @@ from nictune.host.validate import NETNS, matches
 
 COMMANDS = ("plan", "apply", "verify", "rollback", "show")
 NEEDS_PROFILE = ("plan", "apply", "verify")
+BASE_FORMAT = 2  # a request that carries a base profile (control/change.py)
 
 
 def _validated(request) -> dict:
-    if not isinstance(request, dict) or request.get("nictune_request") != REQUEST_FORMAT:
-        raise InvalidInput(f"not a nictune request (want nictune_request: {REQUEST_FORMAT})")
+    if not isinstance(request, dict) or request.get("nictune_request") not in (REQUEST_FORMAT,
+                                                                             BASE_FORMAT):
+        raise InvalidInput(f"not a nictune request (want nictune_request: {REQUEST_FORMAT} "
+                           f"or {BASE_FORMAT})")
+    if request.get("nictune_request") == BASE_FORMAT or "base" in request:
+        base = request.get("base")
+        if (request.get("nictune_request") != BASE_FORMAT or request.get("command") != "plan"
+                or not isinstance(base, dict) or not isinstance(base.get("doc"), dict)):
+            raise InvalidInput(f"a base profile goes with command plan and nictune_request: "
+                               f"{BASE_FORMAT}, as {{path, doc, sources}}")
     if request.get("command") not in COMMANDS:
         raise InvalidInput(f"unknown command {request.get('command')!r}")
     if request["command"] in NEEDS_PROFILE:
@@ -86,7 +101,29 @@ def execute(request: dict, host: Host, confirm: Optional[dict] = None) -> Outcom
     doc, sources = profile["doc"], profile.get("sources") or {}
     if command == "apply":
         return _tidied(host, engine.apply(doc, sources, profile.get("path")))
-    return engine.plan(doc, sources, command)
+    base = _base_plan(engine, request.get("base"))
+    if base is None:
+        return engine.plan(doc, sources, command)
+    try:
+        outcome = engine.plan(doc, sources, command)
+    except NictuneError as e:  # the base's plan still goes back: the drift is from it
+        outcome = Outcome(command, error=e.as_dict())
+    outcome.extra["base"] = base
+    return outcome
+
+
+def _base_plan(engine, base: Optional[dict]) -> Optional[dict]:
+    """The plan of the base profile (a change's "before"), read through the
+    same engine as the profile's own; its failure is the base's, not the
+    request's."""
+    if base is None:
+        return None
+    try:
+        out = engine.plan(base["doc"], base.get("sources") or {}, "plan")
+    except NictuneError as e:
+        out = Outcome("plan", error=e.as_dict())
+    return {"changes": [c.as_dict() for c in out.changes], "warnings": out.warnings,
+            "error": out.error}
 
 
 def _tidied(host: Host, outcome: Outcome) -> Outcome:
@@ -135,8 +172,9 @@ def report(outcome: Outcome, host_label: str, started: float, show_content: bool
     """A host report: the unit every command and every fleet run returns.
     show_content: the request asked for the text of files nictune did not write."""
     changes = [c.as_dict() for c in outcome.changes]
-    if changes and not show_content:
+    if not show_content:
         _hide_host_only(changes)
+        _hide_host_only((outcome.extra.get("base") or {}).get("changes") or [])
     out = {
         "host": host_label,
         "command": outcome.command,

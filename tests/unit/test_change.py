@@ -1,0 +1,231 @@
+"""The effect of a profile change (control/change.py), the base plan on the
+host (host/agent.py, request version 2), the base from git
+(control/gitrev.py, in repositories the tests make) and lint on change.
+
+Hosts are the recorded ConnectX-7 host on the fake kernel (tests/fakes.py,
+labelled as such): the host side runs its real engine and knob families.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from fakes import FakeHost
+from nictune.control import change
+from nictune.control.gitrev import GitRevError, checkout_free
+from nictune.control.request import build_request
+from nictune.host import agent
+from nictune.profile.lint import Finding
+from nictune.profile.loader import load_profile, load_profile_text
+
+P0, P1 = "enp23s0f0np0", "enp23s0f1np1"  # the ConnectX-7 ports of cx7-host
+
+OLD = """\
+nictune: 1
+interfaces:
+  rails:
+    match: {driver: mlx5_core}
+    mtu: 9000
+    txqueuelen: 10000
+    rings: {rx: 8192, tx: 8192}
+"""
+# mtu changes, txqueuelen only moves a line down, rings go, channels come.
+NEW = """\
+nictune: 1
+interfaces:
+  rails:
+    # the rails now carry 4096-byte RoCE frames with room to spare
+    match: {driver: mlx5_core}
+    mtu: 8000
+    txqueuelen: 10000
+    channels: {combined: {min: 16}}
+"""
+
+
+def host_report(tmp_path, new_text=NEW, old_text=OLD, request=None):
+    new = load_profile_text(new_text, "new.yaml")
+    old = load_profile_text(old_text, "HEAD~1:new.yaml")
+    host = FakeHost("cx7-host", tmp_path / "root")
+    req = request or change.with_base(build_request("plan", new), old)
+    req = dict(req, host="cx7", state_dir=str(tmp_path / "state"))
+    return agent.run(req, host=host), host
+
+
+def test_the_host_plans_both_profiles_and_the_effect_is_what_the_change_alters(tmp_path):
+    report, host = host_report(tmp_path)
+    assert host.kernel.writes == []  # a plan with a base writes nothing
+    assert report["ok"] and report["base"]["error"] is None
+    rows = {(r["key"]["target"], r["key"]["family"], r["key"]["name"]): r
+            for r in change.host_effect(report)}
+    for port in (P0, P1):
+        mtu = rows.pop((port, "link", "mtu"))
+        assert (mtu["change"], mtu["old"]["value"], mtu["new"]["value"]) == ("changed", 9000, 8000)
+        assert (mtu["old"]["source"], mtu["new"]["source"]) == ("HEAD~1:new.yaml:5", "new.yaml:6")
+        for name in ("rx", "tx"):
+            ring = rows.pop((port, "rings", name))
+            assert ring["change"] == "removed" and ring["new"] is None and ring["old"]["value"] == 8192
+        ch = rows.pop((port, "channels", "combined"))
+        assert ch["change"] == "added" and ch["old"] is None
+        assert (ch["new"]["value"], ch["new"]["bound"]) == (16, "min")
+    # txqueuelen moved a line, its value did not: no effect.
+    assert rows == {}
+
+
+def test_drift_is_the_distance_from_the_old_wanted_not_the_change(tmp_path):
+    report, _ = host_report(tmp_path)
+    drift = {(r["key"]["target"], r["key"]["name"]): r for r in change.host_drift(report)}
+    # The recorded host runs MTU 1500: off the old wanted 9000 already.
+    assert drift[(P0, "mtu")]["current"] == 1500
+    assert drift[(P0, "mtu")]["wanted"]["value"] == 9000
+    assert all(r["status"] in ("pending", "drift") for r in drift.values())
+    # A change that alters nothing has no effect, yet the drift stays.
+    same, _ = host_report(tmp_path / "same", OLD, OLD)
+    assert change.host_effect(same) == []
+    assert change.host_drift(same) == change.host_drift(report)
+
+
+def test_identical_hosts_group_and_different_ones_do_not(tmp_path):
+    report, _ = host_report(tmp_path)
+    other, _ = host_report(tmp_path / "o", NEW.replace("8000", "7000"))
+    hosts = [dict(report, host=f"gpu{i:04}") for i in range(50)] + [dict(other, host="odd")]
+    doc = change.effect(hosts, {"ref": "HEAD~1", "commit": "0" * 40})
+    assert [len(g["hosts"]) for g in doc["effect"]] == [50, 1]
+    assert doc["effect"][1]["hosts"] == ["odd"]
+    assert doc["summary"] == {"hosts": 51, "affected": 51, "groups": 2, "drifted": 51, "errors": 0}
+    assert doc["nictune_change"] == 1
+
+
+def test_a_host_without_a_usable_base_is_an_error_not_an_empty_effect(tmp_path):
+    report, _ = host_report(tmp_path)
+    old_agent = {k: v for k, v in report.items() if k != "base"}
+    lying = dict(report, host="liar", base={"changes": [{"key": "x"}]})
+    doc = change.effect([dict(old_agent, host="old"), lying], {"file": "old.yaml"})
+    assert doc["effect"] == [] and doc["summary"]["errors"] == 2
+    assert {e["host"] for e in doc["errors"]} == {"old", "liar"}
+    assert all(e["side"] == "base" for e in doc["errors"])
+
+
+def test_a_host_new_in_the_change_wanted_nothing_before(tmp_path):
+    new = load_profile_text(NEW, "new.yaml")
+    report, _ = host_report(tmp_path, request=change.with_base(build_request("plan", new), None))
+    assert {r["change"] for r in change.host_effect(report)} == {"added"}
+    assert change.host_drift(report) == []
+
+
+def test_the_agent_refuses_a_base_it_cannot_honour(tmp_path):
+    new = load_profile_text(NEW, "new.yaml")
+    base = {"path": "", "doc": {"nictune": 1}, "sources": {}}
+    # Version 1 with a base: an agent must not silently drop it.
+    v1 = dict(build_request("plan", new), base=base)
+    report, _ = host_report(tmp_path, request=v1)
+    assert report["error"]["kind"] == "invalid-input" and "base" not in report
+    applied = dict(build_request("apply", new), nictune_request=2, base=base)
+    report, host = host_report(tmp_path / "a", request=applied)
+    assert report["error"]["kind"] == "invalid-input" and host.kernel.writes == []
+
+
+def test_request_version_agrees_with_the_agent():
+    from nictune import REQUEST_FORMAT
+
+    assert agent.BASE_FORMAT == REQUEST_FORMAT + 1
+    assert change.with_base({"nictune_request": 1}, None)["nictune_request"] == agent.BASE_FORMAT
+
+
+# -- lint on change ---------------------------------------------------------------------
+
+def test_lint_change_matches_findings_without_their_locations():
+    f = lambda code, msg, *at: Finding(code, "warning", msg, at)  # noqa: E731
+    old = [f("a", "same", "HEAD~1:p.yaml:3"), f("gone", "fixed one", "HEAD~1:p.yaml:9"),
+           f("dup", "twice", "HEAD~1:p.yaml:1"), f("dup", "twice", "HEAD~1:p.yaml:2")]
+    new = [f("a", "same", "p.yaml:4"), f("dup", "twice", "p.yaml:1"),
+           f("new", "introduced one", "p.yaml:7")]
+    out = change.lint_change(new, old)
+    assert [x["code"] for x in out["introduced"]] == ["new"]
+    assert [x["code"] for x in out["fixed"]] == ["gone", "dup"]  # one of the two dups went
+
+
+def test_lint_change_on_real_profiles():
+    from nictune.profile.lint import lint
+
+    good = load_profile_text("nictune: 1\ninterfaces:\n  r:\n    match: {name: r0}\n    mtu: 9000\n",
+                             "p.yaml")
+    low = load_profile_text("nictune: 1\ninterfaces:\n  r:\n    match: {name: r0}\n    mtu: 1200\n",
+                            "p.yaml")
+    introduced = change.lint_change(lint(low), lint(good))
+    assert introduced["introduced"] and not introduced["fixed"]
+    assert change.lint_change(lint(good), lint(low))["fixed"] == introduced["introduced"]
+    assert change.lint_change(lint(low), lint(low)) == {"introduced": [], "fixed": []}
+
+
+# -- the base from git ---------------------------------------------------------------------
+
+def git(repo, *args) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True).stdout
+
+
+def make_repo(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "profiles").mkdir(parents=True)
+    git(repo, "init", "-q")
+    git(repo, "config", "user.email", "t@example.invalid")
+    git(repo, "config", "user.name", "t")
+    (repo / "profiles" / "base.yaml").write_text("nictune: 1\nhost:\n  sysctl:\n    net.ipv4.tcp_ecn: 1\n")
+    (repo / "profiles" / "rails.yaml").write_text("nictune: 1\nextends: base.yaml\n" + OLD[11:])
+    os.symlink("/etc/hostname", repo / "profiles" / "outside")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "one")
+    (repo / "profiles" / "base.yaml").write_text("nictune: 1\nhost:\n  sysctl:\n    net.ipv4.tcp_ecn: 2\n")
+    (repo / "profiles" / "rails.yaml").write_text("nictune: 1\nextends: base.yaml\n" + NEW[11:])
+    git(repo, "commit", "-qam", "two")
+    return repo
+
+
+def test_a_revision_is_read_from_git_objects_without_touching_the_work_tree(tmp_path):
+    repo = make_repo(tmp_path)
+    (repo / "profiles" / "rails.yaml").write_text("nictune: 1\n# uncommitted\n" + NEW[11:])
+    status = git(repo, "status", "--porcelain")
+    target = str(repo / "profiles" / "rails.yaml")
+    with checkout_free(target, "HEAD~1") as rev:
+        assert rev.commit == git(repo, "rev-parse", "HEAD~1").strip()
+        old = change.relabel(load_profile(rev.path_of(target)), rev.root, "HEAD~1")
+        # extends resolved at the revision too: the old parent's value
+        assert old.doc["host"]["sysctl"]["net.ipv4.tcp_ecn"] == 1
+        assert old.doc["interfaces"]["rails"]["mtu"] == 9000
+        assert old.sources["interfaces/rails/mtu"] == "HEAD~1:profiles/rails.yaml:6"
+        assert old.sources["host/sysctl/net.ipv4.tcp_ecn"] == "HEAD~1:profiles/base.yaml:4"
+        # a link out of the repository is not followed into this machine's files
+        assert not os.path.lexists(os.path.join(rev.root, "profiles", "outside"))
+        root = rev.root
+    assert not os.path.exists(root)
+    assert git(repo, "status", "--porcelain") == status
+    assert "# uncommitted" in (repo / "profiles" / "rails.yaml").read_text()
+
+
+@pytest.mark.parametrize("ref, words", [("--output=/tmp/x", "not a git revision"),
+                                         ("no-such-branch", "no such revision")])
+def test_bad_revisions_are_refused_in_words(tmp_path, ref, words):
+    repo = make_repo(tmp_path)
+    with pytest.raises(GitRevError, match=words):
+        checkout_free(str(repo / "profiles" / "rails.yaml"), ref)
+
+
+def test_a_profile_outside_git_asks_for_base_file(tmp_path):
+    (tmp_path / "p.yaml").write_text(OLD)
+    with pytest.raises(GitRevError, match="--base-file"):
+        checkout_free(str(tmp_path / "p.yaml"), "HEAD")
+
+
+def test_a_side_whose_plan_stopped_is_an_error_not_every_key_added_or_removed(tmp_path):
+    # Two entries set one MTU two ways: the host refuses the new profile whole.
+    conflict = NEW + "  again:\n    match: {driver: mlx5_core}\n    mtu: 7000\n"
+    report, _ = host_report(tmp_path, conflict)
+    assert report["error"]["kind"] == "conflict" and report["changes"] == []
+    doc = change.effect([report], {"file": "old.yaml"})
+    assert doc["effect"] == [] and [(e["side"], e["kind"]) for e in doc["errors"]] == [
+        ("new", "conflict")]
+    # The base planned: the host's drift from it is still shown.
+    assert doc["drift"][0]["hosts"] == ["cx7"]
