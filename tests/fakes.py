@@ -591,3 +591,15 @@ class FakeHost(Host):
 
     def close(self) -> None:  # the fakes stay usable after a run
         pass
+
+
+def cx7_rails_state(**extra) -> dict:
+    """cx7-host with both ConnectX-7 rails up, its sysfs tree (GID tables,
+    rdma_cm configfs, OFED ecn files) and dcbnl in mlx5's initial state;
+    `extra` replaces top-level parts of the state."""
+    ports = ("enp23s0f0np0", "enp23s0f1np1")
+    state = load_state("cx7-host")
+    state.update({"tree": "mlx5-host", "dcb": {p: {} for p in ports}})
+    state["links"] = [dict(link, up=True) if link["name"] in ports else link for link in state["links"]]
+    state.update(extra)
+    return state

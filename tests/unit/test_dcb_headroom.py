@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from fakes import FakeHost, load_state
+from fakes import FakeHost, cx7_rails_state, load_state
 from nictune.host import model as m
 from nictune.host.engine import Engine
 from nictune.host.knobs.dcb import DcbFamily
@@ -27,12 +27,7 @@ TC_FILE = "sys/class/infiniband/mlx5_0/tc/1/traffic_class"
 
 
 def rail_state(**extra) -> dict:
-    state = load_state("cx7-host")
-    state.update({"tree": "mlx5-host", "dcb": {P0: {}, P1: {}},
-                  "tunables": {P0: {"pfc-prevention-tout": 8000}}})
-    state["links"] = [dict(l, up=True) if l["name"] == P1 else l for l in state["links"]]
-    state.update(extra)
-    return state
+    return cx7_rails_state(**{"tunables": {P0: {"pfc-prevention-tout": 8000}}, **extra})
 
 
 @pytest.fixture

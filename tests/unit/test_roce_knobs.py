@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from fakes import FakeHost, load_state
+from fakes import FakeHost, cx7_rails_state
 from nictune.host import model as m
 from nictune.host.engine import Engine
 from nictune.host.knobs.dcb import DcbFamily, default_dscp_map
@@ -24,12 +24,7 @@ ROCE = {"trust": "dscp", "dscp_map": {"26": 3, "48": 6}, "pfc": [3],
         "ecn": {"np": [3], "rp": [3], "cnp_dscp": 48, "cnp_prio": 6, "params": {"rpg_ai_rate": 7}}}
 
 
-def rail_state(**extra) -> dict:
-    state = load_state("cx7-host")
-    state.update({"tree": "mlx5-host", "dcb": {P0: {}, P1: {}}})
-    state["links"] = [dict(l, up=True) if l["name"] == P1 else l for l in state["links"]]
-    state.update(extra)
-    return state
+rail_state = cx7_rails_state
 
 
 @pytest.fixture
