@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark: a read-only audit of 10/50/100/200 SSH hosts, nictune vs ansible-core vs pyinfra.
+"""Benchmark: a read-only audit of 10..500 SSH hosts, nictune vs ansible-core, pyinfra and plain ssh.
 
 One fleet of namespace hosts, each with its own real sshd
 (nictune.lab.fleet), is built once; nictune applies
@@ -8,7 +8,9 @@ subset of the fleet, by each tool in turn, round by round:
 
     nictune audit bench/fleet/profile.yaml -i INVENTORY --limit 'fleet[0:N-1]' --forks F --json
     ansible-playbook -i INVENTORY bench/fleet/audit.yml --check --limit 'fleet[0:N-1]' -f F
-    pyinfra INVENTORY_N.py bench/fleet/audit_deploy.py --dry --parallel F
+    pyinfra INVENTORY_N.py bench/fleet/audit_deploy.py --dry --parallel F          (operations)
+    pyinfra INVENTORY_N.py bench/fleet/audit_facts_deploy.py --dry --parallel F    (facts only)
+    python bench/fleet/ssh_floor.py SSH_CONFIG F HOST...    (the floor: one plain ssh per host)
 
 Per tool and size: wall time (median of the rounds), controller CPU per
 host (the tool's whole process tree, ssh ControlPersist masters included),
@@ -51,8 +53,13 @@ FLEET_FILES = HERE / "fleet"
 PROFILE = FLEET_FILES / "profile.yaml"
 PLAYBOOK = FLEET_FILES / "audit.yml"
 DEPLOY = FLEET_FILES / "audit_deploy.py"
+FACTS_DEPLOY = FLEET_FILES / "audit_facts_deploy.py"
+SSH_FLOOR = FLEET_FILES / "ssh_floor.py"
 TOOLS_VENV = HERE / ".venv-tools"
-TOOLS = ("nictune", "ansible", "pyinfra")
+# pyinfra: a deploy of operations; pyinfra-facts: facts only, compared in
+# Python (its fastest honest form); ssh: one plain OpenSSH session per host
+# running one shell script (the floor any SSH tool pays).
+TOOLS = ("nictune", "ansible", "pyinfra", "pyinfra-facts", "ssh")
 PY = sys.executable
 NICTUNE = str(Path(PY).parent / "nictune")
 # UTF-8: ansible refuses to start under LANG=C.  Every tool gets the same.
@@ -68,10 +75,20 @@ for var in ("PYTHONPROFILEIMPORTTIME", "PYTHONPYCACHEPREFIX", "NICTUNE_STATE_DIR
 # curve25519 against OpenSSH 9.2; OpenSSH's own default for ansible's ssh
 # (sntrup761x25519) costs ~110 ms of client CPU more per connection.
 ANSIBLE_SSH_ARGS = "-C -o ControlMaster=auto -o ControlPersist=60s -o KexAlgorithms=curve25519-sha256"
+FLOOR_SSH_OPTIONS = ["-o", "KexAlgorithms=curve25519-sha256", "-o", "ControlMaster=no", "-o", "BatchMode=yes"]
 TARGET_ANSIBLE_RATIO = 10.0
 TARGET_PYINFRA_RATIO = 1.0
 TARGET_HOST_CPU_S = 0.150
 TARGET_SIZE = 100
+# Issue 13's targets: wall at 100 and 200 hosts at most 0.8x pyinfra
+# facts-only and 1.3x the ssh floor; host CPU at most pyinfra facts-only's
+# and the floor's + 25 ms; controller CPU at most 10 ms per host, not
+# growing with N; per-host wall at 500 within 1.2x that at 100.
+TARGET_FACTS_RATIO = 0.8
+TARGET_FLOOR_RATIO = 1.3
+TARGET_FLOOR_HOST_CPU_S = 0.025
+TARGET_CTL_CPU_S = 0.010
+TARGET_SCALE_RATIO = 1.2
 SAMPLE_S = 0.25   # memory sampling period of the wrapper
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PR_SET_CHILD_SUBREAPER = 36
@@ -365,7 +382,11 @@ control_path_dir = {a}/cp
         if tool == "ansible":
             return [self.bin["ansible-playbook"], "-i", self.fleet.inventory, str(PLAYBOOK), "--check",
                     "--limit", limit, "-f", str(self.forks)]
-        return [self.bin["pyinfra"], str(self.pyinfra_inventory(n)), str(DEPLOY), "--dry",
+        if tool == "ssh":
+            return [PY, "-I", "-S", str(SSH_FLOOR), self.fleet.ssh_config, str(self.forks),
+                    *(h.name for h in self.fleet.hosts[:n])]
+        deploy = FACTS_DEPLOY if tool == "pyinfra-facts" else DEPLOY
+        return [self.bin["pyinfra"], str(self.pyinfra_inventory(n)), str(deploy), "--dry",
                 "--parallel", str(self.forks)]
 
     def measure(self, tool: str, n: int) -> dict:
@@ -417,6 +438,8 @@ def findings(tool: str, out: str, n: int) -> dict:
         sent = sum(1 for h in report.get("hosts", []) if (h.get("transport") or {}).get("agent_sent"))
         return {"hosts": len(report.get("hosts", [])), "drift": drift, "agent_sent": sent,
                 "error": "; ".join(errors[:3]) or top.get("message", "")}
+    if tool in ("pyinfra-facts", "ssh"):
+        return _bench_audit_lines(out)
     if tool == "ansible":
         recap = re.findall(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", out, re.M)
         tasks = _ansible_changed_tasks(out)
@@ -434,6 +457,23 @@ def findings(tool: str, out: str, n: int) -> dict:
                 drift.setdefault(host.strip(), []).append(m.group(1))
     errors = re.findall(r"^.*(?:Error|error|Could not connect).*$", out, re.M)
     return {"hosts": connected, "drift": drift, "error": "; ".join(errors[:3]) if not block else ""}
+
+
+def _bench_audit_lines(out: str) -> dict:
+    """The "BENCH-AUDIT <host> ok|drift <what>; ...|error <why>" lines that
+    audit_facts_deploy.py and ssh_floor.py print, one per host."""
+    drift: dict = {}
+    errors = []
+    hosts = set()
+    for host, verdict, rest in re.findall(r"^BENCH-AUDIT (\S+) (ok|drift|error)\b ?(.*)$", out, re.M):
+        hosts.add(host)
+        if verdict == "drift":
+            drift[host] = rest.split("; ")
+        elif verdict == "error":
+            errors.append(f"{host}: {rest}")
+    if not hosts:
+        errors.append(out.strip()[-300:] or "no output")
+    return {"hosts": len(hosts), "drift": drift, "error": "; ".join(errors[:3])}
 
 
 def _ansible_changed_tasks(out: str) -> dict:
@@ -471,6 +511,10 @@ def find_tools(install: bool) -> tuple:
         notes.append("ansible-core not installed: skipped (run with --install)")
     if "pyinfra" not in found:
         notes.append("pyinfra not installed: skipped (run with --install)")
+    if shutil.which("ssh", path=ENV["PATH"]):
+        found["ssh"] = shutil.which("ssh", path=ENV["PATH"])
+    else:
+        notes.append("no OpenSSH client (ssh): the floor is skipped")
     return found, notes
 
 
@@ -501,6 +545,8 @@ def check_login_env(b: Bench, tools: list) -> list:
         elif tool == "ansible":
             out = b.run_text(tool, [b.bin["ansible"], "-i", b.fleet.inventory, h.name, "-m",
                                     "ansible.builtin.command", "-a", "printenv HOME"])
+        elif tool == "ssh":
+            out = b.run_text(tool, ["ssh", "-F", b.fleet.ssh_config, *FLOOR_SSH_OPTIONS, h.name, "printenv HOME"])
         else:
             out = b.run_text(tool, [b.bin["pyinfra"], str(b.pyinfra_inventory(1)), "exec", "--", "printenv", "HOME"])
         rows.append((tool, want if want in out else out.strip()[-200:], want in out))
@@ -520,10 +566,11 @@ def check_kex(b: Bench, tools: list) -> list:
               " if l.startswith('Kex: ')])\n")
     rows = []
     for tool in tools:
-        if tool == "ansible":
-            # ssh -v with ansible's ssh_args: OpenSSH prints the negotiated kex.
-            argv = ["ssh", "-v", *shlex.split(ANSIBLE_SSH_ARGS.replace("ControlMaster=auto", "ControlMaster=no")),
-                    "-F", b.fleet.ssh_config, h.name, "true"]
+        if tool in ("ansible", "ssh"):
+            # ssh -v with the tool's options: OpenSSH prints the negotiated kex.
+            opts = (shlex.split(ANSIBLE_SSH_ARGS.replace("ControlMaster=auto", "ControlMaster=no"))
+                    if tool == "ansible" else FLOOR_SSH_OPTIONS)
+            argv = ["ssh", "-v", *opts, "-F", b.fleet.ssh_config, h.name, "true"]
             out = spawn(argv, timeout=60).stdout
             m = re.search(r"kex: algorithm: (\S+)", out)
             rows.append((tool, f"OpenSSH {version(['ssh', '-V'])}: {m.group(1) if m else '?'}"))
@@ -574,9 +621,18 @@ def spoil(host) -> None:
     """Four drifts on one host, one per kind of check."""
     must(["ip", "netns", "exec", host.netns, "ip", "link", "set", "rail0", "mtu", "1500"])
     must(["ip", "netns", "exec", host.netns, "sysctl", "-qw", "net.ipv4.tcp_ecn=2"])
-    must(["ip", "netns", "exec", host.netns, "ethtool", "-K", "rail1", "gro", "off"])
-    with open(f"/etc/netns/{host.netns}/nccl.conf", "a") as f:
-        f.write("NCCL_DEBUG=INFO\n")
+    must(["ip", "netns", "exec", host.netns, "ethtool", "-K", "rail0", "gro", "off"])
+    # A value changed, in place: each session sees the file sshd's `ip netns
+    # exec` bind-mounted (that inode; a file renamed over it is not seen).
+    # An added NCCL_DEBUG line would be no drift: NCCL takes a variable's
+    # first definition (src/misc/param.cc setEnvFile), as nictune does.
+    with open(f"/etc/netns/{host.netns}/nccl.conf", "r+") as f:
+        text = f.read()
+        if "NCCL_IB_TIMEOUT=22\n" not in text:
+            raise BenchError(f"{host.name}: /etc/nccl.conf is not as applied: {text!r}")
+        f.seek(0)
+        f.write(text.replace("NCCL_IB_TIMEOUT=22\n", "NCCL_IB_TIMEOUT=23\n"))
+        f.truncate()
 
 
 def apply_all(b: Bench, n: int) -> None:
@@ -686,7 +742,7 @@ def report(fig: dict, summary: dict, sizes: list, tools: list) -> list:
     p("  cgroup: cpuacct.usage of a cgroup per host holding its sshd listener (so every session and all it")
     p("  starts); listener: growth of the listener's utime+stime+cutime+cstime, which misses processes")
     p(f"  that outlive their session.  {'ok' if cal['ok'] else 'MISMATCH'}: the method used finds the workloads")
-    p("\n3. Drift check: host 1 spoiled (rail0 MTU 1500, tcp_ecn 2, rail1 GRO off, a line added to "
+    p("\n3. Drift check: host 1 spoiled (rail0 MTU 1500, tcp_ecn 2, rail0 GRO off, NCCL_IB_TIMEOUT 23 in "
       "/etc/nccl.conf); audited with host 2, which is as wanted")
     for tool, count, what, ok in fig["drift_check"]:
         p(f"    {'ok  ' if ok else 'FAIL'} {tool:<8} {count} drifts on host 1: {what}")
@@ -715,18 +771,25 @@ def report(fig: dict, summary: dict, sizes: list, tools: list) -> list:
     p("    largest single process.  left over: processes of the tree still running when the tool exited")
     p("    (stopped by the wrapper).")
 
-    p("\n5. Ratios (wall time, same run)")
+    p("\n5. Ratios (same run)")
     rows = []
     for n in sizes:
         base = summary.get((n, "nictune"))
-        for other in ("ansible", "pyinfra"):
+        for other in ("ansible", "pyinfra", "pyinfra-facts", "ssh"):
             s = summary.get((n, other))
             if base and s:
-                rows.append((f"{other} / nictune", n, f"{s['wall'] / base['wall']:.1f}x",
-                             f"{s['ctl_cpu_per_host'] / base['ctl_cpu_per_host']:.1f}x",
-                             f"{s['host_cpu_per_host'] / base['host_cpu_per_host']:.1f}x"))
+                rows.append((f"nictune / {other}", n, ratio(base["wall"], s["wall"]),
+                             ratio(base["ctl_cpu_per_host"], s["ctl_cpu_per_host"]),
+                             ratio(base["host_cpu_per_host"], s["host_cpu_per_host"]),
+                             f"{(base['host_cpu_per_host'] - s['host_cpu_per_host']) * 1000:+.0f} ms"))
     if rows:
-        p(table(rows, ("ratio", "N", "wall", "ctl CPU", "host CPU"), left=2))
+        p(table(rows, ("ratio", "N", "wall", "ctl CPU", "host CPU", "host CPU diff"), left=2))
+    p("  (below 1x: nictune is the faster or cheaper)")
+    rows = scaling_rows(summary, sizes, tools)
+    if rows:
+        p("\n   Per host, as N grows: wall / N, controller CPU / N, and the marginal controller CPU per")
+        p("   added host (slope from the size before, so the fixed start-up cost drops out)")
+        p(table(rows, ("tool", "N", "wall/host", "ctl CPU/host", "marginal ctl CPU/host"), left=1))
 
     checks = []
     at = TARGET_SIZE if TARGET_SIZE in sizes else max(sizes)
@@ -746,10 +809,77 @@ def report(fig: dict, summary: dict, sizes: list, tools: list) -> list:
                        f"at most {ms(TARGET_HOST_CPU_S)} of CPU on each host per audit{note}",
                        f"costliest host {ms(base['host_cpu_max'])}, mean {ms(base['host_cpu_per_host'])}, "
                        f"p95 {ms(base['host_cpu_p95'])}"))
+    checks += issue13_checks(summary, sizes)
     p("\n6. Targets")
     for ok, what, detail in checks:
         p(f"  {'SKIP' if ok is None else 'PASS' if ok else 'FAIL'}  {what}: {detail}")
     return checks
+
+
+def ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b > 0 else "-"
+
+
+def scaling_rows(summary: dict, sizes: list, tools: list) -> list:
+    rows = []
+    for tool in tools:
+        prev = None
+        for n in sizes:
+            s = summary.get((n, tool))
+            if not s:
+                continue
+            cpu = s["ctl_cpu_per_host"] * n
+            marginal = ms((cpu - prev[1]) / (n - prev[0])) if prev else "-"
+            rows.append((tool, n, ms(s["wall"] / n), ms(s["ctl_cpu_per_host"]), marginal))
+            prev = (n, cpu)
+    return rows
+
+
+def issue13_checks(summary: dict, sizes: list) -> list:
+    """Issue 13's targets, each where its sizes and tools were run (SKIP otherwise)."""
+    out = []
+    for n in (100, 200):
+        base = summary.get((n, "nictune"))
+        for other, want, name in (("pyinfra-facts", TARGET_FACTS_RATIO, "pyinfra facts-only"),
+                                  ("ssh", TARGET_FLOOR_RATIO, "the plain-ssh floor")):
+            s = summary.get((n, other))
+            what = f"audit of {n} hosts at most {want:g}x {name} (wall)"
+            if not (base and s):
+                out.append((None, what, f"N={n} or {other} not run"))
+                continue
+            r = base["wall"] / s["wall"]
+            out.append((r <= want, what, f"{r:.2f}x ({secs(base['wall'])} vs {secs(s['wall'])})"))
+    for n in (100, 200):
+        base, facts, floor = (summary.get((n, t)) for t in ("nictune", "pyinfra-facts", "ssh"))
+        if base and facts:
+            out.append((base["host_cpu_per_host"] <= facts["host_cpu_per_host"],
+                        f"host CPU per audit at most pyinfra facts-only's (N={n})",
+                        f"{ms(base['host_cpu_per_host'])} vs {ms(facts['host_cpu_per_host'])}"))
+        if base and floor:
+            out.append((base["host_cpu_per_host"] <= floor["host_cpu_per_host"] + TARGET_FLOOR_HOST_CPU_S,
+                        f"host CPU per audit at most the floor's + {ms(TARGET_FLOOR_HOST_CPU_S)} (N={n})",
+                        f"{ms(base['host_cpu_per_host'])} vs {ms(floor['host_cpu_per_host'])}"))
+    # "At most 10 ms per host, flat": at every size of 100 and more, and the
+    # marginal cost of a host between successive sizes (start-up drops out).
+    rows = [r for r in scaling_rows(summary, sizes, ["nictune"])]
+    big = [r for r in rows if r[1] >= 100]
+    if big:
+        worst = max(summary[(r[1], "nictune")]["ctl_cpu_per_host"] for r in big)
+        out.append((worst <= TARGET_CTL_CPU_S, f"controller CPU at most {ms(TARGET_CTL_CPU_S)} per host (N >= 100)",
+                    ", ".join(f"N={r[1]} {r[3]}" for r in big)))
+    margins = [(r[1], r[4]) for r in rows if r[4] != "-"]
+    if margins:
+        ok = all(float(m.split()[0]) <= TARGET_CTL_CPU_S * 1000 for _, m in margins)
+        out.append((ok, f"marginal controller CPU per added host at most {ms(TARGET_CTL_CPU_S)} (flat in N)",
+                    ", ".join(f"to N={n} {m}" for n, m in margins)))
+    small, large = summary.get((100, "nictune")), summary.get((500, "nictune"))
+    if small and large:
+        r = (large["wall"] / 500) / (small["wall"] / 100)
+        out.append((r <= TARGET_SCALE_RATIO, f"per-host wall at 500 within {TARGET_SCALE_RATIO:g}x that at 100",
+                    f"{r:.2f}x ({ms(large['wall'] / 500)} vs {ms(small['wall'] / 100)})"))
+    else:
+        out.append((None, f"per-host wall at 500 within {TARGET_SCALE_RATIO:g}x that at 100", "N=100 or 500 not run"))
+    return out
 
 
 def main() -> int:
@@ -757,7 +887,7 @@ def main() -> int:
     ap.add_argument("--sizes", default="10,50,100,200", help="comma-separated fleet sizes (default 10,50,100,200)")
     ap.add_argument("--rounds", type=int, default=3, help="measured rounds per size and tool (default 3)")
     ap.add_argument("--forks", type=int, default=50, help="hosts at once, for every tool (default 50, nictune's)")
-    ap.add_argument("--tools", default=",".join(TOOLS), help="which of nictune,ansible,pyinfra to run")
+    ap.add_argument("--tools", default=",".join(TOOLS), help=f"which of {','.join(TOOLS)} to run")
     ap.add_argument("--install", action="store_true",
                     help=f"first install ansible-core and pyinfra from PyPI into {TOOLS_VENV}")
     ap.add_argument("--json", metavar="FILE", help="also save every figure as JSON")
@@ -774,7 +904,7 @@ def main() -> int:
         sys.exit(f"bench: sizes must be 1 to {fleetlab.MAX_HOSTS}")
     wanted = [t for t in args.tools.split(",") if t]
     if "nictune" not in wanted or set(wanted) - set(TOOLS):
-        sys.exit(f"bench: --tools: nictune plus any of ansible, pyinfra (got {args.tools!r})")
+        sys.exit(f"bench: --tools: nictune plus any of {', '.join(TOOLS[1:])} (got {args.tools!r})")
     rounds = max(1, args.rounds)
 
     def on_term(signum, frame):
@@ -794,11 +924,13 @@ def main() -> int:
                  "forks": args.forks, "prefix": prefix, "fleet_size": sizes[-1], "python": PY}
     try:
         tools_bin, notes = find_tools(args.install)
-        tools = ["nictune"] + [t for t in ("ansible", "pyinfra") if t in wanted and
-                               (("ansible-playbook" if t == "ansible" else t) in tools_bin)]
+        needs = {"ansible": "ansible-playbook", "pyinfra": "pyinfra", "pyinfra-facts": "pyinfra", "ssh": "ssh"}
+        tools = ["nictune"] + [t for t in TOOLS[1:] if t in wanted and needs[t] in tools_bin]
         fig["versions"] = {"nictune": version([NICTUNE, "--version"]),
                            "ansible": version([tools_bin.get("ansible-playbook", "false"), "--version"]),
-                           "pyinfra": version([tools_bin.get("pyinfra", "false"), "--version"])}
+                           "pyinfra": version([tools_bin.get("pyinfra", "false"), "--version"]),
+                           "ssh": version(["ssh", "-V"])}
+        fig["versions"]["pyinfra-facts"] = fig["versions"]["pyinfra"] + " (facts only)"
         for note in notes:
             print(f"bench: {note}", flush=True)
         print(f"bench: bringing up {max(2, sizes[-1])} hosts ({prefix}h001..)", flush=True)

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Benchmark: how long the fleet lab takes to come up and go down.
 
-For each fleet size N (default 10 50 100 200 sshd hosts) it times
+For each fleet size N (default 10 50 100 200 sshd hosts; up to 500) it times
 fleetlab.up() (namespaces, bridge, keys, files, N sshd started and each
 sending its banner) and fleetlab.down() (servers stopped, namespaces, links
 and files removed), and the CPU this process and its children used, so the
-figures say how much of the wall time was this machine's 2 cores at work.
+figures say how much of the wall time was this machine's 2 cores at work,
+and the memory the fleet holds once up: the drop of MemAvailable (kernel
+objects: namespaces, veths, sockets, plus the servers) and the PSS of its
+sshd listeners.
 Each N runs --repeat times; the median and min are printed.
 
 Everything is built with a random prefix nt<hex> in a temporary directory
@@ -33,13 +36,35 @@ def cpu() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
+def mem_available_kb() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1])
+    return 0
+
+
+def servers_pss_kb(record: str) -> int:
+    with open(record) as f:
+        pids = [p["pid"] for p in json.load(f)["processes"]]
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("Pss:"))
+        except (OSError, StopIteration):
+            pass
+    return total
+
+
 def one_round(n: int) -> dict:
     directory = tempfile.mkdtemp(prefix="ntbench-fleet-")
     record = os.path.join(directory, "record.json")
     try:
-        c0, t0 = cpu(), time.monotonic()
+        m0, c0, t0 = mem_available_kb(), cpu(), time.monotonic()
         fleetlab.up(n, directory, prefix="nt" + secrets.token_hex(2))
         t1 = time.monotonic()
+        mem_kb, pss_kb = m0 - mem_available_kb(), servers_pss_kb(record)
         fleetlab.down(record)
         c2, t2 = cpu(), time.monotonic()
     finally:
@@ -47,7 +72,7 @@ def one_round(n: int) -> dict:
         if os.path.isdir(directory):
             os.rmdir(directory)
     # Children's CPU counts only once they are reaped: the sshds are reaped by down().
-    return {"up_s": t1 - t0, "down_s": t2 - t1, "cpu_s": c2 - c0}
+    return {"up_s": t1 - t0, "down_s": t2 - t1, "cpu_s": c2 - c0, "mem_kb": mem_kb, "sshd_pss_kb": pss_kb}
 
 
 def main() -> int:
@@ -61,7 +86,7 @@ def main() -> int:
         return 1
     results = {}
     print(f"{'hosts':>5}  {'up median':>9}  {'up min':>7}  {'down median':>11}  {'down min':>8}  "
-          f"{'CPU/round':>9}  {'per host up':>11}")
+          f"{'CPU/round':>9}  {'per host up':>11}  {'memory':>8}  {'sshd PSS':>8}")
     try:
         for n in args.sizes:
             rounds = [one_round(n) for _ in range(args.repeat)]
@@ -70,7 +95,9 @@ def main() -> int:
             results[n] = rounds
             print(f"{n:>5}  {statistics.median(up):>8.2f}s  {min(up):>6.2f}s  {statistics.median(down):>10.2f}s  "
                   f"{min(down):>7.2f}s  {statistics.median(r['cpu_s'] for r in rounds):>8.2f}s  "
-                  f"{1000 * statistics.median(up) / n:>9.1f}ms", flush=True)
+                  f"{1000 * statistics.median(up) / n:>9.1f}ms  "
+                  f"{statistics.median(r['mem_kb'] for r in rounds) / 1024:>6.0f}MB  "
+                  f"{statistics.median(r['sshd_pss_kb'] for r in rounds) / 1024:>6.0f}MB", flush=True)
     except KeyboardInterrupt:
         return 130
     if args.json:

@@ -293,8 +293,8 @@ def test_up_refuses_what_is_in_use_and_cleans_up_when_a_server_fails(fleet, make
     assert all(alive(p["pid"]) for p in json.load(open(fleet.record))["processes"])  # untouched
     with pytest.raises(fleetlab.FleetError, match="not empty"):
         fleetlab.up(1, fleet.dir, prefix="nt" + os.urandom(2).hex())
-    with pytest.raises(fleetlab.FleetError, match="1 to 250"):
-        fleetlab.up(250, str(tmp_path / "big"), prefix="nt" + os.urandom(2).hex(), unreachable=1)
+    with pytest.raises(fleetlab.FleetError, match=f"1 to {fleetlab.MAX_HOSTS}"):
+        fleetlab.up(fleetlab.MAX_HOSTS, str(tmp_path / "big"), prefix="nt" + os.urandom(2).hex(), unreachable=1)
 
     monkeypatch.setattr(fleetlab, "SSHD", "/bin/false")  # a server that dies at once
     prefix = "nt" + os.urandom(2).hex()

@@ -1,6 +1,7 @@
 """A fleet lab: N namespace hosts on one bridge, each with its own real sshd.
 
-    root namespace: PREFIXbr 198.19.X.1/24 (a /24 of 198.19.0.0/16 not yet routed here)
+    root namespace: PREFIXbr 198.19.X.1/24 (a /24 of 198.19.0.0/16 not yet routed here;
+                    a /23 for more than 253 hosts)
       |-- PREFIXh001 <veth> mgmt0 198.19.X.2   [PREFIXh001: sshd on mgmt0, rail0 <veth> rail1]
       |-- PREFIXh002 <veth> mgmt0 198.19.X.3   [PREFIXh002: ...]
 
@@ -9,6 +10,13 @@ management path.  Each sshd runs under `ip netns exec`, so the host's
 /etc/nccl.conf is its own file (/etc/netns/NS/nccl.conf), and logins get a
 HOME with Debian's stock dotfiles (root's own ~/.bashrc here starts pyenv:
 ~200 ms per command, which a stock host does not pay).
+
+Up to 500 hosts (issue 13's bench): a Linux bridge takes 1024 ports
+(BR_MAX_PORTS, net/bridge/br_private.h), and beyond 250 hosts the root
+namespace's neighbour table limits (net.ipv4.neigh.default.gc_thresh1/2/3,
+128/512/1024 by default) are raised for the fleet's life, so that the
+bridge's ARP entries for every host are not garbage-collected mid-run
+(the old values go into the record and come back with `down`).
 
 Everything created is written to DIR/record.json before it is created;
 `down(record)` removes exactly that, also after a crash.  Controller side:
@@ -39,7 +47,12 @@ SSHD = "/usr/sbin/sshd"
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"
 SKEL = "/etc/skel"
 POOL = ipaddress.ip_network("198.19.0.0/16")
-MAX_HOSTS = labmod.FLEET_MAX_HOSTS
+# bench/bench_fleet.py goes to 500; `nictune lab up --hosts` keeps its own
+# lower limit (labmod.FLEET_MAX_HOSTS).
+MAX_HOSTS = 500
+# Above this many hosts the neighbour table limits are raised (see above).
+NEIGH_RAISE_ABOVE = 250
+NEIGH_SYSCTL = "/proc/sys/net/ipv4/neigh/default/gc_thresh{}"
 LAB_DIR = labmod.FLEET_DIR
 SSH_PORT = 22
 # The prefix names the bridge (PREFIXbr) and hosts (PREFIXh001): both must fit
@@ -192,22 +205,29 @@ def _networks_in_use(skip_dev: str) -> List[ipaddress.IPv4Network]:
     return used
 
 
-def _claim_subnet(bridge: str) -> ipaddress.IPv4Network:
-    """Give the bridge .1 of a /24 of 198.19.0.0/16 that nothing else in the
+def subnet_prefix(hosts: int) -> int:
+    """The longest prefix whose subnet holds the bridge (.1), `hosts`
+    addresses after it and the broadcast address: /24 up to 253 hosts."""
+    size = 1 << (hosts + 2).bit_length()  # the least power of two > hosts + 2
+    return min(24, 32 - (size.bit_length() - 1))
+
+
+def _claim_subnet(bridge: str, prefixlen: int = 24) -> ipaddress.IPv4Network:
+    """Give the bridge .1 of a subnet of 198.19.0.0/16 that nothing else in the
     root namespace uses (a test fleet and the lab fleet may be up together).
     Random, and checked again once taken, so that two fleets built at the
     same moment cannot end up on one subnet."""
     for _ in range(5):
         used = _networks_in_use(bridge)
-        free = [net for net in POOL.subnets(new_prefix=24) if not any(net.overlaps(u) for u in used)]
+        free = [net for net in POOL.subnets(new_prefix=prefixlen) if not any(net.overlaps(u) for u in used)]
         if not free:
-            raise FleetError("no free /24 left in 198.19.0.0/16 for a fleet bridge")
+            raise FleetError(f"no free /{prefixlen} left in 198.19.0.0/16 for a fleet bridge")
         subnet = random.choice(free)
         _must(["ip", "addr", "add", f"{subnet.network_address + 1}/{subnet.prefixlen}", "dev", bridge])
         if not any(subnet.overlaps(u) for u in _networks_in_use(bridge)):
             return subnet
         _must(["ip", "addr", "flush", "dev", bridge])  # another fleet took it meanwhile
-    raise FleetError("could not claim a free /24 of 198.19.0.0/16 for a fleet bridge (busy machine?)")
+    raise FleetError(f"could not claim a free /{prefixlen} of 198.19.0.0/16 for a fleet bridge (busy machine?)")
 
 
 def _target_python() -> str:
@@ -297,8 +317,9 @@ def _build_network(record: _Record, prefix: str, hosts: List[FleetHost]) -> None
         lines.append(f"link add rail0 netns {h.netns} type veth peer name rail1 netns {h.netns}")
         lines.append(f"link set {h.name} master {bridge} up")
     lines.append(f"link set {bridge} up")
+    _raise_neigh_limits(record, len(hosts))
     _ip_batch(lines)
-    subnet = _claim_subnet(bridge)
+    subnet = _claim_subnet(bridge, subnet_prefix(len(hosts)))
     for i, h in enumerate(hosts, start=1):
         h.address = str(subnet.network_address + i + 1)
     record.data.update(subnet=str(subnet), hosts=[asdict(h) for h in hosts])
@@ -309,6 +330,53 @@ def _build_network(record: _Record, prefix: str, hosts: List[FleetHost]) -> None
                    "link set mgmt0 up", "link set rail0 up", "link set rail1 up"], h.netns)
 
     _parallel(inside, in_ns)
+
+
+def neigh_limits_for(hosts: int) -> Optional[List[int]]:
+    """gc_thresh1/2/3 wanted for a fleet of `hosts` (None: the defaults do).
+    Defaults 128/512/1024 (net/ipv4/arp.c arp_tbl); below gc_thresh1 the
+    periodic GC leaves entries alone (net/core/neighbour.c
+    neigh_periodic_work), above gc_thresh2/3 neigh_alloc forces a GC or
+    refuses a new entry (neigh_forced_gc).  Twice the fleet, then the
+    default proportions."""
+    if hosts <= NEIGH_RAISE_ABOVE:
+        return None
+    low = 2 * hosts
+    return [low, 4 * low, 8 * low]
+
+
+def _raise_neigh_limits(record: _Record, hosts: int) -> None:
+    """Raise what is lower than wanted; the old values go into the record
+    first, so down() puts them back (if nobody changed them meanwhile)."""
+    wanted = neigh_limits_for(hosts)
+    if wanted is None:
+        return
+    old = []
+    for i, value in enumerate(wanted, start=1):
+        with open(NEIGH_SYSCTL.format(i)) as f:
+            now = int(f.read())
+        if now < value:
+            old.append({"path": NEIGH_SYSCTL.format(i), "old": now, "set": value})
+    record.data["neigh"] = old
+    record.save()
+    for entry in old:
+        with open(entry["path"], "w") as f:
+            f.write(f"{entry['set']}\n")
+
+
+def _restore_neigh_limits(record: dict) -> List[str]:
+    restored = []
+    for entry in record.get("neigh", []):
+        try:
+            with open(entry["path"]) as f:
+                if int(f.read()) != entry["set"]:
+                    continue  # someone changed it since: theirs now
+            with open(entry["path"], "w") as f:
+                f.write(f"{entry['old']}\n")
+            restored.append(f"{entry['path']} = {entry['old']}")
+        except (OSError, ValueError):
+            pass
+    return restored
 
 
 def _write_files(record: _Record, prefix: str, dir: str, hosts: List[FleetHost], python: str) -> Fleet:
@@ -582,6 +650,7 @@ def down(record_path: str) -> List[str]:
     _ip_batch_forgiving([f"link del {name}" for name in links if name in present])
     removed += [f"netns {ns}" for ns in namespaces] + [f"link {name}" for name in links]
 
+    removed += _restore_neigh_limits(record)
     for path in record.get("etc_netns", []):
         if os.path.isdir(path):
             shutil.rmtree(path, ignore_errors=True)

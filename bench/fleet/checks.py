@@ -1,0 +1,49 @@
+"""The 13 checks of bench/fleet/profile.yaml as plain data, for the audits
+that compare in Python (audit_facts_deploy.py, ssh_floor.py) and for the
+playbook and operations deploy to mirror.  Keep in step with profile.yaml."""
+
+RAIL = "rail0"
+SYSCTLS = {
+    "net.ipv4.tcp_ecn": "1",
+    "net.ipv4.tcp_mtu_probing": "1",
+    "net.ipv4.tcp_slow_start_after_idle": "0",
+    f"net.ipv4.conf.{RAIL}.arp_ignore": "1",
+    f"net.ipv4.conf.{RAIL}.arp_announce": "2",
+    f"net.ipv4.conf.{RAIL}.rp_filter": "2",
+}
+MTU = "9000"
+OPERSTATE = "up"
+# `ethtool -k` names of the profile's gro, gso, rx, rx-udp-gro-forwarding.
+FEATURES = ("generic-receive-offload", "generic-segmentation-offload", "rx-checksumming",
+            "rx-udp-gro-forwarding")
+NCCL_PATH = "/etc/nccl.conf"
+# What nictune renders from the profile's nccl.env: its header, then
+# NAME=VALUE lines in profile order.
+NCCL = (
+    "# Managed by nictune: edit the profile, not this file.\n"
+    "NCCL_DEBUG=WARN\n"
+    "NCCL_IB_TIMEOUT=22\n"
+    "NCCL_SOCKET_IFNAME==rail0,rail1\n"
+)
+
+
+def drifts(sysctls: dict, mtu: str, operstate: str, ethtool_k: str, nccl: str) -> list:
+    """What differs from the profile, one entry per kind of check (as the
+    other tools group them: sysctls, link, offloads, NCCL file)."""
+    out = []
+    bad = sorted(k for k, v in SYSCTLS.items() if str(sysctls.get(k, "")).strip() != v)
+    if bad:
+        out.append("sysctl " + ",".join(bad))
+    if mtu.strip() != MTU or operstate.strip() != OPERSTATE:
+        out.append(f"{RAIL} link mtu={mtu.strip()} operstate={operstate.strip()}")
+    features = {}
+    for line in ethtool_k.splitlines():
+        name, sep, value = line.strip().partition(":")
+        if sep:
+            features[name] = value.split()[0] if value.split() else ""
+    off = [f for f in FEATURES if features.get(f) != "on"]
+    if off:
+        out.append(f"{RAIL} offloads " + ",".join(off))
+    if nccl != NCCL:
+        out.append("NCCL file")
+    return out
