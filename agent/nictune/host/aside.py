@@ -49,7 +49,10 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
+    from typing import Callable, Dict, List, Optional, Tuple
 
 from nictune.host.errors import NictuneError
 from nictune.host.knobs.sysctl import SPREAD, SPREAD_ALSO, SysctlFamily, spread_note

@@ -15,7 +15,10 @@
 from __future__ import annotations
 
 import re
-from typing import Optional
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
+    from typing import Optional
 
 from nictune.host import aside, errors
 from nictune.host import model as m
@@ -41,16 +44,19 @@ from nictune.host.journal import (
     Journal,
     unconfirmed,
 )
-from nictune.host.knobs import FAMILIES
+from nictune.host import knobs
 from nictune.host.model import HOST, Change, Desired, Key, Outcome, Unsupported
 
 
 class Families:
     """One instance of every knob family, in apply order, for one command
-    (knobs/base.py: what a family may keep between phases)."""
+    (knobs/base.py: what a family may keep between phases).  With `names`,
+    only those families: the agent imports no other (knobs/__init__.py)."""
 
-    def __init__(self, host: Host):
-        self.ordered = [cls(host) for cls in FAMILIES]
+    def __init__(self, host: Host, names=None):
+        classes = knobs.FAMILIES if names is None else sorted(
+            (knobs.load(n) for n in names), key=lambda family: family.position)
+        self.ordered = [cls(host) for cls in classes]
         self.by_name = {f.name: f for f in self.ordered}
 
     def __getitem__(self, name: str):
@@ -300,23 +306,31 @@ class Engine:
 
     def __init__(self, host: Host, state_dir: str):
         self.host = host
-        self.fams = Families(host)
+        self.fams = Families(host, ())
+        self._own_health: Optional[Health] = None
         # With the host's root, the journal's lock also locks the target.
         self.journal = Journal(state_dir, root=host.root)
 
     @property
     def _health(self) -> Health:
-        """The expect family's Health: one per command, shared with the report."""
-        return self.fams["expect"].health
+        """The expect family's Health: one per command, shared with the report
+        (its own when the command has no expect family)."""
+        if "expect" in self.fams.by_name:
+            return self.fams["expect"].health
+        if self._own_health is None:
+            self._own_health = Health(self.host)
+        return self._own_health
 
-    def _fresh(self) -> None:
+    def _fresh(self, names=None) -> None:
         """A Host, and so an Engine, may outlive one command: every command
-        reads afresh, with families that know nothing of the last one."""
+        reads afresh, with families that know nothing of the last one:
+        those named (knobs.families_for), or all of them."""
         self.host.forget(facts=True)
-        self.fams = Families(self.host)
+        self.fams = Families(self.host, names)
+        self._own_health = None
 
     def _plan(self, doc: dict, sources: dict) -> tuple:
-        self._fresh()
+        self._fresh(knobs.families_for(doc))
         desire = expand(self.host, self.fams, doc, sources)
         current = self.fams.read(list(desire.items))
         return desire, diff(self.fams, desire, current)
@@ -449,7 +463,7 @@ class Engine:
                     out.warnings.append(f"apply {only} was confirmed or superseded: left alone")
                     return out
                 confirm["state"] = CONFIRM_EXPIRED
-            self._fresh()
+            self._fresh(_families_in(record))
             if record["status"] in (ROLLED_BACK,):
                 out.warnings.append(f"apply {record['id']} was already rolled back")
                 return out
@@ -508,6 +522,14 @@ class Engine:
             doc["interfaces"] = entries
         return Outcome("show", warnings=list(self.host.skipped_interfaces), facts=facts,
                        extra={"profile": doc})
+
+
+def _families_in(record: dict) -> list:
+    """The known families of a journal's changes (_journalled refuses the
+    others, and a change it cannot read)."""
+    names = [c["key"].get("family") for c in record.get("changes") or []
+             if isinstance(c, dict) and isinstance(c.get("key"), dict)]
+    return [n for n in dict.fromkeys(names) if isinstance(n, str) and n in knobs.CATALOG]
 
 
 def _refuse_if_unfinished(record: Optional[dict], where: str) -> None:

@@ -9,7 +9,9 @@ below them calls sys.exit.
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
+    from typing import Iterable, Optional
 
 EXIT_OK = 0           # nothing to do, or done
 EXIT_ERROR = 1        # bad input, unsupported keys, host unreachable...

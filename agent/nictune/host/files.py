@@ -22,7 +22,10 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import Optional
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
+    from typing import Optional
 
 from nictune.host.errors import UNSUPPORTED, NictuneError
 

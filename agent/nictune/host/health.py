@@ -50,7 +50,12 @@ import os
 import re
 import struct
 import time
-from typing import Callable, Dict, Optional, Tuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
+    from typing import Callable, Dict, Optional, Tuple
+
+    StatsReader = Callable[[str], Dict[str, int]]
 
 from nictune.host import rdma
 from nictune.host.machine import Host, Interface
@@ -139,7 +144,6 @@ def parse_tls_stat(text: str) -> Dict[str, int]:
 # SPEED_UNKNOWN (4294967295) on old kernels.
 _UNKNOWN_SPEEDS = (-1, 0xFFFFFFFF)
 
-StatsReader = Callable[[str], Dict[str, int]]
 
 
 class CounterSource:
@@ -207,6 +211,7 @@ class Health:
         self._stats: Dict[str, Dict[str, int]] = {}
         self._ports: Optional[Dict[str, Tuple[str, int]]] = None
         self._ipsec = None  # host.ipsec.IpsecView, made on first use
+        self._sa_present: Optional[bool] = None  # _any_sa()
         self._tls: Optional[Dict[str, int]] = None
         self._tls_read = False
 
@@ -236,7 +241,7 @@ class Health:
             facts["counters"] = counters
         if self.host.root == "/":  # NETLINK_XFRM asks the running kernel
             try:
-                usage = self.ipsec(iface)
+                usage = self.ipsec(iface) if self._any_sa() else None
             except OSError:
                 usage = None
             if usage is not None and usage.sas:
@@ -289,6 +294,20 @@ class Health:
             self._tls = None if text is None else parse_tls_stat(text)
             self._tls_read = True  # after the parse: bad text raises every time
         return self._tls
+
+    def _any_sa(self) -> bool:
+        """Whether the namespace holds an SA at all (netlink/sadinfo.py),
+        asked once: without one no SA concerns any interface, and the SA
+        dump is not worth its cost.  True when that cannot be asked: the
+        dump then decides, as it always did."""
+        if self._sa_present is None:
+            from nictune.host.netlink.sadinfo import sa_count
+
+            try:
+                self._sa_present = self._ipsec is not None or sa_count() > 0
+            except OSError:
+                self._sa_present = True
+        return self._sa_present
 
     def ipsec(self, iface: Interface):
         """host.ipsec.Usage of `iface`: the SAs and policies that concern it.

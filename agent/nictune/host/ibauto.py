@@ -51,7 +51,10 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Tuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
+    from typing import Dict, Iterable, List, Optional, Tuple
 
 from nictune.host import rdma
 from nictune.host.errors import UNSUPPORTED, NictuneError

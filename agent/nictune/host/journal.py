@@ -35,7 +35,10 @@ import stat
 import sys
 import time
 from contextlib import contextmanager, suppress
-from typing import Optional
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
+    from typing import Optional
 
 from nictune.host.errors import JournalDamaged, Locked, StateDirError
 from nictune.host.validate import check_path

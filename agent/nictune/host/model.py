@@ -2,21 +2,95 @@
 
 Everything nictune manages is a Key (family, target, name).  Diff, verify and
 rollback are written once over Keys; knob families only read and write them.
+
+Plain classes with __slots__, not dataclasses: the agent imports this
+module on every run, and dataclasses (with the inspect it imports) cost
+more than the rest of a verify.  They behave as the dataclasses they were
+(frozen, ordered Key; equality by value within one class; frozen ones
+hashable, the others not): tests/unit/test_model_records.py compares
+them with dataclass twins.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Optional
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
+    from typing import Any, Optional
 
 HOST = "host"  # the target of host-level keys (sysctls, NCCL file)
 
 
-@dataclass(frozen=True, order=True)
-class Key:
-    family: str
-    target: str
-    name: str
+class _Record:
+    """Equality, repr (and, for frozen records, hash and read-only fields)
+    as @dataclass gives them, over the class's _fields."""
+
+    __slots__ = ()
+    _fields: tuple = ()
+
+    def _values(self) -> tuple:
+        return tuple(getattr(self, f) for f in self._fields)
+
+    def __eq__(self, other):
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{f}={getattr(self, f)!r}" for f in self._fields)
+        return f"{type(self).__qualname__}({inner})"
+
+    def __reduce__(self):  # copy and pickle, past the frozen __setattr__
+        return type(self)._rebuilt, (self._values(),)
+
+    @classmethod
+    def _rebuilt(cls, values: tuple):
+        obj = cls.__new__(cls)
+        for f, v in zip(cls._fields, values):
+            object.__setattr__(obj, f, v)
+        return obj
+
+
+def _frozen(cls):
+    """Read-only fields, and a hash by value, as @dataclass(frozen=True)."""
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name):
+        raise AttributeError(f"cannot delete field {name!r}")
+
+    cls.__setattr__, cls.__delattr__ = __setattr__, __delattr__
+    cls.__hash__ = lambda self: hash(self._values())
+    return cls
+
+
+_FRESH = object()  # a default that stands for a new empty list or dict, as default_factory
+
+
+@_frozen
+class Key(_Record):
+    __slots__ = _fields = __match_args__ = ("family", "target", "name")
+
+    def __init__(self, family: str, target: str, name: str):
+        object.__setattr__(self, "family", family)
+        object.__setattr__(self, "target", target)
+        object.__setattr__(self, "name", name)
+
+    def _values(self) -> tuple:  # keys are hashed and compared all the time: no loop
+        return (self.family, self.target, self.name)
+
+    # Ordered by (family, target, name), as @dataclass(order=True).
+    def __lt__(self, other):
+        return self._values() < other._values() if other.__class__ is self.__class__ else NotImplemented
+
+    def __le__(self, other):
+        return self._values() <= other._values() if other.__class__ is self.__class__ else NotImplemented
+
+    def __gt__(self, other):
+        return self._values() > other._values() if other.__class__ is self.__class__ else NotImplemented
+
+    def __ge__(self, other):
+        return self._values() >= other._values() if other.__class__ is self.__class__ else NotImplemented
 
     def __str__(self) -> str:
         return f"{self.family}:{self.target}:{self.name}"
@@ -29,16 +103,19 @@ class Key:
         return cls(d["family"], d["target"], d["name"])
 
 
-@dataclass(frozen=True)
-class Want:
+@_frozen
+class Want(_Record):
     """A wanted value: exact, or a bound ("at least N" / "at most N").
 
     A bound is met by any current value on the right side of it; when it is
     not met, the bound itself is what gets written.
     """
 
-    value: Any
-    bound: Optional[str] = None  # None, "min" or "max"
+    __slots__ = _fields = __match_args__ = ("value", "bound")
+
+    def __init__(self, value: Any, bound: Optional[str] = None):  # bound: None, "min" or "max"
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "bound", bound)
 
     def satisfied_by(self, current: Any) -> bool:
         if self.bound is None:
@@ -58,13 +135,16 @@ class Want:
         return cls(raw)
 
 
-@dataclass(frozen=True)
-class Desired:
+@_frozen
+class Desired(_Record):
     """One wanted setting, with where in which profile it was asked for."""
 
-    key: Key
-    want: Want
-    source: str = ""  # "file:line", for reviews and error messages
+    __slots__ = _fields = __match_args__ = ("key", "want", "source")
+
+    def __init__(self, key: Key, want: Want, source: str = ""):  # source: "file:line"
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "want", want)
+        object.__setattr__(self, "source", source)
 
 
 # What happened (or would happen) to one key.
@@ -80,17 +160,17 @@ REVERT_FAILED = "revert-failed"
 NOT_APPLIED = "not-applied"  # never reached because an earlier key failed
 
 
-@dataclass
-class Change:
-    key: Key
-    before: Any
-    after: Any
-    status: str
-    source: str = ""
-    note: str = ""
-    bound: Optional[str] = None
-    # Why writing it interrupts traffic (Family.disruptive), or "".
-    disruptive: str = ""
+class Change(_Record):
+    __slots__ = _fields = __match_args__ = ("key", "before", "after", "status", "source", "note",
+                                            "bound", "disruptive")
+    __hash__ = None  # mutable, compared by value: as @dataclass
+
+    def __init__(self, key: Key, before: Any, after: Any, status: str, source: str = "",
+                 note: str = "", bound: Optional[str] = None, disruptive: str = ""):
+        self.key, self.before, self.after, self.status = key, before, after, status
+        self.source, self.note, self.bound = source, note, bound
+        # Why writing it interrupts traffic (Family.disruptive), or "".
+        self.disruptive = disruptive
 
     def as_dict(self) -> dict:
         d = {
@@ -122,20 +202,28 @@ class Change:
         )
 
 
-@dataclass(frozen=True)
-class Unsupported:
+@_frozen
+class Unsupported(_Record):
     """Read result for a key the device or kernel cannot take."""
 
-    reason: str
+    __slots__ = _fields = __match_args__ = ("reason",)
+
+    def __init__(self, reason: str):
+        object.__setattr__(self, "reason", reason)
 
 
-@dataclass
-class Outcome:
+class Outcome(_Record):
     """The result of one command on one host, before it becomes a report."""
 
-    command: str
-    changes: list = field(default_factory=list)  # list[Change]
-    warnings: list = field(default_factory=list)  # list[str]
-    error: Optional[dict] = None  # {"kind": ..., "message": ...}
-    facts: dict = field(default_factory=dict)
-    extra: dict = field(default_factory=dict)
+    __slots__ = _fields = __match_args__ = ("command", "changes", "warnings", "error", "facts",
+                                            "extra")
+    __hash__ = None
+
+    def __init__(self, command: str, changes: list = _FRESH, warnings: list = _FRESH,
+                 error: Optional[dict] = None, facts: dict = _FRESH, extra: dict = _FRESH):
+        self.command = command
+        self.changes = [] if changes is _FRESH else changes  # list[Change]
+        self.warnings = [] if warnings is _FRESH else warnings  # list[str]
+        self.error = error  # {"kind": ..., "message": ...}
+        self.facts = {} if facts is _FRESH else facts
+        self.extra = {} if extra is _FRESH else extra

@@ -19,7 +19,10 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass
-from typing import Dict, Iterator, Optional, Tuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
+    from typing import Dict, Iterator, Optional, Tuple
 
 from nictune.host.validate import IBDEV, check, matches
 

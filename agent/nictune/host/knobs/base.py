@@ -48,15 +48,17 @@ What each phase may raise:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, Optional, Tuple
-
 from nictune.host.model import Desired, Key, Want
 
-if TYPE_CHECKING:  # the controller imports the families for their schemas alone
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: importing typing costs every agent run, and
+    # the controller imports the families for their schemas alone
+    from typing import Any, Callable, ClassVar, Dict, Optional, Tuple
+
     from nictune.host.machine import Host
 
-# source(path...) -> "file:line" of that profile key, for reviews.
-SourceOf = Callable[..., str]
+    # source(path...) -> "file:line" of that profile key, for reviews.
+    SourceOf = Callable[..., str]
 
 
 class Family:

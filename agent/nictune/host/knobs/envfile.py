@@ -50,7 +50,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, ClassVar, Dict, Optional, Tuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
+    from typing import Any, ClassVar, Dict, Optional, Tuple
 
 from nictune.host.errors import InvalidInput, NictuneError
 from nictune.host.files import UnsafeFile, read_owned, remove_owned, remove_stale_temps, write_owned

@@ -11,7 +11,10 @@ mana_ib holds the port, and mark queue rebuilds as disruptive.
 from __future__ import annotations
 
 import fnmatch
-from typing import Optional
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
+    from typing import Optional
 
 from nictune.host import nicclass
 from nictune.host.knobs.base import Family, group_by_target

@@ -5,7 +5,9 @@ An MTU change on mlx5, MANA and hv_netvsc rebuilds queues or the device
 
 from __future__ import annotations
 
-from typing import Optional
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
+    from typing import Optional
 
 from nictune.host import nicclass
 from nictune.host.knobs.base import Family, group_by_target

@@ -33,7 +33,10 @@ anything is written.
 from __future__ import annotations
 
 import os
-from typing import Dict
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
+    from typing import Dict
 
 from nictune.host import ibauto, rdma
 # AutoUnresolved is part of this module's interface (UCX's and NVSHMEM's

@@ -10,7 +10,10 @@ keys the kernel copies to every interface (SPREAD).
 from __future__ import annotations
 
 import os
-from typing import Optional
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
+    from typing import Optional
 
 from nictune.host.knobs.base import Family
 from nictune.host.model import HOST, Desired, Key, Unsupported, Want

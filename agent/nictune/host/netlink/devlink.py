@@ -1,6 +1,6 @@
 """devlink over generic netlink: eswitch mode, ports, `dev info`.
 
-Message classes are written here on pyroute2's genlmsg/nla with explicit
+Message classes are written here on _nlmsg.py's genlmsg/nla with explicit
 attribute ids from include/uapi/linux/devlink.h (pyroute2.netlink.devlink
 has the same constants but imports its asyncio socket, and has no SET
 helpers).  Encodings follow iproute2's `devlink` (devlink/devlink.c,
@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
 
-from nictune.host.netlink._pyroute2 import genlmsg, nla
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
+    from typing import Dict, List, Optional, Tuple
+
+from nictune.host.netlink._nlmsg import genlmsg, nla
 from nictune.host.netlink.genl import GenlFamily
 from nictune.host.netlink.socket import NLM_F_ACK, NLM_F_REQUEST
 from nictune.host.netlink.uapi import ENCAP_MODES, ESWITCH_MODES, INLINE_MODES

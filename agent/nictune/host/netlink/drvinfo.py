@@ -10,7 +10,10 @@ import array
 import errno
 import struct
 from dataclasses import dataclass
-from typing import Optional
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
+    from typing import Optional
 
 from nictune.host.netlink.ioctl import inet_socket, siocethtool
 

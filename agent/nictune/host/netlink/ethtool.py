@@ -1,6 +1,6 @@
 """ethtool over generic netlink: features, rings, channels, coalesce, pause.
 
-Message classes are defined here on pyroute2's genlmsg/nla (pyroute2's own
+Message classes are defined here on _nlmsg.py's genlmsg/nla (pyroute2's own
 ethtool module imports its asyncio socket, and has no features, channels,
 coalesce or pause messages).  Attribute ids follow the kernel uapi header
 include/uapi/linux/ethtool_netlink_generated.h: nla_map entries are listed
@@ -22,9 +22,14 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import Dict, List, Set, Tuple
 
-from nictune.host.netlink._pyroute2 import NLA_F_NESTED, genlmsg, nla
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
+    from typing import Dict, List, Set, Tuple
+
+    _Spec = Dict[str, Tuple[str, bool, bool]]
+
+from nictune.host.netlink._nlmsg import NLA_F_NESTED, genlmsg, nla
 from nictune.host.netlink.genl import GenlFamily
 from nictune.host.netlink.names import param_value, validate_features, validate_ifname
 from nictune.host.netlink.socket import NLM_F_ACK, NLM_F_REQUEST
@@ -230,7 +235,6 @@ class pause_msg(genlmsg):
 
 
 # CLI name -> (attribute, is_bool, settable).  Maxima are read-only.
-_Spec = Dict[str, Tuple[str, bool, bool]]
 
 
 def _spec(prefix: str, rows: List[Tuple[str, str, bool, bool]]) -> _Spec:

@@ -7,7 +7,7 @@ macsec.py): a family's id is chosen by the kernel when it registers it.
 
 from __future__ import annotations
 
-from nictune.host.netlink._pyroute2 import ctrlmsg
+from nictune.host.netlink._nlmsg import ctrlmsg
 from nictune.host.netlink.socket import NETLINK_GENERIC, NLM_F_REQUEST, NetlinkSocket
 
 GENL_ID_CTRL = 0x10

@@ -13,7 +13,7 @@ import socket
 import struct
 from typing import Dict, List, Optional
 
-from nictune.host.netlink._pyroute2 import nla, nlmsg
+from nictune.host.netlink._pyroute2 import NLA_F_NESTED, nla, nlmsg
 from nictune.host.netlink.rtnl import IFF_UP, RTEXT_FILTER_SKIP_STATS, ifinfmsg
 from nictune.host.netlink.socket import NETLINK_ROUTE, NLM_F_ACK, NLM_F_REQUEST, NetlinkSocket
 
@@ -45,7 +45,10 @@ class linkmsg(nlmsg):
         (10, "IFLA_MASTER", "uint32"),
         (37, "IFLA_LINK_NETNSID", "int32"),
     )
-    linkinfo = ifinfmsg.linkinfo
+
+    class linkinfo(nla):  # rtnl.py's, on pyroute2's classes (rtnl.py has its own: _nlmsg.py)
+        nla_flags = NLA_F_NESTED
+        nla_map = ifinfmsg.linkinfo.nla_map
 
 
 class addrmsg(nlmsg):

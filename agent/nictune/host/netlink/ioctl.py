@@ -8,7 +8,10 @@ import errno
 import fcntl
 import socket
 import struct
-from typing import Callable, Optional
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
+    from typing import Callable, Optional
 
 from nictune.host.netlink.names import validate_ifname
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional
 
-from nictune.host.netlink._pyroute2 import NLA_F_NESTED, nla, nlmsg
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
+    from typing import List, Optional
+
+from nictune.host.netlink._nlmsg import NLA_F_NESTED, nla, nlmsg
 from nictune.host.netlink.socket import NETLINK_ROUTE, NLM_F_ACK, NLM_F_REQUEST, NetlinkSocket
 
 RTM_NEWLINK = 16

@@ -4,16 +4,15 @@ pyroute2's own sockets import asyncio and their sync wrapper breaks on
 custom messages in 0.9.7, so this is the whole transport: send one request,
 read datagrams until the ACK / NLMSG_DONE that carries our sequence number,
 decode replies with pyroute2 message classes, turn errors into NetlinkError
-with the kernel's extended-ack text.
+with the kernel's extended-ack text.  A message is any class with
+pyroute2's message API: _nlmsg.py's (the agent's everyday reads) or
+pyroute2's own (_pyroute2.py); the socket imports neither.
 """
 
 from __future__ import annotations
 
 import socket
 import struct
-from typing import Dict, Optional, Tuple, Type
-
-from nictune.host.netlink._pyroute2 import nlmsg
 from nictune.host.netlink.errors import NetlinkError
 
 NETLINK_ROUTE = 0
@@ -46,14 +45,15 @@ _NLA = struct.Struct("=HH")
 _BUFSIZE = 65536
 _DUMP_TRIES = 3
 
-MsgMap = Dict[int, Type[nlmsg]]
+# A msg_map is {netlink message type: the message class that decodes it}.
+MsgMap = dict
 
 
 def _align(n: int) -> int:
     return (n + 3) & ~3
 
 
-def _extack(buf: memoryview, off: int, end: int) -> Optional[str]:
+def _extack(buf: memoryview, off: int, end: int) -> str | None:
     """The extack text from the TLVs between off and end.
 
     Policy violations often carry no text, only MISS_TYPE (the id of a
@@ -105,11 +105,11 @@ class NetlinkSocket:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def dump(self, msg: nlmsg, msg_type: int, msg_map: MsgMap | None = None) -> list:
+    def dump(self, msg, msg_type: int, msg_map: MsgMap | None = None) -> list:
         return self.request(msg, msg_type, NLM_F_REQUEST | NLM_F_DUMP, msg_map)
 
     def request(
-        self, msg: nlmsg, msg_type: int, flags: int, msg_map: MsgMap | None = None
+        self, msg, msg_type: int, flags: int, msg_map: MsgMap | None = None
     ) -> list:
         """Send `msg`; return the decoded replies (types found in the map).
 
@@ -144,7 +144,7 @@ class NetlinkSocket:
         size = self._sock.recv_into(self._buf)
         return memoryview(self._buf)[:size]
 
-    def _collect(self, seq: int, msg_map: MsgMap) -> Tuple[list, bool]:
+    def _collect(self, seq: int, msg_map: MsgMap) -> tuple:
         replies = []
         interrupted = False
         while True:
