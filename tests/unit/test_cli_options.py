@@ -28,15 +28,15 @@ COMMON_OPTS = ["-n", "--state-dir", "--json"]
 
 # What each command takes, in --help order (first name of each option).
 COMMAND_LINE = {
-    "plan": ["target", *FLEET_OPTS, *COMMON_OPTS, "--format", "--base", "--base-file", "-a",
-             "--show-file-content", *SSH, "--force"],
+    "plan": ["target", *FLEET_OPTS, *COMMON_OPTS, "--format", "--base", "--base-file",
+             "--from-snapshots", "--max-age", "-a", "--show-file-content", *SSH, "--force"],
     "apply": ["target", *FLEET_OPTS, *COMMON_OPTS, "-a", "--show-file-content", *SSH,
               "--confirm-timeout", "--force"],
     "verify": ["target", *FLEET_OPTS, *COMMON_OPTS, "--format", "-a", "--show-file-content", *SSH],
-    "audit": ["target", *FLEET_OPTS, "--junit", "--prometheus", *COMMON_OPTS, "--format", "-a",
-              "--show-file-content", *SSH],
+    "audit": ["target", *FLEET_OPTS, "--junit", "--prometheus", *COMMON_OPTS, "--format",
+              "--save", "-a", "--show-file-content", *SSH],
     "rollback": [*FLEET_OPTS, *COMMON_OPTS, "--show-file-content", *SSH],
-    "show": COMMON_OPTS,
+    "show": [*FLEET_OPTS, *COMMON_OPTS, "--save", *SSH],
 }
 
 

@@ -4,7 +4,9 @@ The change's effect (control/change.py): each host plans the profile and
 its base in one request; the base comes from git (control/gitrev.py, never
 a checkout) or from a file.  With an inventory inside the profile's
 repository, the hosts' inventory layers are taken at the base too; a host
-the base inventory does not have wanted nothing before the change.
+the base inventory does not have wanted nothing before the change.  With
+--from-snapshots the hosts' plans come from their snapshots
+(control/snapshots.py): no host is reached.
 """
 
 from __future__ import annotations
@@ -128,7 +130,10 @@ def _local(target: str, base_path: Optional[str], relabelled, opts: Options):
 
     profile = host_cmds._load_profile(target)
     findings = lint_gate(profile, opts.force)
-    host = host_cmds.target_for(opts.netns, opts.state_dir)  # the same target as a plain plan
+    # The same target as a plain plan (host_cmds.run_here): a snapshot's
+    # label is the one the host or namespace would have.
+    label = (f"netns:{opts.netns}" if opts.netns else "local") if opts.from_snapshots else \
+        host_cmds.target_for(opts.netns, opts.state_dir).label
     request = build_request("plan", profile, opts.show_file_content)
     base_errors: Dict[str, dict] = {}
     base = None
@@ -136,15 +141,15 @@ def _local(target: str, base_path: Optional[str], relabelled, opts: Options):
         try:
             base = relabelled(load_profile(base_path))
         except NictuneError as e:
-            base_errors[host.label] = e.as_dict()
-    if host.label not in base_errors:
+            base_errors[label] = e.as_dict()
+    if label not in base_errors:
         request = with_base(request, base)
-    return [host.run(request)], base_errors, findings
+    return [host_cmds.run_here(request, opts)], base_errors, findings
 
 
 def _fleet(target: str, base_path: Optional[str], relabelled, revision, opts: Options,
            out: Printer):
-    from nictune.cli.fleet_cmds import _gate, _ssh_options
+    from nictune.cli.fleet_cmds import _gate, _ssh_options, run_jobs
     from nictune.control import fleet
     from nictune.control.change import BaseProfiles, with_base
     from nictune.inventory import load_inventory
@@ -170,7 +175,7 @@ def _fleet(target: str, base_path: Optional[str], relabelled, revision, opts: Op
             continue
         job.request = with_base(job.request, base)
     with out.progress("plan", len(jobs)) as tick:
-        reports = fleet.run_jobs("plan", jobs, opts.forks, tick)
+        reports = run_jobs("plan", jobs, opts, tick)  # on the hosts, or from their snapshots
     # As for every fleet plan, the gate's lint warnings are not in the report.
     return reports, base_errors, []
 

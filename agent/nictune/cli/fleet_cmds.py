@@ -12,6 +12,7 @@ profile loader still only when a command needs them.
 
 from __future__ import annotations
 
+import sys
 from typing import List, Optional, Tuple, Union
 
 from nictune.cli.lint_cmds import LINTED, lint_gate
@@ -31,11 +32,18 @@ def run(command: str, target: Optional[str], opts: Options) -> int:
         report = _run(command, target, opts, out)
     except NictuneError as e:  # ProfileError included
         report = envelope(command, [], error=e.as_dict())
+    if opts.save:
+        save_snapshots(report, opts.save, out)
     if command == "audit":
         _write_audit_files(report, opts, out)
     from nictune.cli.change_cmds import emit
 
-    if not emit(report, opts, target or ""):
+    if command == "show" and not opts.as_json and report["hosts"]:
+        from nictune.cli.host_cmds import _print_profile
+
+        for host in report["hosts"]:  # each host's settings as a profile, as a local show
+            _print_profile(out, host)
+    elif not emit(report, opts, target or ""):
         out.fleet(report, opts.show_all, target or "")
     return report["exit_code"]
 
@@ -72,9 +80,39 @@ def _read(target: str) -> Tuple[str, Union[Parsed, ProfileError]]:
 def _pool(command: str, hosts: list, profiles, opts: Options, out: Printer,
           play=None) -> List[dict]:
     jobs = fleet.jobs_for(command, hosts, profiles, _ssh_options(opts), opts.show_file_content)
+    if opts.save:
+        for job in jobs:
+            if job.request is not None:
+                job.request["record"] = True  # host/recorded.py: the report brings a snapshot
     label = f" ({play.name})" if play else ""
     with out.progress(f"{command}{label}", len(jobs)) as tick:
-        return fleet.run_jobs(command, jobs, opts.forks, tick)
+        return run_jobs(command, jobs, opts, tick)
+
+
+def run_jobs(command: str, jobs: list, opts: Options, tick) -> List[dict]:
+    """On the hosts, or with --from-snapshots from their snapshots."""
+    if opts.from_snapshots:
+        from nictune.control import snapshots
+
+        return snapshots.run_jobs(jobs, opts.from_snapshots, snapshots.parse_age(opts.max_age),
+                                  tick)
+    return fleet.run_jobs(command, jobs, opts.forks, tick)
+
+
+def save_snapshots(report: dict, directory: str, out: Printer) -> None:
+    """show/audit --save: the hosts' snapshots to files, out of the report."""
+    from nictune.control import snapshots
+
+    try:
+        warnings = snapshots.save(report["hosts"], directory)
+    except OSError as e:
+        out.error(f"--save {directory}: {e.strerror or e}")
+        report["exit_code"] = combined_exit([report["exit_code"], EXIT_ERROR])
+        return
+    for w in warnings:
+        out.warn(w)
+    saved = sum(1 for h in report["hosts"] if h.get("snapshot_file"))
+    sys.stderr.write(f"saved {saved} snapshot(s) to {directory}\n")
 
 
 def _ssh_options(opts: Options) -> SshOptions:

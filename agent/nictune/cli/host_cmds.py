@@ -14,7 +14,8 @@ import typer
 
 from nictune.cli.lint_cmds import LINTED, lint_gate
 from nictune.cli.options import (AUDIT_FILES, BASE, COMMON, CONFIRM, CONTENT, FLEET, FORCE, FORMAT,
-                                 SHOW_ALL, SSH, TARGET, Format, Options, with_options)
+                                 SAVE, SHOW_ALL, SNAPSHOTS, SSH, TARGET, Format, Options,
+                                 with_options)
 from nictune.cli.output import Printer, envelope
 from nictune.control.request import build_request
 from nictune.control.targets import target_for
@@ -72,12 +73,18 @@ def _run(command: str, profile_path: Optional[str], opts: Options) -> None:
         profile = _load_profile(profile_path) if profile_path else None
         if profile is not None and command in LINTED:
             findings = lint_gate(profile, opts.force)
-        target = target_for(opts.netns, opts.state_dir)
-        host_report = target.run(build_request(command, profile, opts.show_file_content))
+        request = build_request(command, profile, opts.show_file_content)
+        if opts.save:
+            request["record"] = True  # host/recorded.py: the report brings a snapshot
+        host_report = run_here(request, opts)
     except NictuneError as e:  # ProfileError included
         report = envelope(command, [], error=e.as_dict())
     else:
         report = envelope(command, [host_report])
+    if opts.save:
+        from nictune.cli.fleet_cmds import save_snapshots
+
+        save_snapshots(report, opts.save, out)
     if findings:
         report["lint"] = [f.as_dict() for f in findings]
         if not opts.as_json:
@@ -88,6 +95,18 @@ def _run(command: str, profile_path: Optional[str], opts: Options) -> None:
     elif not _markdown(report, opts, profile_path or ""):
         out.report(report, opts.show_all, profile_path or "")
     raise typer.Exit(report["exit_code"])
+
+
+def run_here(request: dict, opts: Options) -> dict:
+    """The request on this host or in --netns, or with --from-snapshots
+    from the snapshot saved under that label ("local", "netns:NAME")."""
+    if opts.from_snapshots:
+        from nictune.control import snapshots
+
+        label = f"netns:{opts.netns}" if opts.netns else "local"
+        return snapshots.run(request, label, opts.from_snapshots,
+                             snapshots.parse_age(opts.max_age))
+    return target_for(opts.netns, opts.state_dir).run(request)
 
 
 def _markdown(report: dict, opts: Options, target: str) -> bool:
@@ -125,10 +144,11 @@ def _print_profile(out: Printer, host: dict) -> None:
     sys.stdout.write(yaml.safe_dump(host["profile"], sort_keys=False, default_flow_style=False))
 
 
-@with_options(TARGET, FLEET, COMMON, FORMAT, BASE, SHOW_ALL, CONTENT, SSH, FORCE)
+@with_options(TARGET, FLEET, COMMON, FORMAT, BASE, SNAPSHOTS, SHOW_ALL, CONTENT, SSH, FORCE)
 def plan(target: Optional[str], opts: Options) -> None:
     """Dry run: show each setting's before -> after.  Exit 2 if anything would change.
-    With --base REF: what the change since REF does, apart from today's drift."""
+    With --base REF: what the change since REF does, apart from today's drift.
+    With --from-snapshots DIR: from the hosts' saved snapshots, reaching no host."""
     _dispatch("plan", target, opts)
 
 
@@ -145,7 +165,7 @@ def verify(target: Optional[str], opts: Options) -> None:
     _dispatch("verify", target, opts)
 
 
-@with_options(TARGET, FLEET, AUDIT_FILES, COMMON, FORMAT, SHOW_ALL, CONTENT, SSH)
+@with_options(TARGET, FLEET, AUDIT_FILES, COMMON, FORMAT, SAVE, SHOW_ALL, CONTENT, SSH)
 def audit(target: Optional[str], opts: Options) -> None:
     """Read-only drift report across a fleet: per host and key, expected and
     actual.  Exit 2 if any host drifted, 1 if any could not be audited."""
@@ -159,10 +179,15 @@ def rollback(target: Optional[str], opts: Options) -> None:
     _dispatch("rollback", None, replace(opts, show_all=True))
 
 
-@with_options(COMMON)
+@with_options(FLEET, COMMON, SAVE, SSH)
 def show(target: Optional[str], opts: Options) -> None:
-    """Print the current values of everything nictune manages, as a profile."""
-    _run("show", None, opts)
+    """Print the current values of everything nictune manages, as a profile.
+    With --save DIR: also write each host's snapshot (for plan --from-snapshots)."""
+    if opts.inventory is None:
+        if opts.limit:
+            _usage(opts.as_json, "show", "--limit needs an inventory (-i)")
+        _run("show", None, opts)
+    _fleet("show", None, opts)
 
 
 def register(app: typer.Typer) -> None:

@@ -65,6 +65,18 @@ BaseFileOpt = Annotated[Optional[str], typer.Option(
     "--base-file", metavar="OLD", help="Like --base, against an old profile file.")]
 
 
+SaveOpt = Annotated[Optional[str], typer.Option(
+    "--save", metavar="DIR",
+    help="Also write each host's snapshot to DIR/<host>.json, for plan --from-snapshots "
+         "(control/snapshots.py).")]
+FromSnapshotsOpt = Annotated[Optional[str], typer.Option(
+    "--from-snapshots", metavar="DIR",
+    help="Plan from the snapshots in DIR (show/audit --save) instead of the hosts.")]
+MaxAgeOpt = Annotated[str, typer.Option(
+    "--max-age", metavar="AGE", help="With --from-snapshots: flag snapshots older than this "
+                                     "(90s, 30m, 24h, 7d).")]
+
+
 class Format(str, enum.Enum):
     text = "text"
     markdown = "markdown"
@@ -104,6 +116,9 @@ class Options:
     base: Optional[str] = None
     base_file: Optional[str] = None
     format: Format = Format.text
+    save: Optional[str] = None
+    from_snapshots: Optional[str] = None
+    max_age: str = "24h"
 
 
 APPLY_CONFIRM_TIMEOUT = 30.0
@@ -135,6 +150,8 @@ CONFIRM: Group = (_param("confirm_timeout", ConfirmOpt, APPLY_CONFIRM_TIMEOUT),)
 FORCE: Group = (_param("force", ForceOpt),)
 BASE: Group = (_param("base", BaseOpt), _param("base_file", BaseFileOpt))
 FORMAT: Group = (_param("format", FormatOpt),)
+SAVE: Group = (_param("save", SaveOpt),)
+SNAPSHOTS: Group = (_param("from_snapshots", FromSnapshotsOpt), _param("max_age", MaxAgeOpt))
 
 Body = Callable[[Optional[str], Options], None]
 

@@ -18,11 +18,11 @@ for both sides; nothing is written.  From the two plans of each host:
 Hosts whose effect rows are identical share a group, so a change to 2,000
 hosts reads as a few tables; drift is grouped the same way.
 
-The seam for snapshots (issue 12 items 1-2): effect() takes nothing but
-host reports whose `changes` are the new plan and whose `base` is the base
-plan.  A recorded-host backend that runs the same agent request against a
-snapshot produces the same reports, and everything here works on them
-unchanged.
+Snapshots: effect() takes nothing but host reports whose `changes` are the
+new plan and whose `base` is the base plan.  With `--from-snapshots DIR`
+the same version-2 request runs in the controller against each host's
+snapshot (control/snapshots.py, host/recorded.py RecordedHost), which
+produces the same reports, and everything here works on them unchanged.
 
 The change document (`"change"` in the `--json` envelope), format 1:
 

@@ -12,6 +12,11 @@ Request (version 1), one line of JSON:
      "netns": "NAME",                       # set by `--netns`: the namespace the agent runs in
      "show_file_content": false}            # true: reports carry the text of files nictune did
                                             # not write (knobs/nccl.py), else a placeholder
+A request (either version) may add "record": true: the report then carries
+"snapshot" (host/recorded.py, docs/report-format.md): every read a show made
+on the host, recorded while it ran (for a show, the same run; for any other
+read-only command (plan, verify), its own reads and a show's after it).
+`show --save` and `audit --save` ask for it.
 Request version 2 (BASE_FORMAT) is version 1 plus, for "plan" only,
     "base": {"path": str, "doc": {...}, "sources": {...}}
 the profile before a change (control/change.py): the host also plans it,
@@ -30,7 +35,10 @@ import os
 import select
 import sys
 import time
-from typing import Optional
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
+    from typing import Optional
 
 from nictune import REQUEST_FORMAT, __version__
 from nictune.host import errors
@@ -67,6 +75,10 @@ def _validated(request) -> dict:
         _check_netns(request["netns"])
     if not isinstance(request.get("show_file_content", False), bool):
         raise InvalidInput("show_file_content must be true or false")
+    if not isinstance(request.get("record", False), bool):
+        raise InvalidInput("record must be true or false")
+    if request.get("record") and request["command"] not in ("show", "plan", "verify"):
+        raise InvalidInput("record goes with show, plan or verify: the commands that only read")
     return request
 
 
@@ -86,7 +98,34 @@ def _check_netns(name) -> None:
 
 
 def execute(request: dict, host: Host, confirm: Optional[dict] = None) -> Outcome:
-    """Run one validated request against `host`."""
+    """Run one validated request against `host`; with "record", add the
+    snapshot of the host (host/recorded.py)."""
+    if not request.get("record"):
+        return _execute(request, host, confirm)
+    from datetime import datetime, timezone
+
+    from nictune.host import recorded
+    from nictune.host.engine import Engine
+
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if request["command"] == "show":
+        outcome, reads = recorded.record(host, lambda: _execute(request, host, confirm), when)
+    else:
+        # The command's own reads (what its profile names: an owned file's
+        # own path, a counter) and a show's (every family, every interface).
+        engine = Engine(host, request.get("state_dir") or DEFAULT_STATE_DIR)
+        outcome, reads = recorded.record(
+            host, lambda: _then(_execute(request, host, confirm), engine.show), when)
+    outcome.extra["snapshot"] = recorded.snapshot_document(reads, __version__)
+    return outcome
+
+
+def _then(outcome: Outcome, also) -> Outcome:
+    also()
+    return outcome
+
+
+def _execute(request: dict, host: Host, confirm: Optional[dict] = None) -> Outcome:
     from nictune.host.engine import Engine
 
     host.netns = request.get("netns")
@@ -131,14 +170,14 @@ def _tidied(host: Host, outcome: Outcome) -> Outcome:
     temporary files an interrupted write left beside a file nictune owns
     go (knobs/envfile.py: NCCL's, UCX's, Open MPI's, NVSHMEM's), and the
     report says so."""
-    from nictune.host.knobs import REGISTERED
-    from nictune.host.knobs.envfile import OwnedFileFamily
+    from nictune.host import knobs
 
-    for family in REGISTERED:
-        if issubclass(family, OwnedFileFamily):
-            keys = [c.key for c in outcome.changes if c.key.family == family.name]
-            if keys:
-                outcome.warnings.extend(family(host).tidy(keys))
+    changed = {c.key.family for c in outcome.changes}
+    for name in knobs.CATALOG:  # REGISTERED order, importing only the families at hand
+        family = knobs.load(name) if name in changed else None
+        if family is not None and hasattr(family, "tidy"):  # an OwnedFileFamily
+            keys = [c.key for c in outcome.changes if c.key.family == name]
+            outcome.warnings.extend(family(host).tidy(keys))
     return outcome
 
 
