@@ -41,7 +41,7 @@ def _declared(attribute: str) -> set:
 
 def test_the_entry_schema_holds_exactly_what_the_families_declare():
     entry = set(_leaves(SCHEMA["$defs"]["entry"]))
-    engine_keys = {"on_unsupported", "match.name", "match.driver", "match.lower_driver",
+    engine_keys = {"on_unsupported", "on_drift", "match.name", "match.driver", "match.lower_driver",
                    "match.pci_id", "match.mac",
                    "match.phys_port_name", "match.phys_switch_id", "match.flavour",
                    "match.vf_of", "match.vfs"}

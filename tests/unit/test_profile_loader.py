@@ -152,7 +152,7 @@ def test_unknown_key_did_you_mean():
     err = err_of(HEAD + "    mtuu: 9000\n")
     assert (err.file, err.line, err.keypath) == ("p.yaml", 5, "interfaces.rails")
     assert "unknown key 'mtuu' (did you mean 'mtu'?)" in err.message
-    assert "allowed keys: match, on_unsupported, mtu," in err.message
+    assert "allowed keys: match, on_unsupported, on_drift, mtu," in err.message
 
 
 def test_unknown_top_level_key():

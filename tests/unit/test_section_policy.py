@@ -88,3 +88,11 @@ def test_free_form_paths_below_a_mapping_are_settings():
     for key in ("sysctl.net.core.rmem_max", "features.rx-gro", "roce.ecn.params.rpg_ai_rate",
                 "host.nccl.env.NCCL_IB_HCA", "default"):
         load_profile_text(RAILS.format(top=f"on_unsupported: {{{key}: warn}}\n", entry=""), "p.yaml")
+
+
+def test_on_drift_paths_are_checked_the_same_way():
+    with pytest.raises(ProfileError) as info:
+        load_profile_text(RAILS.format(top="on_drift: {roce.ecm: restore}\n", entry=""), "p.yaml")
+    assert info.value.line == 2 and "names no setting here" in info.value.message
+    load_profile_text(RAILS.format(top="on_drift: {default: report, roce.ecn: restore}\n",
+                                   entry="    on_drift: {mtu: restore}\n"), "p.yaml")

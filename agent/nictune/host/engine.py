@@ -15,6 +15,8 @@
 from __future__ import annotations
 
 import re
+import time
+from contextlib import suppress
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
@@ -351,15 +353,32 @@ class Engine:
             out.facts = {i.name: health.of(i) for i in self.host.interfaces() if i.name in targets}
         return out
 
-    def apply(self, doc: dict, sources: dict, profile: Optional[str]) -> Outcome:
+    def apply(self, doc: dict, sources: dict, profile: Optional[str], remember: bool = True,
+              only=None) -> Outcome:
+        """With `remember` (every apply but the resident agent's own), a
+        successful apply stores its profile as the host's desired state
+        (journal.py desired.json).  `only(key)` limits the writes to the keys
+        it accepts (the resident agent's re-tune of one interface, its
+        restore of some keys): the others that differ are left, as drift."""
         with self.journal.lock():
             self._refuse_unfinished()
             desire, changes = self._plan(doc, sources)
             out = Outcome("apply", changes, list(desire.warnings) + self.journal.warnings)
             _report_unsupported(out, desire)
+            if only is not None:
+                for c in changes:
+                    if c.status == m.PENDING and not only(c.key):
+                        c.status = m.DRIFT
             pending = [c for c in changes if c.status == m.PENDING]
+            desired = {"path": profile, "doc": doc, "sources": sources, "apply": None,
+                       "stored": time.time()} if remember else None
             if out.error or not pending:
+                if desired is not None and not out.error:
+                    self.journal.save_desired(desired)
                 return out
+            # Read before the first write: a state directory that refuses it
+            # refuses the apply.
+            desired_before = self._desired_now() if remember else None
             # Both raise before the first write, not after.
             self.journal.begin(pending, profile, aside.snapshot(self.host, aside.affected(pending)))
             touched: list = []
@@ -389,12 +408,38 @@ class Engine:
                 self._roll_back(out, pending, touched, _failed(failed))
             else:
                 try:
+                    if desired is not None:
+                        desired["apply"] = self.journal.record["id"]
+                        self.journal.record["desired_before"] = desired_before
+                        self.journal.save_desired(desired)
                     self.journal.finish(COMMITTED)
                 except StateDirError as e:
                     # The host took the apply, but no journal says so: a later
                     # rollback could not undo it.
+                    if desired is not None:
+                        with suppress(StateDirError):
+                            self.journal.save_desired(desired_before)
                     self._roll_back(out, pending, touched, f"recording the apply failed ({e})")
             return out
+
+    def _desired_now(self) -> Optional[dict]:
+        """The stored desired state; a damaged one is replaced, not kept."""
+        try:
+            return self.journal.load_desired()
+        except JournalDamaged:
+            return None
+
+    def _restore_desired(self, record: dict, out: Outcome) -> None:
+        """After a rollback: the desired state that apply replaced comes back,
+        unless a later apply (one that wrote nothing) has replaced it since."""
+        if "desired_before" not in record:
+            return
+        try:
+            now = self._desired_now()
+            if now is not None and now.get("apply") == record["id"]:
+                self.journal.save_desired(record["desired_before"])
+        except StateDirError as e:
+            out.warnings.append(f"the desired state was not put back: {e}")
 
     def _refuse_unfinished(self) -> None:
         """No apply while the last one on this target has not finished or
@@ -475,6 +520,8 @@ class Engine:
             lost = aside.restore(self.host, record.get("aside"))
             ok = keys_ok and not lost
             unrecorded = self._record_end(ROLLED_BACK if ok else ROLLBACK_FAILED, ok)
+            if ok:
+                self._restore_desired(record, out)
             if not ok:
                 bad = ([] if keys_ok else ["some keys could not be restored"]) + (
                     ["could not put back what the apply took with it: " + "; ".join(lost)] if lost else [])

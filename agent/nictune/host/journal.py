@@ -10,6 +10,12 @@ A state directory holds:
                         second, so the newest copy is never older than the
                         journal: it stands in for a damaged journal.json.
     lock                one apply, rollback or confirmation at a time here
+    desired.json        the profile of the last committed apply ({"path", "doc",
+                        "sources", "apply": its id}): the host's desired state,
+                        which the resident agent keeps (host/resident.py).
+                        That apply's record keeps the one before it
+                        ("desired_before"), which its rollback puts back.
+    agent-status.json   what the resident agent last wrote about itself
 An apply or rollback also locks its target, outside any state directory
 (TARGET_LOCK_DIR, one file per network namespace): two applies on one
 namespace with different state directories must not interleave either.
@@ -58,6 +64,8 @@ MAX_RECORD = 16 << 20
 # rollback.
 SPACE_MARGIN = 64 << 10
 INODES_NEEDED = 8
+
+DESIRED = "desired.json"
 
 APPLYING = "applying"
 COMMITTED = "committed"
@@ -296,6 +304,47 @@ class Journal:
         self.warnings.append(f"{damaged.message}; using its newest copy {path} "
                              f"(apply {record['id']}, {record['status']})")
         return record
+
+    # -- the desired state (the profile of the last committed apply) ----------
+
+    def load_desired(self) -> Optional[dict]:
+        """desired.json, or None when no apply has stored one.  Refused like a
+        journal that is not nictune's (StateDirError), or damaged (JournalDamaged)."""
+        path = os.path.join(self.dir, DESIRED)
+        with self._state(create=False) as fd:
+            if fd is None:
+                return None
+            try:
+                fd_file = _open_checked(path, "desired state", os.O_RDONLY, dir_fd=fd)
+            except FileNotFoundError:
+                return None
+        try:
+            data = os.read(fd_file, MAX_RECORD + 1)
+        finally:
+            os.close(fd_file)
+        try:
+            desired = json.loads(data)
+        except (ValueError, RecursionError) as e:
+            raise JournalDamaged(f"the desired state {path} is not JSON ({e}): apply the "
+                                 "profile again to store it") from None
+        if not (isinstance(desired, dict) and isinstance(desired.get("doc"), dict)
+                and isinstance(desired.get("sources", {}), dict)):
+            raise JournalDamaged(f"the desired state {path} is not a stored profile (doc, "
+                                 "sources): apply the profile again to store it")
+        return desired
+
+    def save_desired(self, desired: Optional[dict]) -> None:
+        """Replace desired.json whole (0600), or remove it for None."""
+        try:
+            with self._state(create=True) as fd:
+                if desired is None:
+                    with suppress(FileNotFoundError):
+                        os.unlink(DESIRED, dir_fd=fd)
+                else:
+                    _replace(fd, DESIRED, json.dumps(desired, sort_keys=True))
+        except OSError as e:
+            raise StateDirError(f"cannot store the desired state in the state directory "
+                                f"{self.dir}: {e.strerror or e}") from None
 
     # -- the state directory -------------------------------------------------
 
@@ -557,6 +606,8 @@ def _shape_problem(record) -> str:
         return f"it is {record['status']} but has no 'finished' time"
     if not isinstance(record.get("profile"), (str, type(None))):
         return "its 'profile' is not text"
+    if not isinstance(record.get("desired_before", {}), (dict, type(None))):
+        return "its 'desired_before' is not a stored profile"
     if not isinstance(record.get("aside", {}), dict):
         return "its 'aside' is not a mapping"
     if not isinstance(record.get("changes"), list):

@@ -119,8 +119,9 @@ def _names_settings(node: dict, parts: List[str]) -> bool:
 
 
 def _check_policy_paths(doc: dict, positions: Dict[Path, Tuple[str, int]]) -> None:
-    """Each key of an on_unsupported mapping names settings that exist where
-    it stands: a misspelt section would otherwise change nothing, silently."""
+    """Each key of an on_unsupported or on_drift mapping names settings that
+    exist where it stands: a misspelt section would otherwise change
+    nothing, silently."""
     entry = SCHEMA["$defs"]["entry"]
     host = SCHEMA["properties"]["host"]
 
@@ -132,8 +133,10 @@ def _check_policy_paths(doc: dict, positions: Dict[Path, Tuple[str, int]]) -> No
             return hosts_too and len(parts) > 1 and _names_settings(host, parts[1:])
         return _names_settings(entry, parts)
 
-    places = [(("on_unsupported",), True)]
-    places += [(("interfaces", name, "on_unsupported"), False) for name in (doc.get("interfaces") or {})]
+    places = []
+    for word in _POLICY_KEYS:
+        places += [((word,), True)]
+        places += [(("interfaces", name, word), False) for name in (doc.get("interfaces") or {})]
     for path, hosts_too in places:
         node: Any = doc
         for part in path:
@@ -149,7 +152,9 @@ def _check_policy_paths(doc: dict, positions: Dict[Path, Tuple[str, int]]) -> No
                                    f"{where}")
 
 
-_NOT_SETTINGS = ("match", "on_unsupported")
+# on_unsupported and on_drift take a word or such a mapping (schema.py).
+_POLICY_KEYS = ("on_unsupported", "on_drift")
+_NOT_SETTINGS = ("match",) + _POLICY_KEYS
 
 
 def locate(positions: Dict[Path, Tuple[str, int]], path: Path) -> Tuple[str, Optional[int]]:

@@ -187,6 +187,24 @@ def _on_unsupported(scope: str) -> dict:
     }
 
 
+# on_drift (host/resident.py): what the resident agent does when a key it
+# keeps no longer reads as the desired state.
+DRIFT_POLICIES = ["report", "restore"]
+
+
+def _on_drift(scope: str) -> dict:
+    return {
+        "anyOf": [{"enum": DRIFT_POLICIES},
+                  {"type": "object", "propertyNames": _text(SETTING_PATH, 128),
+                   "additionalProperties": {"enum": DRIFT_POLICIES}, "minProperties": 1,
+                   "maxProperties": 64}],
+        "description": f"What the resident agent (`nictune agent run`) does when a setting of "
+                       f"{scope} drifts from this profile: report it (the default), or restore "
+                       "it; a key that drifts again 3 times in 10 minutes is left alone and "
+                       "reported. Or, per section, a mapping such as {default: report, mtu: "
+                       "restore}, read like on_unsupported's.",
+    }
+
 
 def _prio_list(what: str) -> dict:
     return {"type": "array", "items": _int(0, 7), "maxItems": 8,
@@ -287,6 +305,7 @@ def build(families=REGISTERED) -> Dict[str, Any]:
             "minProperties": 1,
         },
         "on_unsupported": _on_unsupported("an interface of this entry"),
+        "on_drift": _on_drift("an interface of this entry"),
     }
     host_props: Dict[str, Any] = {}
     defs: Dict[str, Any] = {}
@@ -324,6 +343,7 @@ def build(families=REGISTERED) -> Dict[str, Any]:
                 ],
             },
             "on_unsupported": _on_unsupported("the host or a device"),
+            "on_drift": _on_drift("the host or a device"),
             "host": {"type": "object", "description": "Host-wide settings.",
                      "properties": host_props, "additionalProperties": False},
             "interfaces": {

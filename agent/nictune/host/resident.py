@@ -1,0 +1,480 @@
+"""The resident agent: keeps a host at its desired state (issue 14).
+
+The desired state is the profile of the last committed apply, stored under
+the state directory (journal.py desired.json).  Run in the foreground, as a
+systemd unit's ExecStart would (`python3 -m nictune.host.resident
+--state-dir DIR`, or `nictune agent run`), it
+
+- at start, plans and applies the desired state through the same Engine as
+  `nictune apply` (journal, read-back, rollback on failure);
+- listens to rtnetlink link notifications (RTMGRP_LINK): a matched
+  interface that appears with a new ifindex (deleted and made again, a
+  driver reload) is re-tuned at once, whatever on_drift says, and any
+  other change of a link is verified at once;
+- verifies every --interval seconds what sends no notification (sysctls,
+  sysfs, owned files, ethtool settings);
+- records each key's drift as it happens; on_drift (profile top level and
+  per entry, read like on_unsupported: engine.Policy) says whether it is
+  put back: `report` (the default) or `restore`.  A key that drifts
+  FLAP_LIMIT times within FLAP_WINDOW seconds is left alone and reported,
+  never fought over in a loop.
+
+Every apply it makes is journaled like any other (its record's profile is
+the stored one's path) and does not replace the stored desired state.
+
+Its status, for `nictune agent status` and the metrics exporter
+(host/metrics.py), is STATUS_FILE in the state directory, replaced whole
+(0600) after each cycle; load_status() reads it.  Its shape (format 1, kept
+stable; fields are only ever added):
+
+    {"nictune_agent_status": 1,
+     "pid": int, "started": float, "updated": float,   # unix times
+     "stopped": float | None,                          # set on a clean exit
+     "interval": float, "flap_limit": int, "flap_window": float,
+     "desired": {"path": str | None, "apply": str | None, "stored": float} | None,
+     "idle": str | None,            # why nothing is kept (no desired state ...)
+     "reapplies": int,              # applies this agent made that wrote something
+     "last_reapply": {"time": float, "reason": str, "journal": str | None,
+                      "written": int, "error": str | None} | None,
+     "last_verify": float | None,   # the last verify that ran
+     "last_verify_ok": float | None,  # the last one that left no key differing
+     "error": str | None,           # the last cycle's error, if any
+     "keys": {"family:target:name": {
+         "drifts": int, "restores": int, "last_drift": float | None,
+         "left_alone": bool, "drifted": bool, "on_drift": "report" | "restore"}}}
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+
+from nictune.host import model as m
+from nictune.host.engine import Engine, Policy, _path_of
+from nictune.host.errors import NictuneError
+from nictune.host.journal import DEFAULT_STATE_DIR, Journal, _open_checked, _replace
+from nictune.host.machine import Host
+from nictune.host.model import HOST
+from nictune.host.netlink.rtnl import ifinfmsg
+
+STATUS_FORMAT = 1
+STATUS_FILE = "agent-status.json"
+DEFAULT_INTERVAL = 30.0
+FLAP_LIMIT = 3
+FLAP_WINDOW = 600.0
+DEFAULT_ON_DRIFT = "report"
+
+# include/uapi/linux/rtnetlink.h: RTMGRP_LINK (the userspace multicast
+# group of link events), RTM_NEWLINK and RTM_DELLINK (RTM_BASE 16 + 0, + 1).
+# The kernel sends them from net/core/rtnetlink.c rtmsg_ifinfo() on every
+# link change, creation and deletion; an overrun is ENOBUFS on recv.
+RTMGRP_LINK = 0x1
+RTM_NEWLINK = 16
+RTM_DELLINK = 17
+_HDR = struct.Struct("=IHHII")
+# A burst of link events (many VFs at once) settles before the re-tune.
+SETTLE = 0.05
+# Link events ask for a verify at once, but no more often than this: a
+# flapping carrier must not keep the agent reading the host.
+MIN_GAP = 0.25
+
+
+class FlapLimiter:
+    """Counts each key's drifts in a sliding window; at the limit-th within
+    the window the key is left alone (until the desired state changes)."""
+
+    def __init__(self, limit: int = FLAP_LIMIT, window: float = FLAP_WINDOW):
+        self.limit, self.window = limit, window
+        self.times: dict = {}
+        self.left: set = set()
+
+    def drifted(self, key: str, now: float) -> bool:
+        """Record a drift of `key`; True when it is (now) to be left alone."""
+        recent = [t for t in self.times.get(key, []) if now - t < self.window] + [now]
+        self.times[key] = recent
+        if len(recent) >= self.limit:
+            self.left.add(key)
+        return key in self.left
+
+    def reset(self) -> None:
+        self.times.clear()
+        self.left.clear()
+
+
+class LinkMonitor:
+    """rtnetlink link notifications: (event, ifindex, name), event "new" or
+    "del", or ("resync", 0, "") when the kernel dropped some (ENOBUFS)."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC
+                                  | socket.SOCK_NONBLOCK, socket.NETLINK_ROUTE)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        self.sock.bind((0, RTMGRP_LINK))
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def read(self) -> list:
+        events = []
+        while True:
+            try:
+                data = self.sock.recv(1 << 16)
+            except BlockingIOError:
+                return events
+            except OSError as e:
+                if e.errno != errno.ENOBUFS:
+                    raise
+                events.append(("resync", 0, ""))
+                continue
+            events.extend(parse_link_events(data))
+
+
+def parse_link_events(data: bytes) -> list:
+    events = []
+    off = 0
+    while off + _HDR.size <= len(data):
+        length, kind, _flags, _seq, _pid = _HDR.unpack_from(data, off)
+        if length < _HDR.size or off + length > len(data):
+            break
+        if kind in (RTM_NEWLINK, RTM_DELLINK):
+            msg = ifinfmsg(data[off:off + length])
+            msg.decode()
+            events.append(("new" if kind == RTM_NEWLINK else "del", msg["index"],
+                           msg.get_attr("IFLA_IFNAME") or ""))
+        off += (length + 3) & ~3
+    return events
+
+
+def drift_policy(doc: dict, owner: str, path: str) -> str:
+    """on_drift for a key asked for at `path` by `owner` ("host" or
+    "interfaces.NAME"): the entry's word or mapping, then the profile's."""
+    top = doc.get("on_drift")
+    if owner == "host":
+        return Policy(top, DEFAULT_ON_DRIFT).of("host." + path)
+    entry = (doc.get("interfaces") or {}).get(owner.split(".", 1)[1]) or {}
+    return Policy(entry.get("on_drift"), top, DEFAULT_ON_DRIFT).of(path)
+
+
+def _shown(key, value) -> str:
+    """A value as a log may carry it: what stays on the host (Family.shown)
+    is its placeholder."""
+    from nictune.host.knobs import family_named
+
+    family = family_named(key.family)
+    text = repr(family.shown(value) if family is not None else value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def status_path(state_dir: str) -> str:
+    return os.path.join(state_dir, STATUS_FILE)
+
+
+def load_status(state_dir: str):
+    """The running (or last) agent's status, or None when none was written."""
+    path = status_path(state_dir)
+    try:
+        fd = _open_checked(path, "agent status", os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        data = os.read(fd, 16 << 20)
+    finally:
+        os.close(fd)
+    status = json.loads(data)
+    if not isinstance(status, dict) or status.get("nictune_agent_status") != STATUS_FORMAT:
+        raise ValueError(f"{path} is not a nictune agent status (format {STATUS_FORMAT})")
+    return status
+
+
+class Resident:
+    def __init__(self, state_dir: str, netns=None, interval: float = DEFAULT_INTERVAL,
+                 flap_limit: int = FLAP_LIMIT, flap_window: float = FLAP_WINDOW, log=None):
+        self.state_dir = state_dir
+        self.host = Host()
+        self.host.netns = netns
+        self.journal = Journal(state_dir)
+        self.interval = interval
+        self.limiter = FlapLimiter(flap_limit, flap_window)
+        self.log = log or (lambda line: sys.stderr.write(f"nictune agent: {line}\n"))
+        self.desired = None
+        self.ifindex: dict = {}   # name -> ifindex, to tell a re-created link
+        self.drifted: set = set()  # keys differing since their drift was counted
+        self.verify_at = float("inf")  # monotonic time of an event-driven verify
+        self._verified = 0.0           # monotonic time of the last verify
+        self.status = {
+            "nictune_agent_status": STATUS_FORMAT, "pid": os.getpid(), "started": time.time(),
+            "updated": None, "stopped": None, "interval": interval, "flap_limit": flap_limit,
+            "flap_window": flap_window, "desired": None, "idle": None, "reapplies": 0,
+            "last_reapply": None, "last_verify": None, "last_verify_ok": None, "error": None,
+            "keys": {},
+        }
+
+    # -- the desired state ------------------------------------------------------
+
+    def refresh_desired(self) -> bool:
+        """Re-read desired.json; True when a (new) desired state is there."""
+        try:
+            desired = self.journal.load_desired()
+        except NictuneError as e:
+            desired, why = None, f"the desired state cannot be read: {e}"
+        else:
+            why = None if desired else ("no desired state: nothing to keep until "
+                                        "`nictune apply` commits a profile")
+        stamp = lambda d: d and (d.get("apply"), d.get("stored"))  # noqa: E731
+        new = stamp(desired) != stamp(self.desired)
+        if new:
+            self.desired = desired
+            self.drifted.clear()
+            self.limiter.reset()
+            self.status["keys"] = {}
+            self.status["desired"] = desired and {k: desired.get(k)
+                                                  for k in ("path", "apply", "stored")}
+        if why and why != self.status["idle"]:
+            self.log(why)
+        self.status["idle"] = why
+        return bool(new and desired)
+
+    # -- applying ------------------------------------------------------------------
+
+    def _engine(self) -> Engine:
+        return Engine(self.host, self.state_dir)
+
+    def reapply(self, reason: str, only=None, name_targets: bool = False) -> object:
+        """Apply the desired state (only the keys `only` accepts); journaled
+        and counted when it writes anything.  With `name_targets`, the
+        reason names the interfaces written to."""
+        d = self.desired
+        left = self.limiter.left
+
+        def wanted(key) -> bool:
+            return str(key) not in left and (only is None or only(key))
+
+        try:
+            out = self._engine().apply(d["doc"], d.get("sources") or {}, d.get("path"),
+                                       remember=False, only=wanted)
+        except NictuneError as e:
+            self._failed(f"{reason}: {e}")
+            return None
+        written = [c for c in out.changes if c.status in (m.APPLIED, m.REVERTED, m.FAILED,
+                                                           m.REVERT_FAILED)]
+        error = out.error and out.error.get("message")
+        if name_targets:
+            reason += ": " + ", ".join(sorted({c.key.target for c in written}))
+        if written or error:
+            self.status["reapplies"] += bool(written)
+            journal = self.journal.load() if written else None
+            self.status["last_reapply"] = {
+                "time": time.time(), "reason": reason, "written": len(written),
+                "journal": journal and journal.get("id"), "error": error}
+            self.log(f"re-applied ({reason}): {len(written)} key(s) written"
+                     + (f"; {error}" if error else ""))
+        if error:
+            self.status["error"] = error
+        return out
+
+    def _failed(self, message: str) -> None:
+        self.status["error"] = message
+        self.log(message)
+
+    # -- watching ------------------------------------------------------------------
+
+    def verify(self) -> None:
+        """Read every key; count new drift; put back what on_drift says."""
+        d = self.desired
+        engine = self._engine()
+        try:
+            desire, changes = engine._plan(d["doc"], d.get("sources") or {})
+        except NictuneError as e:
+            self._failed(f"verify: {e}")
+            return
+        now = time.time()
+        keys = self.status["keys"]
+        differ, restore = {}, []
+        for c in changes:
+            if c.status in (m.SKIPPED, m.UNSUPPORTED):
+                continue
+            name = str(c.key)
+            policy = drift_policy(d["doc"], desire.owner[c.key], _path_of(desire.items[c.key]))
+            rec = keys.setdefault(name, {"drifts": 0, "restores": 0, "last_drift": None,
+                                         "left_alone": False, "drifted": False})
+            rec["on_drift"] = policy
+            if c.status == m.OK:
+                self.drifted.discard(name)
+                rec["drifted"] = False
+                continue
+            differ[name] = c
+            rec["drifted"] = True
+            if name not in self.drifted:
+                self.drifted.add(name)
+                rec["drifts"] += 1
+                rec["last_drift"] = now
+                if policy == "restore" and c.status == m.PENDING:
+                    if self.limiter.drifted(name, now) and not rec["left_alone"]:
+                        rec["left_alone"] = True
+                        self.log(f"{name} drifted {self.limiter.limit} times in "
+                                 f"{self.limiter.window:g} s: left alone")
+                self.log(f"drift: {name} is {_shown(c.key, c.before)}, wants "
+                         f"{_shown(c.key, c.after)} ({policy})")
+            if policy == "restore" and c.status == m.PENDING and not rec["left_alone"]:
+                restore.append(name)
+        self.status["last_verify"] = now
+        ok = not differ
+        if restore:
+            out = self.reapply("restore " + ", ".join(restore),
+                               only=lambda key: str(key) in restore)
+            back = {str(c.key) for c in (out.changes if out else ()) if c.status == m.APPLIED}
+            for name in restore:
+                # Put back or not, the next difference is a drift again.
+                self.drifted.discard(name)
+                if name in back:
+                    keys[name]["restores"] += 1
+                    keys[name]["drifted"] = False
+            ok = out is not None and not out.error and set(differ) <= back
+        if ok:
+            self.status["last_verify_ok"] = now
+
+    def learn_links(self) -> None:
+        self.ifindex = {link.name: link.index for link in self.host.rtnl().links()}
+
+    def on_links(self, events: list) -> tuple:
+        """(names that came with a new ifindex, whether to verify now)."""
+        appeared, check = set(), False
+        for event, index, name in events:
+            if event == "resync":
+                self.learn_links()  # what the lost events said is unknown: look at all
+                check = True
+            elif event == "del":
+                if self.ifindex.get(name) == index:
+                    del self.ifindex[name]
+            elif name:
+                if self.ifindex.get(name) != index:
+                    appeared.add(name)
+                self.ifindex[name] = index
+                check = True
+        return appeared, check
+
+    # -- the loop --------------------------------------------------------------
+
+    def write_status(self) -> None:
+        self.status["updated"] = time.time()
+        with self.journal._state(create=True) as fd:
+            _replace(fd, STATUS_FILE, json.dumps(self.status, sort_keys=True))
+
+    def cycle(self, monitor, due: bool) -> None:
+        """One turn: link events first (a re-created link is re-tuned before
+        anything else), then, when due or a link changed, a verify."""
+        self.status["error"] = None
+        appeared, check = set(), False
+        if monitor is not None:
+            time.sleep(SETTLE)
+            appeared, check = self.on_links(monitor.read())
+        # Every turn: an apply or a rollback that replaced the desired state
+        # is followed from the next event on, not fought until the next poll.
+        if self.refresh_desired():
+            self.reapply("desired state changed")
+        if not self.desired:
+            self.verify_at = float("inf")
+            return
+        if appeared:
+            self.reapply("appeared", only=lambda key: key.target in appeared,
+                         name_targets=True)
+        if check:
+            self.verify_at = min(self.verify_at, self._verified + MIN_GAP)
+        if due or time.monotonic() >= self.verify_at:
+            self.verify()
+            self._verified, self.verify_at = time.monotonic(), float("inf")
+
+    def run(self, wake_fd: int) -> None:
+        """Until a byte arrives on wake_fd (signal.set_wakeup_fd)."""
+        monitor = LinkMonitor()  # before the first apply: no event is missed
+        try:
+            try:
+                self.learn_links()
+                if self.refresh_desired():
+                    self.reapply("start")
+                    self.verify()
+                    self._verified = time.monotonic()
+            except Exception as e:  # noqa: BLE001 - the next turn tries again
+                self._failed(f"start: {type(e).__name__}: {e}")
+            self.write_status()
+            next_poll = time.monotonic() + self.interval
+            while True:
+                timeout = max(0.0, min(next_poll, self.verify_at) - time.monotonic())
+                ready, _, _ = select.select([monitor, wake_fd], [], [], timeout)
+                if wake_fd in ready:
+                    return
+                due = time.monotonic() >= next_poll
+                if due:
+                    next_poll = time.monotonic() + self.interval
+                try:
+                    self.cycle(monitor if monitor in ready else None, due)
+                except Exception as e:  # noqa: BLE001 - a resident agent outlives one bad cycle
+                    self._failed(f"{type(e).__name__}: {e}")
+                self.host.forget(facts=True)
+                self.write_status()
+        finally:
+            monitor.close()
+            self.status["stopped"] = time.time()
+            try:
+                self.write_status()
+            except (OSError, NictuneError):
+                pass
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="nictune-agent", description=__doc__.split("\n")[0])
+    parser.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
+    parser.add_argument("--netns", default=None,
+                        help="the namespace this runs in (its /etc/netns files)")
+    parser.add_argument("--interval", type=float, default=DEFAULT_INTERVAL)
+    parser.add_argument("--flap-limit", type=int, default=FLAP_LIMIT)
+    parser.add_argument("--flap-window", type=float, default=FLAP_WINDOW)
+    parser.add_argument("--metrics-address", default="127.0.0.1:9463",
+                        help="HOST:PORT of the Prometheus endpoint; '' for none")
+    parser.add_argument("--metrics-textfile", default=None,
+                        help="also write the metrics to this node_exporter textfile")
+    args = parser.parse_args(argv)
+    if args.interval <= 0 or args.flap_limit < 1 or args.flap_window <= 0:
+        parser.error("--interval and --flap-window must be > 0, --flap-limit >= 1")
+    r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(w)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda *_: None)
+    exporter = None
+    try:
+        agent = Resident(args.state_dir, args.netns, args.interval, args.flap_limit,
+                         args.flap_window)
+        # Here, not at the top: only the resident agent serves metrics.
+        from nictune.host import metrics
+
+        try:
+            exporter = metrics.start(lambda: agent.status, args.metrics_address or None,
+                                     args.metrics_textfile)
+        except (OSError, ValueError) as e:
+            raise NictuneError(f"metrics on {args.metrics_address}: {e}") from None
+        agent.log(f"started (state directory {args.state_dir}, every {args.interval:g} s"
+                  + (f", metrics on http://{args.metrics_address}/metrics" if args.metrics_address else "")
+                  + ")")
+        agent.run(r)
+    except NictuneError as e:
+        sys.stderr.write(f"nictune agent: {e}\n")
+        return 1
+    finally:
+        if exporter is not None:
+            exporter.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,264 @@
+"""The resident agent (host/resident.py) as a process inside a namespace.
+
+No systemd here: the unit's command line is run directly, under `ip netns
+exec`, as `nictune agent run --netns` does.  The desired state comes from a
+real `nictune apply`; drift is injected with `ip`, `sysctl` and `ethtool`,
+and every effect is read back with those tools.  The agent is killed and
+the namespaces removed even when a test fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from netns_helpers import nictune, wait_for
+from typer.testing import CliRunner
+
+import nictune as nictune_pkg
+from nictune.cli.app import app
+
+pytestmark = pytest.mark.netns
+
+INTERVAL = 0.5
+
+
+def _profile(on_drift: str, mtu: int = 9000) -> str:
+    return textwrap.dedent(f"""\
+        nictune: 1
+        on_drift: {on_drift}
+        host:
+          sysctl:
+            net.ipv4.tcp_ecn: 1
+        interfaces:
+          rail:
+            match: {{name: ntv0, driver: veth}}
+            mtu: {mtu}
+            features: {{gro: on}}
+            sysctl: {{ipv4.rp_filter: 2}}
+        """)
+
+
+@pytest.fixture
+def lab(veth_pair, tmp_path):
+    veth_pair.state = tmp_path / "state"
+    veth_pair.dir = tmp_path
+    return veth_pair
+
+
+class Agent:
+    """`nictune agent run --netns` as a subprocess; stop() always kills it."""
+
+    def __init__(self, lab, *extra: str):
+        root = os.path.dirname(os.path.dirname(nictune_pkg.__file__))
+        self.log = open(lab.dir / "agent.log", "w+")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from nictune.cli.app import main; main()", "agent", "run",
+             "--netns", lab.ns_a, "--state-dir", str(lab.state), "--interval", str(INTERVAL),
+             *extra],
+            env=dict(os.environ, PYTHONPATH=root), stdout=self.log, stderr=subprocess.STDOUT)
+        self.lab = lab
+
+    def stop(self) -> str:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.log.seek(0)
+        return self.log.read()
+
+    def status(self) -> dict:
+        result = CliRunner().invoke(app, ["agent", "status", "--netns", self.lab.ns_a,
+                                          "--state-dir", str(self.lab.state), "--json"])
+        return json.loads(result.stdout) if result.stdout.startswith("{") else {}
+
+    def key(self, name: str) -> dict:
+        return ((self.status().get("agent") or {}).get("keys") or {}).get(name) or {}
+
+
+@pytest.fixture
+def agent(lab):
+    started = []
+
+    def start(*extra):
+        a = Agent(lab, *extra)
+        started.append(a)
+        assert wait_for(lambda: (a.status().get("agent") or {}).get("updated")
+                        or a.proc.poll() is not None), "the agent never wrote its status"
+        assert a.proc.poll() is None, a.stop()
+        return a
+
+    yield start
+    for a in started:
+        a.stop()
+
+
+def apply(lab, on_drift: str, mtu: int = 9000) -> str:
+    path = lab.dir / f"p{mtu}.yaml"
+    path.write_text(_profile(on_drift, mtu))
+    code, report = nictune(lab, "apply", str(path))
+    assert code == 0, report
+    return str(path)
+
+
+def mtu(lab) -> int:
+    return json.loads(lab.run(lab.ns_a, ["ip", "-j", "link", "show", "ntv0"]).stdout)[0]["mtu"]
+
+
+def sysctl(lab, key: str) -> str:
+    return lab.run(lab.ns_a, ["sysctl", "-n", key]).stdout.strip()
+
+
+def gro(lab) -> str:
+    out = lab.run(lab.ns_a, ["ethtool", "-k", "ntv0"]).stdout
+    return next(line.split(":")[1].split()[0] for line in out.splitlines()
+                if line.startswith("generic-receive-offload:"))
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def must(lab, *argv: str) -> None:
+    r = lab.run(lab.ns_a, list(argv))
+    assert r.returncode == 0, r.stderr
+
+
+def test_restore_puts_drift_back_within_the_interval(lab, agent):
+    apply(lab, "restore")
+    a = agent()
+    must(lab, "ip", "link", "set", "ntv0", "mtu", "1500")
+    must(lab, "sysctl", "-qw", "net.ipv4.conf.ntv0.rp_filter=0")
+    must(lab, "ethtool", "-K", "ntv0", "gro", "off")
+    must(lab, "sysctl", "-qw", "net.ipv4.tcp_ecn=2")
+    started = time.monotonic()
+    assert wait_for(lambda: mtu(lab) == 9000 and sysctl(lab, "net.ipv4.conf.ntv0.rp_filter") == "2"
+                    and gro(lab) == "on" and sysctl(lab, "net.ipv4.tcp_ecn") == "1", 10), a.stop()
+    assert time.monotonic() - started < 4 * INTERVAL + 2
+    found = a.status()["agent"]
+    drifted = {k: v for k, v in found["keys"].items() if v["drifts"]}
+    assert set(drifted) == {"link:ntv0:mtu", "sysctl:ntv0:net.ipv4.conf.ntv0.rp_filter",
+                            "features:ntv0:rx-gro", "sysctl:host:net.ipv4.tcp_ecn"}, drifted
+    assert all(v["restores"] == 1 and not v["left_alone"] and v["on_drift"] == "restore"
+               for v in drifted.values()), drifted
+    assert found["reapplies"] >= 1 and found["last_reapply"]["journal"]
+    # Each restore is journaled like any apply.
+    journal = json.loads((lab.state / "netns" / lab.ns_a / "journal.json").read_text())
+    assert journal["status"] == "committed" and journal["id"] == found["last_reapply"]["journal"]
+
+
+def test_report_mode_records_drift_and_leaves_it(lab, agent):
+    apply(lab, "report")
+    a = agent()
+    must(lab, "ip", "link", "set", "ntv0", "mtu", "1500")
+    assert wait_for(lambda: a.key("link:ntv0:mtu").get("drifts") == 1, 10), a.stop()
+    time.sleep(3 * INTERVAL)
+    assert mtu(lab) == 1500
+    rec = a.key("link:ntv0:mtu")
+    assert rec["drifts"] == 1 and rec["restores"] == 0 and rec["drifted"]
+    assert rec["on_drift"] == "report"
+    assert a.status()["agent"]["reapplies"] == 0
+    assert a.status()["agent"]["last_verify_ok"] is not None  # the one before the drift
+    text = CliRunner().invoke(app, ["agent", "status", "--netns", lab.ns_a,
+                                    "--state-dir", str(lab.state)]).stdout
+    assert "link:ntv0:mtu: 1 drift(s), 0 restored" in text and "differs now" in text
+
+
+def test_a_recreated_veth_is_retuned(lab, agent):
+    # report mode: what puts the MTU back is the re-tune, not a restore.
+    apply(lab, "report")
+    a = agent()
+    must(lab, "ip", "link", "del", "ntv0")
+    must(lab, "ip", "link", "add", "ntv0", "type", "veth", "peer", "name", "ntv0p")
+    assert wait_for(lambda: mtu(lab) == 9000 and gro(lab) == "on"
+                    and sysctl(lab, "net.ipv4.conf.ntv0.rp_filter") == "2", 10), a.stop()
+    found = a.status()["agent"]
+    assert found["reapplies"] == 1
+    assert found["last_reapply"]["reason"] == "appeared: ntv0"
+    assert found["last_reapply"]["written"] == 3 and found["last_reapply"]["error"] is None
+
+
+def test_a_flapping_key_is_left_alone_after_its_limit(lab, agent):
+    apply(lab, "restore")
+    a = agent("--flap-limit", "3")
+    for n in (1, 2):
+        must(lab, "ip", "link", "set", "ntv0", "mtu", "1500")
+        assert wait_for(lambda: a.key("link:ntv0:mtu").get("restores") == n
+                        and mtu(lab) == 9000, 10), a.stop()
+    must(lab, "ip", "link", "set", "ntv0", "mtu", "1500")
+    assert wait_for(lambda: a.key("link:ntv0:mtu").get("left_alone"), 10), a.stop()
+    time.sleep(3 * INTERVAL)
+    assert mtu(lab) == 1500
+    rec = a.key("link:ntv0:mtu")
+    assert rec["drifts"] == 3 and rec["restores"] == 2
+    text = CliRunner().invoke(app, ["agent", "status", "--netns", lab.ns_a,
+                                    "--state-dir", str(lab.state)]).stdout
+    assert "LEFT ALONE" in text
+    # The other keys are still kept.
+    must(lab, "sysctl", "-qw", "net.ipv4.conf.ntv0.rp_filter=0")
+    assert wait_for(lambda: sysctl(lab, "net.ipv4.conf.ntv0.rp_filter") == "2", 10), a.stop()
+
+
+def test_without_a_desired_state_the_agent_idles(lab, agent):
+    a = agent()
+    found = a.status()
+    assert found["desired"] is None and found["running"]
+    assert found["agent"]["idle"].startswith("no desired state")
+    # Idle means asleep: link events change nothing, and cost next to no CPU.
+    must(lab, "ip", "link", "set", "ntv0", "mtu", "1400")
+    cpu = _cpu_seconds(a.proc.pid)
+    time.sleep(4 * INTERVAL)
+    assert _cpu_seconds(a.proc.pid) - cpu < 0.3
+    assert mtu(lab) == 1400 and a.status()["agent"]["reapplies"] == 0
+    # Once an apply commits a profile, the agent takes it up at its next poll.
+    apply(lab, "restore")
+    assert wait_for(lambda: (a.status()["agent"] or {}).get("desired"), 10), a.stop()
+    must(lab, "ip", "link", "set", "ntv0", "mtu", "1500")
+    assert wait_for(lambda: mtu(lab) == 9000, 10), a.stop()
+
+
+def test_it_keeps_what_the_last_apply_or_rollback_left(lab, agent):
+    first = apply(lab, "restore")
+    second = apply(lab, "restore", mtu=4000)
+    code, report = nictune(lab, "rollback")  # the second apply, and its desired state
+    assert code == 0 and mtu(lab) == 9000, report
+    a = agent()
+    assert a.status()["agent"]["desired"]["path"] == first
+    must(lab, "ip", "link", "set", "ntv0", "mtu", "1500")
+    assert wait_for(lambda: mtu(lab) == 9000, 10), a.stop()
+    apply(lab, "restore", mtu=4000)  # while it runs: taken up at its next turn
+    assert wait_for(lambda: a.status()["agent"]["desired"]["path"] == second, 10), a.stop()
+    must(lab, "ip", "link", "set", "ntv0", "mtu", "1500")
+    assert wait_for(lambda: mtu(lab) == 4000, 10), a.stop()
+
+
+def test_the_running_agent_serves_its_drift_as_metrics(lab, agent):
+    # The agent's own endpoint (host/metrics.py), scraped over the
+    # namespace's loopback: the drift it recorded, as Prometheus reads it.
+    from prometheus_client.parser import text_string_to_metric_families
+
+    apply(lab, "report")
+    a = agent("--metrics-address", "127.0.0.1:9463")
+    must(lab, "ip", "link", "set", "ntv0", "mtu", "1500")
+    assert wait_for(lambda: a.key("link:ntv0:mtu").get("drifts") == 1, 10), a.stop()
+
+    def scrape() -> dict:
+        r = lab.run(lab.ns_a, [sys.executable, "-c", "import urllib.request; print(urllib.request"
+                               ".urlopen('http://127.0.0.1:9463/metrics', timeout=5).read().decode())"])
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(r.stdout) for s in family.samples}
+
+    key = (("family", "link"), ("name", "mtu"), ("target", "ntv0"))
+    assert wait_for(lambda: scrape().get(("nictune_drift", key)) == 1, 10), a.stop()
+    samples = scrape()
+    assert samples[("nictune_drift_events_total", key)] == 1
+    assert samples[("nictune_reapplies_total", ())] == 0

@@ -1,0 +1,195 @@
+"""The resident agent's pieces without a kernel: the desired state that
+apply stores and rollback puts back (on the fake ConnectX-7 host of
+tests/fakes.py, standing in for hardware this machine lacks), the flap
+limiter, on_drift's reading, and the link-event parser."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import stat
+import struct
+
+import pytest
+
+from fakes import FakeHost
+from nictune.host.engine import Engine
+from nictune.host.errors import JournalDamaged, StateDirError
+from nictune.host.journal import Journal
+from nictune.host.resident import FlapLimiter, drift_policy, parse_link_events
+from nictune.profile.loader import load_profile_text
+from nictune.profile.errors import ProfileError
+from shipped import CX7, P1
+
+pytestmark = pytest.mark.recorded
+
+
+@pytest.fixture
+def cx7(tmp_path):
+    host = FakeHost("cx7-host", tmp_path / "root")
+    state = str(tmp_path / "state")
+    return host, state
+
+
+def desired_file(state: str) -> dict:
+    with open(os.path.join(state, "desired.json")) as f:
+        return json.load(f)
+
+
+def other_doc() -> dict:
+    doc = copy.deepcopy(CX7.doc)
+    entry = next(e for e in doc["interfaces"].values() if e.get("mtu") == 9000)
+    entry["mtu"] = 4200
+    return doc
+
+
+def test_a_committed_apply_stores_its_profile_as_the_desired_state(cx7):
+    host, state = cx7
+    assert Journal(state).load_desired() is None
+    out = Engine(host, state).apply(CX7.doc, CX7.sources, CX7.path)
+    assert out.error is None
+    desired = desired_file(state)
+    journal = Journal(state).load()
+    assert desired["doc"] == CX7.doc and desired["sources"] == CX7.sources
+    assert desired["path"] == CX7.path and desired["apply"] == journal["id"]
+    assert journal["desired_before"] is None
+    assert stat.S_IMODE(os.stat(os.path.join(state, "desired.json")).st_mode) == 0o600
+
+
+def test_rollback_puts_the_previous_desired_state_back(cx7):
+    host, state = cx7
+    assert Engine(host, state).apply(CX7.doc, CX7.sources, CX7.path).error is None
+    first = desired_file(state)
+    assert Engine(host, state).apply(other_doc(), CX7.sources, "other.yaml").error is None
+    assert desired_file(state)["path"] == "other.yaml"
+    assert Engine(host, state).rollback().error is None
+    assert desired_file(state) == first
+    # Only the last apply rolls back (engine.rollback), and only once.
+    again = Engine(host, state).rollback()
+    assert "already rolled back" in again.warnings[0] and desired_file(state) == first
+
+
+def test_rolling_back_the_first_apply_leaves_no_desired_state(cx7):
+    host, state = cx7
+    assert Engine(host, state).apply(CX7.doc, CX7.sources, CX7.path).error is None
+    assert Engine(host, state).rollback().error is None
+    assert Journal(state).load_desired() is None
+
+
+def test_an_apply_with_nothing_to_write_still_stores_its_profile(cx7):
+    host, state = cx7
+    assert Engine(host, state).apply(CX7.doc, CX7.sources, CX7.path).error is None
+    out = Engine(host, state).apply(CX7.doc, CX7.sources, "same.yaml")
+    assert out.error is None and all(c.status == "ok" for c in out.changes)
+    assert desired_file(state)["path"] == "same.yaml" and desired_file(state)["apply"] is None
+
+
+def test_the_resident_agents_own_apply_keeps_the_desired_state(cx7):
+    host, state = cx7
+    assert Engine(host, state).apply(CX7.doc, CX7.sources, CX7.path).error is None
+    first = desired_file(state)
+    out = Engine(host, state).apply(other_doc(), CX7.sources, "other.yaml", remember=False)
+    assert out.error is None and desired_file(state) == first
+    assert "desired_before" not in Journal(state).load()
+
+
+def test_only_limits_the_writes_and_leaves_the_rest_as_drift(cx7):
+    host, state = cx7
+    out = Engine(host, state).apply(CX7.doc, CX7.sources, CX7.path, remember=False,
+                                    only=lambda key: key.target == P1 and key.name == "mtu")
+    written = {(c.key.target, c.key.name) for c in out.changes if c.status == "applied"}
+    assert written == {(P1, "mtu")}
+    assert any(c.status == "drift" for c in out.changes)
+    assert host.kernel.links[P1].mtu == 9000
+    assert Journal(state).load_desired() is None
+
+
+def test_a_desired_state_that_is_not_ours_is_refused(cx7):
+    host, state = cx7
+    assert Engine(host, state).apply(CX7.doc, CX7.sources, CX7.path).error is None
+    path = os.path.join(state, "desired.json")
+    os.chmod(path, 0o666)
+    with pytest.raises(StateDirError, match="writable by group or others"):
+        Journal(state).load_desired()
+    os.chmod(path, 0o600)
+    with open(path, "w") as f:
+        f.write("[1, 2]")
+    with pytest.raises(JournalDamaged, match="not a stored profile"):
+        Journal(state).load_desired()
+    # A damaged one does not block the next apply, which replaces it.
+    assert Engine(host, state).apply(other_doc(), CX7.sources, "other.yaml").error is None
+    assert desired_file(state)["path"] == "other.yaml"
+
+
+def test_the_flap_limiter_leaves_a_key_alone_at_its_limit_within_the_window():
+    limiter = FlapLimiter(limit=3, window=600)
+    assert not limiter.drifted("k", 0) and not limiter.drifted("k", 100)
+    assert not limiter.drifted("other", 150)
+    assert limiter.drifted("k", 599)          # the third within 600 s
+    assert limiter.drifted("k", 5000)         # and it stays left alone
+    assert not limiter.drifted("other", 151)
+    limiter.reset()
+    assert not limiter.drifted("k", 6000)
+
+
+def test_drifts_spread_wider_than_the_window_are_never_left_alone():
+    limiter = FlapLimiter(limit=3, window=600)
+    assert not any(limiter.drifted("k", t) for t in (0, 400, 800, 1200, 1600))
+
+
+def test_on_drift_reads_like_on_unsupported():
+    doc = {"on_drift": {"default": "report", "host.sysctl": "restore"},
+           "interfaces": {"rail": {"on_drift": {"mtu": "restore"}}, "other": {}}}
+    assert drift_policy(doc, "interfaces.rail", "mtu") == "restore"
+    assert drift_policy(doc, "interfaces.rail", "features.gro") == "report"
+    assert drift_policy(doc, "interfaces.other", "mtu") == "report"
+    assert drift_policy(doc, "host", "sysctl.net.ipv4.tcp_ecn") == "restore"
+    assert drift_policy({}, "host", "sysctl.x") == "report"
+    assert drift_policy({"on_drift": "restore"}, "interfaces.rail", "mtu") == "restore"
+
+
+def test_the_schema_takes_on_drift_and_refuses_other_words():
+    base = "nictune: 1\ninterfaces:\n  rail:\n    match: {name: eth0}\n    mtu: 9000\n"
+    assert load_profile_text("on_drift: restore\n" + base).doc["on_drift"] == "restore"
+    entry = base + "    on_drift: {default: report, mtu: restore}\n"
+    assert load_profile_text(entry).doc["interfaces"]["rail"]["on_drift"]["mtu"] == "restore"
+    with pytest.raises(ProfileError, match="on_drift"):
+        load_profile_text("on_drift: fight\n" + base)
+
+
+def _link_msg(kind: int, index: int, name: str) -> bytes:
+    ifname = name.encode() + b"\0"
+    nla = struct.pack("=HH", 4 + len(ifname), 3) + ifname
+    nla += b"\0" * (-len(nla) % 4)
+    body = struct.pack("=BxHiII", 0, 1, index, 0, 0) + nla
+    return struct.pack("=IHHII", 16 + len(body), kind, 0, 0, 0) + body
+
+
+def test_link_events_are_parsed_from_a_batch():
+    data = _link_msg(16, 7, "ntv0") + _link_msg(17, 7, "ntv0") + _link_msg(16, 9, "ntv0")
+    assert parse_link_events(data) == [("new", 7, "ntv0"), ("del", 7, "ntv0"), ("new", 9, "ntv0")]
+
+
+def test_an_apply_whose_desired_state_cannot_be_stored_is_rolled_back(cx7, monkeypatch):
+    host, state = cx7
+    before = host.kernel.snapshot()
+
+    def refuse(self, desired):
+        raise StateDirError("cannot store the desired state: disk full (test)")
+
+    monkeypatch.setattr(Journal, "save_desired", refuse)
+    out = Engine(host, state).apply(CX7.doc, CX7.sources, CX7.path)
+    assert out.error["kind"] == "rolled-back" and "disk full (test)" in out.error["message"]
+    assert host.kernel.snapshot() == before
+    assert Journal(state).load()["status"] == "rolled-back"
+
+
+def test_a_desired_state_that_is_not_a_file_refuses_the_apply_before_any_write(cx7):
+    host, state = cx7
+    os.makedirs(os.path.join(state, "desired.json"), mode=0o700)
+    os.chmod(state, 0o700)
+    before = host.kernel.snapshot()
+    with pytest.raises(StateDirError, match="not a regular file"):
+        Engine(host, state).apply(CX7.doc, CX7.sources, CX7.path)
+    assert host.kernel.snapshot() == before
