@@ -262,3 +262,31 @@ def test_the_running_agent_serves_its_drift_as_metrics(lab, agent):
     samples = scrape()
     assert samples[("nictune_drift_events_total", key)] == 1
     assert samples[("nictune_reapplies_total", ())] == 0
+
+
+def test_rollback_while_the_agent_runs_restores_the_users_last_apply(lab, agent):
+    first = apply(lab, "restore")
+    apply(lab, "restore", mtu=4000)
+    a = agent()
+    must(lab, "ip", "link", "set", "ntv0", "mtu", "1500")
+    assert wait_for(lambda: a.key("link:ntv0:mtu").get("restores") == 1 and mtu(lab) == 4000,
+                    10), a.stop()
+    state = lab.state / "netns" / lab.ns_a
+    assert json.loads((state / "journal.json").read_text())["by"] == "agent"
+    code, report = nictune(lab, "rollback")
+    # The first apply's values, not the drifted 1500 the agent's record holds.
+    assert code == 0 and mtu(lab) == 9000, report
+    assert json.loads((state / "desired.json").read_text())["path"] == first
+    assert wait_for(lambda: a.status()["agent"]["desired"]["path"] == first, 10), a.stop()
+    # No fight: the agent keeps what the rollback left, over a few intervals...
+    reapplies = a.status()["agent"]["reapplies"]
+    for _ in range(4):
+        time.sleep(INTERVAL)
+        assert mtu(lab) == 9000 and sysctl(lab, "net.ipv4.tcp_ecn") == "1"
+        assert sysctl(lab, "net.ipv4.conf.ntv0.rp_filter") == "2" and gro(lab) == "on"
+    assert a.status()["agent"]["reapplies"] == reapplies
+    # ...and restores it, not the rolled-back profile's, on the next drift.
+    must(lab, "ip", "link", "set", "ntv0", "mtu", "1500")
+    assert wait_for(lambda: mtu(lab) == 9000, 10), a.stop()
+    time.sleep(2 * INTERVAL)
+    assert mtu(lab) == 9000

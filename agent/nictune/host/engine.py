@@ -37,6 +37,7 @@ from nictune.host.errors import (
 from nictune.host.health import Health
 from nictune.host.machine import Host, vfs_of
 from nictune.host.journal import (
+    AGENT,
     APPLYING,
     COMMITTED,
     CONFIRM_EXPIRED,
@@ -44,10 +45,17 @@ from nictune.host.journal import (
     ROLLBACK_FAILED,
     ROLLED_BACK,
     Journal,
+    desired_stamp,
+    is_agents,
     unconfirmed,
 )
 from nictune.host import knobs
 from nictune.host.model import HOST, Change, Desired, Key, Outcome, Unsupported
+
+
+class Superseded(NictuneError):
+    """The resident agent's apply of a desired state that an apply or a
+    rollback has replaced since the agent read it: nothing was written."""
 
 
 class Families:
@@ -354,14 +362,22 @@ class Engine:
         return out
 
     def apply(self, doc: dict, sources: dict, profile: Optional[str], remember: bool = True,
-              only=None) -> Outcome:
+              only=None, keeping: Optional[dict] = None) -> Outcome:
         """With `remember` (every apply but the resident agent's own), a
         successful apply stores its profile as the host's desired state
         (journal.py desired.json).  `only(key)` limits the writes to the keys
         it accepts (the resident agent's re-tune of one interface, its
-        restore of some keys): the others that differ are left, as drift."""
+        restore of some keys): the others that differ are left, as drift.
+        `keeping` is the stored desired state the resident agent applies:
+        its record says so ("by": "agent"), and when that state has been
+        replaced (an apply, a rollback) since the agent read it, nothing
+        is written (Superseded): checked under the lock that rollback
+        holds while it restores and puts back the desired state before."""
         with self.journal.lock():
             self._refuse_unfinished()
+            if keeping is not None and desired_stamp(self._desired_now()) != desired_stamp(keeping):
+                raise Superseded("the desired state was replaced since the agent read it: "
+                                 "nothing written")
             desire, changes = self._plan(doc, sources)
             out = Outcome("apply", changes, list(desire.warnings) + self.journal.warnings)
             _report_unsupported(out, desire)
@@ -380,7 +396,8 @@ class Engine:
             # refuses the apply.
             desired_before = self._desired_now() if remember else None
             # Both raise before the first write, not after.
-            self.journal.begin(pending, profile, aside.snapshot(self.host, aside.affected(pending)))
+            self.journal.begin(pending, profile, aside.snapshot(self.host, aside.affected(pending)),
+                               by=AGENT if keeping is not None else None)
             touched: list = []
             try:
                 for fam in self.fams.ordered:
@@ -470,11 +487,12 @@ class Engine:
                                      f"{why}; could not restore " + "; ".join(bad)
                                      + f": a human must look{unrecorded}")
 
-    def _record_end(self, status: str, restored: bool) -> str:
-        """Record how an apply or rollback ended.  Returns '', or what the
-        reader must know when the journal could not take it."""
+    def _record_end(self, status: str, restored: bool, record: Optional[dict] = None) -> str:
+        """Record how an apply or rollback ended (of self.journal.record, or
+        `record`).  Returns '', or what the reader must know when the journal
+        could not take it."""
         try:
-            self.journal.finish(status)
+            self.journal.finish(status, record)
         except StateDirError as e:
             then = ("finds nothing left to restore and clears it" if restored
                     else "retries the restore from it")
@@ -484,54 +502,97 @@ class Engine:
         return ""
 
     def rollback(self, only: Optional[str] = None, seen: Optional[dict] = None) -> Outcome:
-        """Restore the last apply.  With `only` (the confirm watchdog), just if
-        it is still that apply and its controller has not confirmed it: the
-        check and the restore happen under one lock.  `seen` is that apply's
-        record as the watchdog last read it: what to restore from when the
-        journal and its history copy are both unusable now."""
+        """Restore the user's last apply, and the desired state before it.
+        With `only` (the confirm watchdog), just if it is still that apply
+        and its controller has not confirmed it: the check and the restore
+        happen under one lock.  `seen` is that apply's record as the watchdog
+        last read it: what to restore from when the journal and its history
+        copy are both unusable now.
+
+        The resident agent's own applies since (journal records "by":
+        "agent", see _to_roll_back) are passed over: each put keys back to
+        the values the user's apply wanted, so restoring that apply's
+        before-values undoes them too.  Under the same lock the desired
+        state goes back, so the agent (whose applies check it under that
+        lock: apply(keeping=)) keeps the restored values, never the old."""
         with self.journal.lock():
             try:
-                record = self.journal.load()
+                last = self.journal.load()
             except StateDirError as e:
                 if seen is None or seen["id"] != only:
                     raise
-                record = self.journal.record = seen
+                last = self.journal.record = seen
                 self.journal.warnings.append(f"{e}; restored from the record the watchdog "
                                              "read before")
-            if record is None:
+            if last is None:
                 raise NoJournal(f"no apply journal in {self.journal.dir}: nothing to roll back")
+            unfinished, record = self._to_roll_back(last)
             out = Outcome("rollback", warnings=list(self.journal.warnings),
-                          extra={"journal": record["id"]})
+                          extra={"journal": (record or unfinished)["id"]})
             if only is not None:
-                confirm = record.get("confirm") or {}
-                if record["id"] != only or confirm.get("state") != CONFIRM_PENDING:
+                confirm = (record or {}).get("confirm") or {}
+                if (record or {}).get("id") != only or confirm.get("state") != CONFIRM_PENDING:
                     out.warnings.append(f"apply {only} was confirmed or superseded: left alone")
                     return out
                 confirm["state"] = CONFIRM_EXPIRED
-            self._fresh(_families_in(record))
-            if record["status"] in (ROLLED_BACK,):
+            if record is not None and record["status"] == ROLLED_BACK:
                 out.warnings.append(f"apply {record['id']} was already rolled back")
+                record = None
+            undo = [r for r in (unfinished, record) if r is not None]
+            if not undo:
                 return out
-            changes = self._journalled(record)
-            out.changes = changes
-            interrupted = record["status"] == APPLYING  # finish() overwrites it
-            keys_ok = restore(self.fams, changes)
-            # What the changes took with them goes back after their keys.
-            lost = aside.restore(self.host, record.get("aside"))
-            ok = keys_ok and not lost
-            unrecorded = self._record_end(ROLLED_BACK if ok else ROLLBACK_FAILED, ok)
-            if ok:
+            self._fresh(list(dict.fromkeys(n for r in undo for n in _families_in(r))))
+            ok = True
+            bad: list = []
+            unrecorded = ""
+            for rec in undo:  # the agent's unfinished one first: it is the newer
+                changes = self._journalled(rec)
+                out.changes.extend(changes)
+                interrupted = rec["status"] == APPLYING  # finish() overwrites it
+                keys_ok = restore(self.fams, changes)
+                # What the changes took with them goes back after their keys.
+                lost = aside.restore(self.host, rec.get("aside"))
+                done = keys_ok and not lost
+                ok = ok and done
+                unrecorded = self._record_end(ROLLED_BACK if done else ROLLBACK_FAILED, done,
+                                              rec) or unrecorded
+                bad += ([] if keys_ok else [f"some keys of apply {rec['id']} could not be "
+                                            "restored"]) + (
+                    [f"could not put back what apply {rec['id']} took with it: "
+                     + "; ".join(lost)] if lost else [])
+                if interrupted:
+                    out.warnings.append(f"apply {rec['id']}"
+                                        + (" (the resident agent's)" if is_agents(rec) else "")
+                                        + " had not finished; restored what it wrote")
+            if ok and record is not None:
                 self._restore_desired(record, out)
             if not ok:
-                bad = ([] if keys_ok else ["some keys could not be restored"]) + (
-                    ["could not put back what the apply took with it: " + "; ".join(lost)] if lost else [])
                 out.error = errors.error(errors.ROLLBACK_FAILED,
                                          "; ".join(bad) + f": a human must look{unrecorded}")
             elif unrecorded:  # the host is back; its state directory needs a look
                 out.error = errors.error(errors.SYSTEM, f"every change was restored{unrecorded}")
-            if interrupted:
-                out.warnings.append(f"apply {record['id']} had not finished; restored what it wrote")
             return out
+
+    def _to_roll_back(self, last: dict) -> tuple:
+        """(the resident agent's unfinished apply, the user's apply) to roll
+        back, either None.  `last` is the journal's last record.
+
+        A user's record is itself.  When the agent's is last, the user's
+        apply is the newest user's record in the history: the agent's
+        committed applies since only put keys back to what the desired
+        state (that apply's profile, or one that wrote nothing since) wants,
+        so they need no undoing of their own; one that did not finish, or
+        whose own rollback failed, left keys half-way and is undone too,
+        first, as what it is (its keys to their before-values)."""
+        if not is_agents(last):
+            return None, last
+        unfinished = last if last["status"] in (APPLYING, ROLLBACK_FAILED) else None
+        user = self.journal.user_apply()
+        if user is None and unfinished is None:
+            raise NoJournal(f"the journal in {self.journal.dir} holds only the resident "
+                            "agent's own applies, which restored the desired state: no apply "
+                            "of yours to roll back")
+        return unfinished, user
 
     def _journalled(self, record: dict) -> list:
         changes = []

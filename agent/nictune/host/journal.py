@@ -5,16 +5,25 @@ crash mid-apply can still be undone by `nictune rollback`.
 
 A state directory holds:
     journal.json        the last apply's record
-    history/<id>.json   a copy of each of the last HISTORY_KEPT records.  Every
-                        record is written there first and to journal.json
-                        second, so the newest copy is never older than the
-                        journal: it stands in for a damaged journal.json.
+    history/<id>.json   a copy of each of the last HISTORY_KEPT records of
+                        users' applies, and of the last HISTORY_KEPT of the
+                        resident agent's (kept apart, so that an agent
+                        restoring drift never prunes the user's last apply).
+                        Every record is written there first and to
+                        journal.json second, so the newest copy is never
+                        older than the journal: it stands in for a damaged
+                        journal.json.
     lock                one apply, rollback or confirmation at a time here
     desired.json        the profile of the last committed apply ({"path", "doc",
                         "sources", "apply": its id}): the host's desired state,
                         which the resident agent keeps (host/resident.py).
                         That apply's record keeps the one before it
                         ("desired_before"), which its rollback puts back.
+                        The resident agent's own applies (its restores and
+                        re-tunes of that state) are journaled too, as
+                        records "by": "agent" (ids ending in AGENT_SUFFIX):
+                        `nictune rollback` passes over them to the user's
+                        last apply (user_apply(); engine.Engine.rollback).
     agent-status.json   what the resident agent last wrote about itself
 An apply or rollback also locks its target, outside any state directory
 (TARGET_LOCK_DIR, one file per network namespace): two applies on one
@@ -50,7 +59,13 @@ from nictune.host.errors import JournalDamaged, Locked, StateDirError
 from nictune.host.validate import check_path
 
 DEFAULT_STATE_DIR = "/var/lib/nictune"
-JOURNAL_FORMAT = 1
+# Format 2 added the resident agent's records ("by": "agent"): a nictune
+# that knows only format 1 would roll one back as if it were the user's
+# apply, so it refuses them instead.  Format 1 records are users' applies.
+JOURNAL_FORMAT = 2
+READABLE_FORMATS = (1, 2)
+AGENT = "agent"
+AGENT_SUFFIX = "-agent"
 HISTORY_KEPT = 20
 # Root's per-target locks.  /run is one tmpfs for every mount namespace that
 # `ip netns exec` makes, so an agent in any of them finds the same lock.
@@ -101,6 +116,27 @@ def unconfirmed(record: Optional[dict], where: str = "") -> str:
     return (f"apply {record['id']}{where} awaits its controller's confirmation; unless it comes, "
             f"it is rolled back at {time.strftime('%H:%M:%S', time.localtime(deadline))}: "
             "wait for that, or run `nictune rollback`")
+
+
+_agent_applies = [0]
+
+
+def _agent_suffix() -> str:
+    """The agent is one process that may apply twice in a second: a count
+    keeps its ids (and history copies) apart."""
+    _agent_applies[0] += 1
+    return f".{_agent_applies[0]}{AGENT_SUFFIX}"
+
+
+def is_agents(record: Optional[dict]) -> bool:
+    """Whether `record` is one of the resident agent's own applies."""
+    return (record or {}).get("by") == AGENT
+
+
+def desired_stamp(desired: Optional[dict]):
+    """What tells one stored desired state from another: the apply that
+    stored it, and when."""
+    return desired and (desired.get("apply"), desired.get("stored"))
 
 
 def target_lock() -> str:
@@ -214,20 +250,25 @@ class Journal:
 
     # -- the record ----------------------------------------------------------
 
-    def begin(self, changes: list, profile: Optional[str], aside: Optional[dict] = None) -> dict:
+    def begin(self, changes: list, profile: Optional[str], aside: Optional[dict] = None,
+              by: Optional[str] = None) -> dict:
         """Record the before-values, and `aside`, what the changes can take
         with them (nictune/host/aside.py): raises, having written nothing to
-        the host, when the state directory cannot take them."""
+        the host, when the state directory cannot take them.  `by` is AGENT
+        for the resident agent's own applies."""
         now = time.time()
         self.record = {
             "journal": JOURNAL_FORMAT,
-            "id": time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now)) + f"-{os.getpid()}",
+            "id": time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now)) + f"-{os.getpid()}"
+                  + (_agent_suffix() if by == AGENT else ""),
             "started": now,
             "profile": profile,
             "status": APPLYING,
             "changes": [{"key": c.key.as_dict(), "before": c.before, "after": c.after,
                          "source": c.source} for c in changes],
         }
+        if by is not None:
+            self.record["by"] = by
         if aside:
             self.record["aside"] = aside
         if self.confirm:
@@ -241,7 +282,11 @@ class Journal:
             raise
         return self.record
 
-    def finish(self, status: str) -> None:
+    def finish(self, status: str, record: Optional[dict] = None) -> None:
+        """Record how self.record (or another `record` of this journal,
+        which then becomes self.record) ended."""
+        if record is not None:
+            self.record = record
         assert self.record is not None
         self.record["status"] = status
         self.record["finished"] = time.time()
@@ -278,6 +323,29 @@ class Journal:
             except JournalDamaged as damaged:
                 self.record = self._newest_copy(fd, damaged)
         return self.record
+
+    def user_apply(self) -> Optional[dict]:
+        """The newest record of a user's apply (not the resident agent's),
+        from history/, or None when it holds none.  A damaged copy is
+        JournalDamaged: skipping it would roll back an older apply."""
+        with self._state(create=False) as fd:
+            history = self._history_fd(fd, create=False) if fd is not None else None
+            if history is None:
+                return None
+            try:
+                names = [n for n in _records_by_age(history) if not _is_agent_file(n)]
+                if not names:
+                    return None
+                path = os.path.join(self.history, names[-1])
+                try:
+                    return _read_record(history, names[-1], path)
+                except FileNotFoundError:
+                    raise JournalDamaged(f"the journal copy {path} vanished while it was read: "
+                                         "run the rollback again") from None
+            except OSError as e:
+                raise StateDirError(_cannot("list", self.history, e)) from None
+            finally:
+                os.close(history)
 
     def _newest_copy(self, fd: int, damaged: JournalDamaged) -> dict:
         history = self._history_fd(fd, create=False)
@@ -400,7 +468,7 @@ class Journal:
                 try:
                     _replace(history, record["id"] + ".json", json.dumps(record, sort_keys=True))
                     if prune:
-                        for old in _records_by_age(history)[:-HISTORY_KEPT]:
+                        for old in _prunable(_records_by_age(history)):
                             os.unlink(old, dir_fd=history)
                 finally:
                     os.close(history)
@@ -593,8 +661,11 @@ def _shape_problem(record) -> str:
     """'' when `record` has the shape begin() and finish() give one."""
     if not isinstance(record, dict):
         return f"it holds a JSON {type(record).__name__}, not a record"
-    if record.get("journal") != JOURNAL_FORMAT:
-        return f"its format 'journal' is {record.get('journal')!r}, not {JOURNAL_FORMAT}"
+    if record.get("journal") not in READABLE_FORMATS:
+        return (f"its format 'journal' is {record.get('journal')!r}, not one of "
+                f"{', '.join(map(str, READABLE_FORMATS))}")
+    if record.get("by", AGENT) != AGENT or ("by" in record and record["journal"] < 2):
+        return "its 'by' is not 'agent' (the resident agent's applies), nor absent (a user's)"
     if not isinstance(record.get("id"), str) or not _RECORD_ID.fullmatch(record["id"]):
         return "its 'id' is missing or not an apply id"
     if record.get("status") not in STATUSES:
@@ -641,6 +712,18 @@ def _change_problem(change) -> str:
 
 def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_agent_file(name: str) -> bool:
+    return name.endswith(AGENT_SUFFIX + ".json")
+
+
+def _prunable(names: list) -> list:
+    """Of history file names, oldest first: all but the newest HISTORY_KEPT
+    users' and the newest HISTORY_KEPT of the agent's."""
+    agents = [n for n in names if _is_agent_file(n)]
+    users = [n for n in names if not _is_agent_file(n)]
+    return agents[:-HISTORY_KEPT] + users[:-HISTORY_KEPT]
 
 
 def _records_by_age(dir_fd: int) -> list:

@@ -20,7 +20,12 @@ systemd unit's ExecStart would (`python3 -m nictune.host.resident
   never fought over in a loop.
 
 Every apply it makes is journaled like any other (its record's profile is
-the stored one's path) and does not replace the stored desired state.
+the stored one's path), marked "by": "agent", and does not replace the
+stored desired state.  `nictune rollback` passes over those records to the
+user's last apply (engine.Engine.rollback), and an apply of a desired state
+that was replaced after the agent read it writes nothing (engine.Superseded,
+checked under the journal's lock): the agent follows a rollback, never
+fights it.
 
 Its status, for `nictune agent status` and the metrics exporter
 (host/metrics.py), is STATUS_FILE in the state directory, replaced whole
@@ -58,9 +63,15 @@ import sys
 import time
 
 from nictune.host import model as m
-from nictune.host.engine import Engine, Policy, _path_of
+from nictune.host.engine import Engine, Policy, Superseded, _path_of
 from nictune.host.errors import NictuneError
-from nictune.host.journal import DEFAULT_STATE_DIR, Journal, _open_checked, _replace
+from nictune.host.journal import (
+    DEFAULT_STATE_DIR,
+    Journal,
+    _open_checked,
+    _replace,
+    desired_stamp,
+)
 from nictune.host.machine import Host
 from nictune.host.model import HOST
 from nictune.host.netlink.rtnl import ifinfmsg
@@ -231,8 +242,7 @@ class Resident:
         else:
             why = None if desired else ("no desired state: nothing to keep until "
                                         "`nictune apply` commits a profile")
-        stamp = lambda d: d and (d.get("apply"), d.get("stored"))  # noqa: E731
-        new = stamp(desired) != stamp(self.desired)
+        new = desired_stamp(desired) != desired_stamp(self.desired)
         if new:
             self.desired = desired
             self.drifted.clear()
@@ -262,7 +272,12 @@ class Resident:
 
         try:
             out = self._engine().apply(d["doc"], d.get("sources") or {}, d.get("path"),
-                                       remember=False, only=wanted)
+                                       remember=False, only=wanted, keeping=d)
+        except Superseded:
+            # An apply or a rollback replaced it meanwhile: the next turn
+            # takes the new one up (refresh_desired).
+            self.log(f"{reason}: the desired state was replaced meanwhile; following it")
+            return None
         except NictuneError as e:
             self._failed(f"{reason}: {e}")
             return None
