@@ -8,6 +8,14 @@ out again, every field checked), and for an apply the "confirm" exchange of
 nictune/host/watchdog.py.  A cached agent that fails the bootstrap's check
 is sent again, with a warning in the report.
 
+A plan or verify (audit, verify -i) first asks the resident agent, when one
+runs on the host (host/resident.py), through the session's stream-local
+forwarding to its root-only socket <state dir>/agent.sock: no process is
+started on the host.  Only an agent running this controller's own archive
+(the same sha256) answers; a missing socket, a refused channel, another
+archive or any error falls back to the exec channel above, silently but for
+the report's "via": "resident" | "zipapp".
+
 Connection settings follow OpenSSH and Ansible: inventory variables first
 (ansible_host, ansible_port, ansible_user, ansible_ssh_private_key_file),
 then ~/.ssh/config for the address (HostName, User, Port, IdentityFile,
@@ -31,6 +39,9 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 import paramiko
+from paramiko.channel import Channel
+from paramiko.common import cMSG_CHANNEL_OPEN
+from paramiko.message import Message
 
 from nictune.control import agentzip, hostreport
 from nictune.host import errors
@@ -422,6 +433,61 @@ def _bundle() -> agentzip.Bundle:
         return agentzip.build()
 
 
+# -- the resident agent's socket (host/resident.py) ------------------------------
+
+STREAMLOCAL = "direct-streamlocal@openssh.com"
+RESIDENT_SOCKET = "agent.sock"  # host/resident.py SOCKET_NAME
+RESIDENT_COMMANDS = ("plan", "verify")
+
+
+def streamlocal_open(chanid: int, window: int, packet: int, path: str) -> Message:
+    """MSG_CHANNEL_OPEN of a stream-local forward (OpenSSH PROTOCOL,
+    "2.4. connection: Unix domain socket forwarding"): after the common
+    fields, string socket path, string reserved, uint32 reserved."""
+    m = Message()
+    m.add_byte(cMSG_CHANNEL_OPEN)
+    m.add_string(STREAMLOCAL)
+    m.add_int(chanid)
+    m.add_int(window)
+    m.add_int(packet)
+    m.add_string(path)
+    m.add_string("")
+    m.add_int(0)
+    return m
+
+
+def open_streamlocal(transport: paramiko.Transport, path: str, timeout: float) -> Channel:
+    """A channel to the unix socket `path` on the server.  paramiko's
+    Transport.open_channel (transport.py) builds the payload of tcpip and
+    x11 kinds only; this is the same method, its locking and its wait for
+    the open's answer copied, with the stream-local payload.  Raises
+    paramiko.SSHException (ChannelException when sshd refuses)."""
+    if not transport.active:
+        raise paramiko.SSHException("SSH session not active")
+    with transport.lock:
+        window = transport._sanitize_window_size(None)
+        packet = transport._sanitize_packet_size(None)
+        chanid = transport._next_channel()
+        message = streamlocal_open(chanid, window, packet, path)
+        chan = Channel(chanid)
+        transport._channels.put(chanid, chan)
+        transport.channel_events[chanid] = event = threading.Event()
+        transport.channels_seen[chanid] = True
+        chan._set_transport(transport)
+        chan._set_window(window, packet)
+    transport._send_user_message(message)
+    deadline = time.monotonic() + timeout
+    while not event.wait(0.1):
+        if not transport.active:
+            raise transport.get_exception() or paramiko.SSHException("Unable to open channel.")
+        if time.monotonic() > deadline:
+            raise paramiko.SSHException("Timeout opening channel.")
+    chan = transport._channels.get(chanid)
+    if chan is None:
+        raise transport.get_exception() or paramiko.SSHException("Unable to open channel.")
+    return chan
+
+
 class _Lines:
     """Line reader over a channel with one deadline for the whole command."""
 
@@ -486,6 +552,10 @@ class SshTarget:
 
     def _exchange(self, client: paramiko.SSHClient, request: dict, confirm: bool) -> dict:
         bundle = _bundle()
+        if request["command"] in RESIDENT_COMMANDS:
+            report = self._via_resident(client, request, bundle.sha256)
+            if report is not None:
+                return report
         user = client.get_transport().get_username()
         chan = client.get_transport().open_session(timeout=self.options.connect_timeout)
         lines = _Lines(chan, time.monotonic() + self.options.command_timeout, self.label)
@@ -504,6 +574,7 @@ class SshTarget:
         except ValueError:
             raise self._failed(chan, "the agent sent no report") from None
         report = hostreport.accept(report, self.label, request["command"])
+        report["via"] = "zipapp"
         report["transport"] = {"agent_sent": answer == b"need"}
         if damaged:
             why = damaged.decode("ascii", "replace")
@@ -522,6 +593,30 @@ class SshTarget:
         # Let the agent finish before the session goes: closing first would
         # orphan it away from sshd, still running when the command returns.
         chan.status_event.wait(max(0.0, lines.deadline - time.monotonic()))
+        return report
+
+    def _via_resident(self, client: paramiko.SSHClient, request: dict, archive: str):
+        """The resident agent's report, or None for the zipapp path: no
+        socket, a refused channel, another archive, any error."""
+        path = self.host.state_dir.rstrip("/") + "/" + RESIDENT_SOCKET
+        try:
+            chan = open_streamlocal(client.get_transport(), path, self.options.connect_timeout)
+        except Exception:  # noqa: BLE001 - whatever fails here, the zipapp path still works
+            return None
+        try:
+            lines = _Lines(chan, time.monotonic() + self.options.command_timeout, self.label)
+            chan.sendall(json.dumps(dict(request, agent_id=archive)).encode() + b"\n")
+            report = json.loads(lines.readline("report from the resident agent"))
+            if not isinstance(report, dict) or report.get("agent_id") != archive:
+                return None  # refused, or another archive: its answer is not ours
+            del report["agent_id"]  # checked: the rest is the zipapp path's report
+            report = hostreport.accept(report, self.label, request["command"])
+        except (errors.NictuneError, paramiko.SSHException, OSError, EOFError, ValueError):
+            return None
+        finally:
+            chan.close()
+        report["via"] = "resident"
+        report["transport"] = {"agent_sent": False}
         return report
 
     def _confirm(self, chan, lines: _Lines) -> str:

@@ -27,6 +27,20 @@ that was replaced after the agent read it writes nothing (engine.Superseded,
 checked under the journal's lock): the agent follows a rollback, never
 fights it.
 
+The fast audit (control/ssh.py): the agent listens on SOCKET_NAME in the
+state directory (0600, the directory 0700, the agent root), where the
+controller reaches it through its SSH session's stream-local forwarding.
+Per connection, in the loop between its own cycles (never at the same time
+as its own work): ONE request line, at most MAX_REQUEST bytes within
+REQUEST_TIMEOUT seconds, the same JSON request host/agent.py takes, but
+only plan or verify, for this state directory, carrying "agent_id" equal to
+the sha256 of the archive this agent runs from (control/agentzip.py; None
+when not run from one: then every request is refused); the peer must be
+uid 0 (SO_PEERCRED) besides the file's mode.  It runs through agent.run
+with a fresh Host (the kernel is read again for each request, never a
+cached answer) and answers the same one-line report plus "agent_id"; a
+refused request gets {"nictune_resident": 1, "refused": WHY, "agent_id": ID}.
+
 Its status, for `nictune agent status` and the metrics exporter
 (host/metrics.py), is STATUS_FILE in the state directory, replaced whole
 (0600) after each cycle; load_status() reads it.  Its shape (format 1, kept
@@ -96,6 +110,137 @@ SETTLE = 0.05
 # Link events ask for a verify at once, but no more often than this: a
 # flapping carrier must not keep the agent reading the host.
 MIN_GAP = 0.25
+SOCKET_NAME = "agent.sock"
+MAX_REQUEST = 4 * 2**20  # a profile and its sources, many times over
+REQUEST_TIMEOUT = 10.0
+SOCKET_COMMANDS = ("plan", "verify")
+_UCRED = struct.Struct("iII")  # include/linux/socket.h struct ucred: pid, uid, gid
+
+
+def archive_id():
+    """sha256 of the zipapp this code was imported from (agent install puts
+    it at <state dir>/resident/nictune-agent.pyz), or None."""
+    import hashlib
+
+    import nictune
+
+    archive = getattr(getattr(nictune, "__loader__", None), "archive", None)
+    if not archive:
+        return None
+    with open(archive, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def peer_uid(conn: socket.socket) -> int:
+    """The connecting process's uid, from the kernel (SO_PEERCRED,
+    net/core/sock.c sk_getsockopt), not from anything it says."""
+    return _UCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                         _UCRED.size))[1]
+
+
+def read_request(conn: socket.socket, limit: int = MAX_REQUEST,
+                 timeout: float = REQUEST_TIMEOUT) -> bytes:
+    """One line, bounded in size and time; ValueError otherwise."""
+    deadline = time.monotonic() + timeout
+    data = b""
+    while b"\n" not in data:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ValueError(f"no request line within {timeout:g} s")
+        conn.settimeout(left)
+        try:
+            chunk = conn.recv(65536)
+        except socket.timeout:
+            continue
+        if not chunk:
+            raise ValueError("the connection closed before a request line")
+        data += chunk
+        if len(data) > limit:
+            raise ValueError(f"the request is longer than {limit} bytes")
+    return data.partition(b"\n")[0]
+
+
+def refusal(request, state_dir: str, own_id) -> str | None:
+    """Why the socket does not run `request`, or None."""
+    if not isinstance(request, dict):
+        return "not a request"
+    if request.get("command") not in SOCKET_COMMANDS:
+        return "only " + " and ".join(SOCKET_COMMANDS) + " through the socket"
+    if own_id is None or request.get("agent_id") != own_id:
+        return "version"
+    if os.path.realpath(str(request.get("state_dir"))) != os.path.realpath(state_dir):
+        return "another state directory"
+    return None
+
+
+class AuditSocket:
+    """The listening socket; serve() answers one connection."""
+
+    def __init__(self, state_dir: str, own_id, allowed_uid: int = 0, log=None):
+        self.state_dir, self.own_id, self.allowed_uid = state_dir, own_id, allowed_uid
+        self.log = log or (lambda line: None)
+        self.path = os.path.join(state_dir, SOCKET_NAME)
+        try:
+            os.unlink(self.path)  # a dead agent's
+        except FileNotFoundError:
+            pass
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        old = os.umask(0o177)  # 0600 from the start: no window where others may connect
+        try:
+            self.sock.bind(self.path)
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
+        self.sock.listen(16)
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def close(self) -> None:
+        self.sock.close()
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+    def serve(self) -> None:
+        try:
+            conn, _ = self.sock.accept()
+        except OSError:
+            return
+        with conn:
+            try:
+                self._answer(conn)
+            except (OSError, ValueError) as e:
+                self.log(f"socket: {e}")
+
+    def _answer(self, conn: socket.socket) -> None:
+        from nictune import __version__
+        from nictune.host import agent
+
+        uid = peer_uid(conn)
+        if uid != self.allowed_uid:
+            self._send(conn, {"nictune_resident": 1, "refused": f"uid {uid} is not allowed",
+                              "agent_id": None})
+            return
+        try:
+            request = json.loads(read_request(conn))
+        except ValueError as e:
+            self._send(conn, {"nictune_resident": 1, "refused": str(e), "agent_id": None})
+            return
+        why = refusal(request, self.state_dir, self.own_id)
+        if why:
+            self._send(conn, {"nictune_resident": 1, "refused": why, "agent_id": self.own_id})
+            return
+        request.pop("agent_id")
+        result = agent.run(request)  # its own Host: everything read again
+        result.update(agent=__version__, agent_id=self.own_id)
+        self._send(conn, result)
+
+    @staticmethod
+    def _send(conn: socket.socket, answer: dict) -> None:
+        conn.settimeout(REQUEST_TIMEOUT)
+        conn.sendall(json.dumps(answer).encode() + b"\n")
 
 
 class FlapLimiter:
@@ -210,8 +355,10 @@ def load_status(state_dir: str):
 
 class Resident:
     def __init__(self, state_dir: str, netns=None, interval: float = DEFAULT_INTERVAL,
-                 flap_limit: int = FLAP_LIMIT, flap_window: float = FLAP_WINDOW, log=None):
+                 flap_limit: int = FLAP_LIMIT, flap_window: float = FLAP_WINDOW, log=None,
+                 listen: bool = True):
         self.state_dir = state_dir
+        self.listen = listen
         self.host = Host()
         self.host.netns = netns
         self.journal = Journal(state_dir)
@@ -413,6 +560,7 @@ class Resident:
     def run(self, wake_fd: int) -> None:
         """Until a byte arrives on wake_fd (signal.set_wakeup_fd)."""
         monitor = LinkMonitor()  # before the first apply: no event is missed
+        server = None
         try:
             try:
                 self.learn_links()
@@ -423,12 +571,22 @@ class Resident:
             except Exception as e:  # noqa: BLE001 - the next turn tries again
                 self._failed(f"start: {type(e).__name__}: {e}")
             self.write_status()
+            if self.listen:  # after write_status: the state directory exists, 0700
+                try:
+                    server = AuditSocket(self.state_dir, archive_id(), log=self.log)
+                except OSError as e:  # a path too long for AF_UNIX...: audits take the zipapp
+                    self.log(f"no audit socket in {self.state_dir}: {e}")
             next_poll = time.monotonic() + self.interval
             while True:
                 timeout = max(0.0, min(next_poll, self.verify_at) - time.monotonic())
-                ready, _, _ = select.select([monitor, wake_fd], [], [], timeout)
+                ready, _, _ = select.select([monitor, wake_fd] + ([server] if server else []),
+                                            [], [], timeout)
                 if wake_fd in ready:
                     return
+                if server in ready:
+                    server.serve()  # between cycles: never beside the agent's own work
+                    if monitor not in ready and time.monotonic() < min(next_poll, self.verify_at):
+                        continue
                 due = time.monotonic() >= next_poll
                 if due:
                     next_poll = time.monotonic() + self.interval
@@ -440,6 +598,8 @@ class Resident:
                 self.write_status()
         finally:
             monitor.close()
+            if server is not None:
+                server.close()
             self.status["stopped"] = time.time()
             try:
                 self.write_status()
