@@ -44,6 +44,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 from _util import BenchError, Commands, med, table
 from nictune.lab import fleet as fleetlab
@@ -59,7 +60,7 @@ TOOLS_VENV = HERE / ".venv-tools"
 # pyinfra: a deploy of operations; pyinfra-facts: facts only, compared in
 # Python (its fastest honest form); ssh: one plain OpenSSH session per host
 # running one shell script (the floor any SSH tool pays).
-TOOLS = ("nictune", "ansible", "pyinfra", "pyinfra-facts", "ssh")
+TOOLS = ("nictune", "nictune-resident", "ansible", "pyinfra", "pyinfra-facts", "ssh")
 PY = sys.executable
 NICTUNE = str(Path(PY).parent / "nictune")
 # UTF-8: ansible refuses to start under LANG=C.  Every tool gets the same.
@@ -302,13 +303,15 @@ class Hosts:
             out.append(sum(int(f) for f in fields[11:15]) / CLK_TCK)
         return out
 
-    def wait_idle(self, timeout: float = 60) -> None:
-        """Until each host runs nothing but its listener (sessions ended and
-        whatever they started has exited)."""
+    def wait_idle(self, timeout: float = 60, residents: int = 0) -> None:
+        """Until each host runs nothing but its listener (and its resident
+        agent, when one runs there): sessions ended and whatever they started
+        has exited."""
         deadline = time.monotonic() + timeout
         while True:
             if self.groups:
-                busy = [g for g in self.groups if len((g / "cgroup.procs").read_text().split()) > 1]
+                busy = [g for i, g in enumerate(self.groups)
+                        if len((g / "cgroup.procs").read_text().split()) > 1 + (i < residents)]
             else:
                 busy = [p for p in self.pids if Path(f"/proc/{p}/task/{p}/children").read_text().split()]
             if not busy:
@@ -376,7 +379,7 @@ control_path_dir = {a}/cp
 
     def argv(self, tool: str, n: int) -> list:
         limit = f"fleet[0:{n - 1}]"
-        if tool == "nictune":
+        if tool in ("nictune", "nictune-resident"):
             return [NICTUNE, "audit", str(PROFILE), "-i", self.fleet.inventory, "--limit", limit,
                     "--forks", str(self.forks), "--json"]
         if tool == "ansible":
@@ -389,10 +392,12 @@ control_path_dir = {a}/cp
         return [self.bin["pyinfra"], str(self.pyinfra_inventory(n)), str(deploy), "--dry",
                 "--parallel", str(self.forks)]
 
-    def measure(self, tool: str, n: int) -> dict:
+    def measure(self, tool: str, n: int, started: "Optional[Residents]" = None) -> dict:
         """One measured run: controller figures from the wrapper, host CPU
         from the listeners, and what the tool found (every host as wanted?)."""
         stat, log = self.scratch / "wrapper.json", self.scratch / f"{tool}-{n}.log"
+        residents = started or (Residents(self.fleet, self.hosts, n)
+                                if tool == "nictune-resident" else None)
         before = self.hosts.cpu()
         with open(log, "w") as f:
             proc = spawn([PY, "-S", "-c", WRAPPER, str(stat), str(SAMPLE_S), *self.argv(tool, n)],
@@ -403,8 +408,13 @@ control_path_dir = {a}/cp
                              f"{log.read_text()[-500:]}")
         run = json.loads(stat.read_text())
         stat.unlink()
-        self.hosts.wait_idle()
+        # The resident agents stay up until `after`: what they spent answering
+        # is in their hosts' cgroups; their start and stop are not an audit's.
+        self.hosts.wait_idle(residents=n if residents is not None else 0)
         after = self.hosts.cpu()
+        if residents is not None:
+            residents.stop()
+            self.hosts.wait_idle()
         deltas = [b - a for a, b in zip(before, after)]
         run["host_cpu"] = deltas[:n]
         run["outside_cpu"] = sum(deltas[n:])  # hosts outside the subset: must stay ~0
@@ -417,16 +427,84 @@ control_path_dir = {a}/cp
         return proc.stdout
 
 
+class Residents:
+    """The resident agent (host/resident.py) on each of the first n hosts, as
+    its unit runs it (the zipapp on PYTHONPATH, the environment emptied),
+    inside the host's namespace with the host's state directory, moved into
+    the host's cgroup so that the CPU it spends answering counts as the
+    host's.  Started before a measured `nictune-resident` run (its start-up
+    and first cycle are not an audit's cost: it runs all the time), stopped
+    after it, so that the plain `nictune` form never finds one."""
+
+    def __init__(self, fleet, hosts: "Hosts", n: int):
+        from nictune.control import agentzip
+
+        data = agentzip.build().data
+        self.procs = []
+        try:
+            for host, group in zip(fleet.hosts[:n], hosts.groups or [None] * n):
+                base = Path(fleet.dir) / host.name
+                zipapp, state = base / "resident.pyz", base / "state"
+                if not zipapp.exists():
+                    zipapp.write_bytes(data)
+                sock = state / "agent.sock"
+                if sock.exists():
+                    sock.unlink()
+                proc = subprocess.Popen(
+                    ["ip", "netns", "exec", host.netns, "env", "-i", f"PYTHONPATH={zipapp}", PY, "-s",
+                     "-S", "-m", "nictune.host.resident", "--state-dir", str(state), "--interval", "600",
+                     "--metrics-address", ""], cwd=str(state), stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL)
+                self.procs.append((proc, sock))
+                if group is not None:
+                    (group / "cgroup.procs").write_text(f"{proc.pid}\n")
+            deadline = time.monotonic() + 60
+            for proc, sock in self.procs:
+                while not sock.exists():
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise BenchError(f"a resident agent made no socket {sock}")
+                    time.sleep(0.02)
+            # Their first cycle (an apply that finds nothing to write) is not
+            # an audit's cost: wait until the hosts' CPU stops moving.
+            last = sum(hosts.cpu())
+            while time.monotonic() < deadline:
+                time.sleep(0.5)
+                now = sum(hosts.cpu())
+                if now - last < 0.005 * n:
+                    break
+                last = now
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        for proc, _ in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc, _ in self.procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        self.procs = []
+
+
 def findings(tool: str, out: str, n: int) -> dict:
     """What a tool reported: {"hosts": how many it audited, "drift": {host:
     [what]}, "error": text or ""}.  A clean run has hosts == n and no drift."""
     drift: dict = {}
-    if tool == "nictune":
+    if tool in ("nictune", "nictune-resident"):
         try:
             report = json.loads(out)
         except ValueError:
             return {"hosts": 0, "drift": {}, "error": out[-300:]}
         errors = [f"{h['host']}: {h['error']['message']}" for h in report.get("hosts", []) if h.get("error")]
+        # Each form must have taken its own path: the resident one through the
+        # agents' sockets, the other by starting the zipapp.
+        want = "resident" if tool == "nictune-resident" else "zipapp"
+        errors += [f"{h['host']}: answered via {h.get('via')}, not {want}"
+                   for h in report.get("hosts", []) if h.get("via") != want]
         for h in report.get("hosts", []):
             bad = [f"{c['key']['target']} {c['key']['family']} {c['key']['name']}"
                    for c in h.get("changes", []) if c.get("status") != "ok"]
@@ -651,7 +729,13 @@ def drift_check(b: Bench, tools: list) -> list:
     rows = []
     try:
         for tool in tools:
-            found = b.measure(tool, 2)["found"]
+            started = None
+            if tool == "nictune-resident":
+                # A resident agent applies the desired state when it starts:
+                # spoil the host again once they run (they only report drift).
+                started = Residents(b.fleet, b.hosts, 2)
+                spoil(host)
+            found = b.measure(tool, 2, started)["found"]
             mine = found["drift"].get(host.name, [])
             others = {k: v for k, v in found["drift"].items() if k != host.name}
             ok = len(mine) == 4 and not others and not found["error"] and found["hosts"] == 2
@@ -838,26 +922,28 @@ def scaling_rows(summary: dict, sizes: list, tools: list) -> list:
 def issue13_checks(summary: dict, sizes: list) -> list:
     """Issue 13's targets, each where its sizes and tools were run (SKIP otherwise)."""
     out = []
-    for n in (100, 200):
-        base = summary.get((n, "nictune"))
+    for n, form in ((100, "nictune"), (200, "nictune"), (100, "nictune-resident"), (200, "nictune-resident")):
+        base = summary.get((n, form))
+        if form != "nictune" and not base:
+            continue
         for other, want, name in (("pyinfra-facts", TARGET_FACTS_RATIO, "pyinfra facts-only"),
                                   ("ssh", TARGET_FLOOR_RATIO, "the plain-ssh floor")):
             s = summary.get((n, other))
-            what = f"audit of {n} hosts at most {want:g}x {name} (wall)"
+            what = f"{form} audit of {n} hosts at most {want:g}x {name} (wall)"
             if not (base and s):
                 out.append((None, what, f"N={n} or {other} not run"))
                 continue
             r = base["wall"] / s["wall"]
             out.append((r <= want, what, f"{r:.2f}x ({secs(base['wall'])} vs {secs(s['wall'])})"))
-    for n in (100, 200):
-        base, facts, floor = (summary.get((n, t)) for t in ("nictune", "pyinfra-facts", "ssh"))
+    for n, form in ((100, "nictune"), (200, "nictune"), (100, "nictune-resident"), (200, "nictune-resident")):
+        base, facts, floor = (summary.get((n, t)) for t in (form, "pyinfra-facts", "ssh"))
         if base and facts:
             out.append((base["host_cpu_per_host"] <= facts["host_cpu_per_host"],
-                        f"host CPU per audit at most pyinfra facts-only's (N={n})",
+                        f"{form} host CPU per audit at most pyinfra facts-only's (N={n})",
                         f"{ms(base['host_cpu_per_host'])} vs {ms(facts['host_cpu_per_host'])}"))
         if base and floor:
             out.append((base["host_cpu_per_host"] <= floor["host_cpu_per_host"] + TARGET_FLOOR_HOST_CPU_S,
-                        f"host CPU per audit at most the floor's + {ms(TARGET_FLOOR_HOST_CPU_S)} (N={n})",
+                        f"{form} host CPU per audit at most the floor's + {ms(TARGET_FLOOR_HOST_CPU_S)} (N={n})",
                         f"{ms(base['host_cpu_per_host'])} vs {ms(floor['host_cpu_per_host'])}"))
     # "At most 10 ms per host, flat": at every size of 100 and more, and the
     # marginal cost of a host between successive sizes (start-up drops out).
@@ -925,12 +1011,15 @@ def main() -> int:
     try:
         tools_bin, notes = find_tools(args.install)
         needs = {"ansible": "ansible-playbook", "pyinfra": "pyinfra", "pyinfra-facts": "pyinfra", "ssh": "ssh"}
-        tools = ["nictune"] + [t for t in TOOLS[1:] if t in wanted and needs[t] in tools_bin]
+        tools = ["nictune"] + [t for t in TOOLS[1:] if t in wanted
+                               and (t not in needs or needs[t] in tools_bin)]
         fig["versions"] = {"nictune": version([NICTUNE, "--version"]),
                            "ansible": version([tools_bin.get("ansible-playbook", "false"), "--version"]),
                            "pyinfra": version([tools_bin.get("pyinfra", "false"), "--version"]),
                            "ssh": version(["ssh", "-V"])}
         fig["versions"]["pyinfra-facts"] = fig["versions"]["pyinfra"] + " (facts only)"
+        fig["versions"]["nictune-resident"] = (fig["versions"]["nictune"]
+                                               + " (audit through resident agents, no process started)")
         for note in notes:
             print(f"bench: {note}", flush=True)
         print(f"bench: bringing up {max(2, sizes[-1])} hosts ({prefix}h001..)", flush=True)
