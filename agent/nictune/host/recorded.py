@@ -483,14 +483,17 @@ class _Recorder:
         rel = self.rel(file)
         if rel is None or any(c in mode for c in "wax+"):
             return _REAL["open"](file, mode, *args, **kwargs)
-        ident = f"open {rel}"
+        return self._opened(f"open {rel}", file, lambda: _REAL["open"](file, mode, *args, **kwargs))
+
+    def _opened(self, ident: str, path, opener):
+        """opener(), its failure or the file's content recorded under ident."""
         try:
-            f = _REAL["open"](file, mode, *args, **kwargs)
+            opened = opener()
         except OSError as e:
             self.log.files.setdefault(ident, encode_error(e))
             raise
-        self._keep_content(ident, file)
-        return f
+        self._keep_content(ident, path)
+        return opened
 
     def _keep_content(self, ident: str, path: str) -> None:
         if ident in self.log.files:
@@ -514,14 +517,7 @@ class _Recorder:
         caller = sys._getframe(2).f_globals.get("__name__")
         if rel is None or not reading or caller != "nictune.host.files":
             return _REAL["os.open"](path, flags, *args, **kwargs)
-        ident = f"open {rel}"
-        try:
-            fd = _REAL["os.open"](path, flags, *args, **kwargs)
-        except OSError as e:
-            self.log.files.setdefault(ident, encode_error(e))
-            raise
-        self._keep_content(ident, path)
-        return fd
+        return self._opened(f"open {rel}", path, lambda: _REAL["os.open"](path, flags, *args, **kwargs))
 
     def write(self, op: str, path, args: tuple, kwargs: dict):
         result = _REAL[op](path, *args, **kwargs)
