@@ -3,9 +3,24 @@ tests/golden/states on the fake kernel (tests/fakes.py), fresh per test."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from fakes import FakeHost
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _controller_cache(tmp_path_factory):
+    """The questions a verify over SSH learns (control/probe.py) go to the
+    session's own directory, never the user's ~/.cache."""
+    old = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
+    yield
+    if old is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = old
 
 
 @pytest.fixture

@@ -32,9 +32,10 @@ COMMAND_LINE = {
              "--from-snapshots", "--max-age", "-a", "--show-file-content", *SSH, "--force"],
     "apply": ["target", *FLEET_OPTS, *COMMON_OPTS, "-a", "--show-file-content", *SSH,
               "--confirm-timeout", "--force"],
-    "verify": ["target", *FLEET_OPTS, *COMMON_OPTS, "--format", "-a", "--show-file-content", *SSH],
+    "verify": ["target", *FLEET_OPTS, *COMMON_OPTS, "--format", "-a", "--show-file-content", *SSH,
+               "--probe"],
     "audit": ["target", *FLEET_OPTS, "--junit", "--prometheus", *COMMON_OPTS, "--format",
-              "--save", "-a", "--show-file-content", *SSH],
+              "--save", "-a", "--show-file-content", *SSH, "--probe"],
     "rollback": [*FLEET_OPTS, *COMMON_OPTS, "--show-file-content", *SSH],
     "show": [*FLEET_OPTS, *COMMON_OPTS, "--save", *SSH],
 }

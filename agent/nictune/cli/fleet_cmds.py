@@ -118,7 +118,7 @@ def save_snapshots(report: dict, directory: str, out: Printer) -> None:
 def _ssh_options(opts: Options) -> SshOptions:
     return SshOptions(connect_timeout=opts.connect_timeout, command_timeout=opts.timeout,
                       accept_new_host_keys=opts.accept_new, confirm_timeout=opts.confirm_timeout,
-                      ssh_config=opts.ssh_config)
+                      ssh_config=opts.ssh_config, probe=opts.probe)
 
 
 def _run_playbook(command: str, path: str, parsed: Parsed, inventory, opts: Options,

@@ -14,7 +14,7 @@ import typer
 
 from nictune.cli.lint_cmds import LINTED, lint_gate
 from nictune.cli.options import (AUDIT_FILES, BASE, COMMON, CONFIRM, CONTENT, FLEET, FORCE, FORMAT,
-                                 SAVE, SHOW_ALL, SNAPSHOTS, SSH, TARGET, Format, Options,
+                                 PROBE, SAVE, SHOW_ALL, SNAPSHOTS, SSH, TARGET, Format, Options,
                                  with_options)
 from nictune.cli.output import Printer, envelope
 from nictune.control.request import build_request
@@ -159,13 +159,13 @@ def apply(target: Optional[str], opts: Options) -> None:
     _dispatch("apply", target, opts)
 
 
-@with_options(TARGET, FLEET, COMMON, FORMAT, SHOW_ALL, CONTENT, SSH)
+@with_options(TARGET, FLEET, COMMON, FORMAT, SHOW_ALL, CONTENT, SSH, PROBE)
 def verify(target: Optional[str], opts: Options) -> None:
     """Compare the host(s) with the profile.  Exit 2 on drift."""
     _dispatch("verify", target, opts)
 
 
-@with_options(TARGET, FLEET, AUDIT_FILES, COMMON, FORMAT, SAVE, SHOW_ALL, CONTENT, SSH)
+@with_options(TARGET, FLEET, AUDIT_FILES, COMMON, FORMAT, SAVE, SHOW_ALL, CONTENT, SSH, PROBE)
 def audit(target: Optional[str], opts: Options) -> None:
     """Read-only drift report across a fleet: per host and key, expected and
     actual.  Exit 2 if any host drifted, 1 if any could not be audited."""

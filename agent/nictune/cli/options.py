@@ -52,6 +52,10 @@ ConfirmOpt = Annotated[float, typer.Option(
     help="Remote apply: the host undoes it unless confirmed within this time (0: off).")]
 SshConfigOpt = Annotated[str, typer.Option("--ssh-config", metavar="FILE",
                                            help="OpenSSH client config to honour.")]
+ProbeOpt = Annotated[bool, typer.Option(
+    "--probe/--no-probe",
+    help="verify/audit: once a host's agent has taught the controller what the verify reads, ask "
+         "only that, without starting the agent (control/probe.py).")]
 JunitOpt = Annotated[Optional[str], typer.Option("--junit", metavar="FILE",
                                                  help="Also write JUnit XML (a testcase per host).")]
 PrometheusOpt = Annotated[Optional[str], typer.Option(
@@ -109,6 +113,7 @@ class Options:
     connect_timeout: float = 10.0
     timeout: float = 120.0
     ssh_config: str = "~/.ssh/config"
+    probe: bool = True
     # 0 here and APPLY_CONFIRM_TIMEOUT on the command line: only apply asks
     # hosts to wait for a confirmation, and only apply has the option.
     confirm_timeout: float = 0.0
@@ -146,6 +151,7 @@ SHOW_ALL: Group = (_param("show_all", AllOpt),)
 CONTENT: Group = (_param("show_file_content", ContentOpt),)
 SSH: Group = (_param("accept_new", AcceptNewOpt), _param("connect_timeout", ConnectTimeoutOpt),
               _param("timeout", TimeoutOpt), _param("ssh_config", SshConfigOpt))
+PROBE: Group = (_param("probe", ProbeOpt),)
 CONFIRM: Group = (_param("confirm_timeout", ConfirmOpt, APPLY_CONFIRM_TIMEOUT),)
 FORCE: Group = (_param("force", ForceOpt),)
 BASE: Group = (_param("base", BaseOpt), _param("base_file", BaseFileOpt))

@@ -8,6 +8,10 @@ out again, every field checked), and for an apply the "confirm" exchange of
 nictune/host/watchdog.py.  A cached agent that fails the bootstrap's check
 is sent again, with a warning in the report.
 
+A verify with no resident agent to ask goes to the probe once the agent
+has taught the controller its questions (control/probe.py): no agent is
+started, the controller verifies on the probe's answers ("via": "probe").
+
 A plan or verify (audit, verify -i) first asks the resident agent, when one
 runs on the host (host/resident.py), through the session's stream-local
 forwarding to its root-only socket <state dir>/agent.sock: no process is
@@ -43,7 +47,8 @@ from paramiko.channel import Channel
 from paramiko.common import cMSG_CHANNEL_OPEN
 from paramiko.message import Message
 
-from nictune.control import agentzip, hostreport
+import nictune
+from nictune.control import agentzip, hostreport, probe
 from nictune.host import errors
 from nictune.host.errors import TransportError
 from nictune.host.journal import DEFAULT_STATE_DIR
@@ -75,6 +80,10 @@ class SshOptions:
     accept_new_host_keys: bool = False
     confirm_timeout: float = 30.0
     ssh_config: Optional[str] = "~/.ssh/config"
+    # A verify asks the probe (control/probe.py) once the agent has taught
+    # it the questions; False: always the agent.
+    probe: bool = True
+    probe_cache: Optional[str] = None  # where learned questions are kept
 
 
 @dataclass
@@ -557,6 +566,19 @@ class SshTarget:
             if report is not None:
                 return report
         user = client.get_transport().get_username()
+        learn = None
+        if request["command"] == "verify" and self.options.probe and not request.get("record"):
+            cache = probe.QuestionCache(self.options.probe_cache)
+            key = cache.key([self.host.label, self.host.address, self.host.port, user],
+                            request, bundle.sha256)
+            questions = cache.get(key)
+            if questions is not None:
+                report = self._via_probe(client, request, questions, user)
+                if report is not None:
+                    return report
+                cache.drop(key)
+            learn = (cache, key)
+            request = dict(request, learn=True)
         chan = client.get_transport().open_session(timeout=self.options.connect_timeout)
         lines = _Lines(chan, time.monotonic() + self.options.command_timeout, self.label)
         chan.exec_command(agentzip.remote_command(self.host.python, bundle.sha256,
@@ -573,6 +595,10 @@ class SshTarget:
             report = json.loads(line)
         except ValueError:
             raise self._failed(chan, "the agent sent no report") from None
+        if learn is not None and isinstance(report, dict):
+            learned = probe.checked_questions(report.pop("questions", None))
+            if learned is not None:
+                learn[0].put(learn[1], learned)
         report = hostreport.accept(report, self.label, request["command"])
         report["via"] = "zipapp"
         report["transport"] = {"agent_sent": answer == b"need"}
@@ -616,6 +642,42 @@ class SshTarget:
         finally:
             chan.close()
         report["via"] = "resident"
+        report["transport"] = {"agent_sent": False}
+        return report
+
+    def _via_probe(self, client: paramiko.SSHClient, request: dict, questions: dict, user: str):
+        """The verify made here on the probe's answers, or None for the
+        agent: the probe failed, its answers do not parse, or the verify
+        needed a read it was not asked."""
+        deadline = time.monotonic() + self.options.command_timeout
+        chan = client.get_transport().open_session(timeout=self.options.connect_timeout)
+        try:
+            chan.exec_command(probe.remote_command(self.host.python, sudo=user != "root"))
+            chan.sendall(probe.encode_questions(questions))
+            chan.shutdown_write()
+            data = bytearray()
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                chan.settimeout(left)
+                chunk = chan.recv(1 << 20)
+                if not chunk:
+                    break
+                data += chunk
+                if len(data) > probe.MAX_ANSWERS:
+                    return None
+            if not chan.status_event.wait(max(0.0, deadline - time.monotonic())) or chan.exit_status != 0:
+                return None
+            answers = probe.parse_answers(bytes(data), questions)
+            report = probe.verify(answers, request, self.label)
+        except (probe.BadProbe, probe.rawreads.NotProbed, socket.timeout, paramiko.SSHException, OSError):
+            return None
+        finally:
+            chan.close()
+        report["agent"] = nictune.__version__
+        report = hostreport.accept(report, self.label, request["command"])
+        report["via"] = "probe"
         report["transport"] = {"agent_sent": False}
         return report
 

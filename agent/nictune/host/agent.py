@@ -12,6 +12,9 @@ Request (version 1), one line of JSON:
      "netns": "NAME",                       # set by `--netns`: the namespace the agent runs in
      "show_file_content": false}            # true: reports carry the text of files nictune did
                                             # not write (knobs/nccl.py), else a placeholder
+A verify may add "learn": true: the report then carries "questions", the
+reads it made of the kernel, without their answers (host/rawreads.py), for
+control/probe.py to ask again later without starting the agent.
 A request (either version) may add "record": true: the report then carries
 "snapshot" (host/recorded.py, docs/report-format.md): every read a show made
 on the host, recorded while it ran (for a show, the same run; for any other
@@ -79,6 +82,9 @@ def _validated(request) -> dict:
         raise InvalidInput("record must be true or false")
     if request.get("record") and request["command"] not in ("show", "plan", "verify"):
         raise InvalidInput("record goes with show, plan or verify: the commands that only read")
+    if request.get("learn", False) not in (True, False) or (request.get("learn") and (
+            request["command"] != "verify" or request.get("record"))):
+        raise InvalidInput("learn is true or false, and goes with verify alone")
     return request
 
 
@@ -100,6 +106,12 @@ def _check_netns(name) -> None:
 def execute(request: dict, host: Host, confirm: Optional[dict] = None) -> Outcome:
     """Run one validated request against `host`; with "record", add the
     snapshot of the host (host/recorded.py)."""
+    if request.get("learn"):
+        from nictune.host import rawreads
+
+        outcome, questions = rawreads.learn(host, lambda: _execute(request, host, confirm))
+        outcome.extra["questions"] = questions
+        return outcome
     if not request.get("record"):
         return _execute(request, host, confirm)
     from datetime import datetime, timezone

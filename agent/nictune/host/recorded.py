@@ -308,6 +308,7 @@ def _install() -> None:
         for module, attr, name in _OWN_HANDLES:
             setattr(importlib.import_module(module), attr, _own_handle(module, attr, name))
         importlib.import_module("nictune.host.keyfile").load = _key_load()
+        importlib.import_module("nictune.host.netlink.ioctl")._kernel = _ioctl
 
 
 def _uninstall() -> None:
@@ -328,6 +329,8 @@ def _uninstall() -> None:
             setattr(mod, attr, getattr(mod, attr).real)
         keyfile = importlib.import_module("nictune.host.keyfile")
         keyfile.load = keyfile.load.real
+        ioctl = importlib.import_module("nictune.host.netlink.ioctl")
+        ioctl._kernel = ioctl.kernel_siocethtool
 
 
 class _Intercept:
@@ -359,7 +362,7 @@ def _os_open(path, flags, *args, **kwargs):
     s = _session()
     if s is None or not isinstance(path, str) or kwargs.get("dir_fd") is not None:
         if s is not None and isinstance(s, _Replayer):
-            raise NotInSnapshot(f"{s.where}: opening {path!r} relative to a directory")
+            raise s.not_recorded(f"opening {path!r} relative to a directory")
         return _REAL["os.open"](path, flags, *args, **kwargs)
     return s.os_open(path, flags, *args, **kwargs)
 
@@ -369,7 +372,7 @@ def _simple(op: str):
         s = _session()
         if s is None or not isinstance(path, str) or kwargs.get("dir_fd") is not None:
             if s is not None and isinstance(s, _Replayer):
-                raise NotInSnapshot(f"{s.where}: {op} of {path!r}")
+                raise s.not_recorded(f"{op} of {path!r}")
             return _REAL[op](path, *args, **kwargs)
         return s.simple(op, path, args, kwargs)
     return call
@@ -391,7 +394,7 @@ def _writer(op: str):
 def _scandir(path="."):
     s = _session()
     if isinstance(s, _Replayer):
-        raise NotInSnapshot(f"{s.where}: a directory scan of {path!r}")
+        raise s.not_recorded(f"a directory scan of {path!r}")
     return _REAL["scandir"](path)
 
 
@@ -401,11 +404,20 @@ _OWN_HANDLES = (("nictune.host.netlink.xfrm", "Xfrm", "xfrm"),
                 ("nictune.host.netlink.macsec", "Macsec", "macsec"))
 
 
+def _ioctl(sock, ifname, buf):
+    s = _session()
+    if hasattr(s, "ioctl"):  # host/rawreads.py
+        return s.ioctl(sock, ifname, buf)
+    return importlib.import_module("nictune.host.netlink.ioctl").kernel_siocethtool(sock, ifname, buf)
+
+
 def _own_handle(module: str, attr: str, name: str):
     real = getattr(importlib.import_module(module), attr)
 
     def make(*args, **kwargs):
         s = _session()
+        if hasattr(s, "socket"):  # raw sessions see the handle's own sockets
+            return real(*args, **kwargs)
         if isinstance(s, _Recorder):
             return _RecordingHandle(real(*args, **kwargs), name, s.log)
         if isinstance(s, _Replayer):
@@ -438,8 +450,8 @@ def _key_load():
         if isinstance(s, _Replayer):
             result = s.calls.get(ident)
             if result is None:
-                raise NotInSnapshot(f"{s.where}: key file {path} (its fingerprint; snapshots "
-                                    "hold no key material)")
+                raise s.not_recorded(f"key file {path} (its fingerprint; snapshots "
+                                     "hold no key material)")
             if "$raise" in result:
                 raise decode_error(result)
             return bytearray(result["length"]), result["fingerprint"]
@@ -450,8 +462,10 @@ def _key_load():
 
 def _socket(*args, **kwargs):
     s = _session()
+    if hasattr(s, "socket"):  # host/rawreads.py: sockets recorded or replayed raw
+        return s.socket(*args, **kwargs)
     if isinstance(s, _Replayer):
-        raise NotInSnapshot(f"{s.where}: a socket to the host (OVSDB state is not recorded)")
+        raise s.not_recorded("a socket to the host (OVSDB state is not recorded)")
     return _REAL["socket"](*args, **kwargs)
 
 
@@ -677,6 +691,10 @@ class _Replayer:
             if op == "listdir" and "value" in result:
                 self._listed[rest] = set(result["value"])
 
+    def not_recorded(self, what: str) -> BaseException:
+        """The error for a read the recording does not hold."""
+        return NotInSnapshot(f"{self.where}: {what}")
+
     def rel(self, path: str) -> Optional[str]:
         full = os.path.normpath(path if os.path.isabs(path) else os.path.join("/", path))
         if self.root == "/":
@@ -696,7 +714,7 @@ class _Replayer:
                     if parts[i] not in listed:
                         return FileNotFoundError(2, os.strerror(2), rel)
                     break
-        return NotInSnapshot(f"{self.where}: {what} of {rel or 'a path outside the host root'}")
+        return self.not_recorded(f"{what} of {rel or 'a path outside the host root'}")
 
     def _result(self, ident: str, what: str, rel: Optional[str]):
         result = self.files.get(ident) if rel is not None else None
@@ -722,7 +740,7 @@ class _Replayer:
         rel = self.rel(path)
         caller = sys._getframe(2).f_globals.get("__name__")
         if caller == "nictune.host.keyfile":
-            raise NotInSnapshot(f"{self.where}: key file {path}: snapshots hold no key material")
+            raise self.not_recorded(f"key file {path}: snapshots hold no key material")
         result = self._result(f"open {rel}", "the content", rel)
         data = result["text"].encode() if "text" in result else base64.b64decode(result["$bytes"])
         return _regular_fd(data)

@@ -39,10 +39,19 @@ def siocethtool(sock: socket.socket, ifname: str, buf: array.array) -> int:
     and writes in place (an array's buffer address stays valid while we
     hold it).  Returns the non-negative ioctl result; raises OSError."""
     validate_ifname(ifname)
+    return _kernel(sock, ifname, buf)
+
+
+def kernel_siocethtool(sock: socket.socket, ifname: str, buf: array.array) -> int:
     ifreq = bytearray(_IFREQ.pack(ifname.encode(), buf.buffer_info()[0]).ljust(_IFREQ_SIZE, b"\0"))
     # A mutable ifreq makes fcntl.ioctl return the syscall's result
     # (SFEATURES reports through it) instead of a copy of the buffer.
     return fcntl.ioctl(sock.fileno(), SIOCETHTOOL, ifreq, True)
+
+
+# The kernel call itself, looked up at each call: host/rawreads.py swaps it
+# (for its own thread only) to record or replay an audit's reads.
+_kernel = kernel_siocethtool
 
 
 def string_set(sock: socket.socket, ifname: str, sset: int,

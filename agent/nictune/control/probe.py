@@ -1,0 +1,345 @@
+"""The probe: an agentless verify that starts no agent on the host.
+
+A verify over SSH costs the host an interpreter, the agent's imports and
+its JSON far more than the reads themselves (issue 13).  So the first
+verify of a host with a profile runs the agent as always, with "learn":
+true, and its report brings back the questions that verify asked the
+kernel (host/rawreads.py): netlink requests, ethtool ioctls, file reads.
+The controller keeps them (QuestionCache, keyed by host, request and
+agent archive), and from then on sends them to PROBE, a few dozen lines of
+Python that read each answer and print it, nothing else imported; the
+controller runs the same engine and knob families on the answers
+(rawreads.ProbedHost).  Nothing is kept on the host between audits, and no
+answer is ever reused: only which questions to ask.
+
+Any doubt sends the host back to its agent, which learns again: a read the
+answers lack (a new interface, a path not seen before), answers that do
+not parse, a probe that fails.  The questions come from the host, so they
+are checked like any report field before they are kept or sent.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import shlex
+import threading
+from typing import Optional
+
+from nictune.host import rawreads
+from nictune.host.files import MAX_OWNED_BYTES
+
+# Runs as `python3 -I -S -c PROBE`: reads the questions on stdin and writes
+# one answer each.  Kept import-light: the C modules under os and socket
+# (posix, _socket, _struct), not those two, whose imports cost as much as
+# the interpreter's start; no json.  It only reads: files, netlink requests (each on a
+# socket of its own, retried when the kernel marks a dump interrupted),
+# SIOCETHTOOL with the buffer it is given plus room for a string set that
+# grew since.
+PROBE = r"""
+import sys, posix, _socket, _struct, fcntl
+inp, out = sys.stdin.buffer, sys.stdout.buffer
+if inp.readline() != b"nictune-probe 1\n":
+    sys.exit(3)
+res = [b"nictune-probe 1 %d\n" % posix.sysconf("SC_PAGE_SIZE")]
+H = _struct.Struct("=IHHII")
+buf = bytearray(65536)
+ioctl_sock = None
+READ = posix.O_RDONLY | posix.O_NONBLOCK | posix.O_NOCTTY | posix.O_CLOEXEC
+CAP = @CAP@
+def ok(value, data=b""):
+    res.append(b"o %d %d\n" % (value, len(data)))
+    res.append(data)
+def netlink(proto, req):
+    global buf
+    s = _socket.socket(16, _socket.SOCK_RAW | _socket.SOCK_CLOEXEC, proto)
+    try:
+        s.setsockopt(270, 11, 1)
+        s.setsockopt(270, 10, 1)
+        s.bind((0, 0))
+        for _ in range(3):
+            s.send(req)
+            got, intr, end = [], 0, 0
+            while not end and len(got) < 100000:
+                n = s.recv_into(buf, len(buf), _socket.MSG_PEEK | _socket.MSG_TRUNC)
+                if n > len(buf):
+                    buf = bytearray(n)
+                n = s.recv_into(buf)
+                off = 0
+                while off + 16 <= n:
+                    size, kind, flags, seq, _ = H.unpack_from(buf, off)
+                    if size < 16:
+                        break
+                    if seq == 0:
+                        intr |= flags & 0x10
+                        end |= kind in (2, 3)
+                    off += (size + 3) & ~3
+                got.append(_struct.pack("=I", n) + bytes(buf[:n]))
+            if not intr:
+                break
+        return b"".join(got)
+    finally:
+        s.close()
+def ethtool(name, data):
+    global ioctl_sock, array
+    if ioctl_sock is None:
+        import array  # only here: it costs a third of the probe's imports
+        ioctl_sock = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM | _socket.SOCK_CLOEXEC)
+    b = array.array("B", data + bytes(65536))
+    req = bytearray(_struct.pack("16sP", name, b.buffer_info()[0]).ljust(40, b"\0"))
+    code = fcntl.ioctl(ioctl_sock.fileno(), 0x8946, req, True)
+    return code, b.tobytes()[:len(data)]
+for line in inp:
+    kind, _, rest = line.rstrip(b"\n").partition(b" ")
+    try:
+        if kind == b"n":
+            proto, hexed = rest.split(b" ")
+            ok(0, netlink(int(proto), bytes.fromhex(hexed.decode())))
+        elif kind == b"i":
+            name, hexed = rest.split(b" ")
+            ok(*ethtool(name, bytes.fromhex(hexed.decode())))
+        elif kind == b"f":
+            op, _, path = rest.partition(b" ")
+            if op == b"access":
+                path, _, mode = path.rpartition(b" ")
+                ok(int(posix.access(path, int(mode))))
+            elif op in (b"open", b"open-nofollow"):
+                # Never wait for a writer, never take a terminal, never read
+                # what is not a regular file (sysfs and procfs files are).
+                fd = posix.open(path, READ | (posix.O_NOFOLLOW if op == b"open-nofollow" else 0))
+                try:
+                    if posix.fstat(fd).st_mode & 0o170000 != 0o100000:
+                        raise OSError(29, "not a regular file")
+                    data, size = [], 0
+                    while size <= CAP:
+                        chunk = posix.read(fd, CAP + 1 - size)
+                        if not chunk:
+                            break
+                        data.append(chunk)
+                        size += len(chunk)
+                finally:
+                    posix.close(fd)
+                ok(0, b"".join(data))
+            elif op in (b"stat", b"lstat"):
+                st = (posix.stat if op == b"stat" else posix.lstat)(path)
+                ok(0, b" ".join(b"%d" % int(v) for v in (st.st_mode, st.st_ino, st.st_dev, st.st_nlink,
+                   st.st_uid, st.st_gid, st.st_size, st.st_atime, st.st_mtime, st.st_ctime)))
+            elif op == b"listdir":
+                ok(0, b"\0".join(posix.listdir(path)))
+            elif op == b"readlink":
+                ok(0, posix.readlink(path))
+            else:
+                sys.exit(3)
+        else:
+            sys.exit(3)
+    except OSError as e:
+        res.append(b"e %d 0\n" % (e.errno or 0))
+out.write(b"".join(res))
+out.flush()
+posix._exit(0)
+""".replace("@CAP@", str(MAX_OWNED_BYTES))
+
+MAX_QUESTIONS = 5000
+MAX_REQUEST = 1 << 16        # bytes of one netlink request or ioctl buffer
+MAX_ANSWERS = 64 << 20       # bytes of all answers together
+_IFNAME = re.compile(r"^[^\x00-\x20\x7f/:]{1,15}$")
+_PATH = re.compile(r"^/[^\x00-\x1f\x7f]{0,4095}$")
+
+
+class BadProbe(Exception):
+    """Questions or answers that cannot be used: the agent answers instead."""
+
+
+def remote_command(python: str, sudo: bool) -> str:
+    argv = [python, "-I", "-S", "-c", PROBE]
+    if sudo:
+        argv = ["sudo", "-n", "--"] + argv
+    return "exec " + " ".join(shlex.quote(a) for a in argv)
+
+
+# -- questions ----------------------------------------------------------------------
+
+def checked_questions(q) -> Optional[dict]:
+    """The questions of a learned report, checked; None when the host's
+    verify cannot be asked this way (or the report's questions are not
+    questions)."""
+    if not isinstance(q, dict) or q.get("format") != rawreads.FORMAT or q.get("why_not"):
+        return None
+    files, kernel = q.get("files"), q.get("kernel")
+    if not (isinstance(files, list) and isinstance(kernel, list)) or len(files) + len(kernel) > MAX_QUESTIONS:
+        return None
+    for ident in files:
+        if not isinstance(ident, str):
+            return None
+        op, _, path = ident.partition(" ")
+        if op == "access":
+            path, _, mode = path.rpartition(" ")
+            if mode not in ("0", "1", "2", "4", "6", "7"):
+                return None
+        if op not in rawreads.READ_OPS or not _PATH.fullmatch(path):
+            return None
+    for item in kernel:
+        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[2], str)):
+            return None
+        try:
+            raw = base64.b64decode(item[2], validate=True)
+        except ValueError:
+            return None
+        if len(raw) > MAX_REQUEST:
+            return None
+        if item[0] == "netlink":
+            if not (isinstance(item[1], int) and 0 <= item[1] < 32 and len(raw) >= 16):
+                return None
+        elif item[0] == "ioctl":
+            if not (isinstance(item[1], str) and _IFNAME.fullmatch(item[1])):
+                return None
+        else:
+            return None
+    nofollow = q.get("nofollow", [])
+    if not isinstance(nofollow, list) or not set(nofollow) <= {f for f in files if f.startswith("open ")}:
+        return None
+    return {"format": rawreads.FORMAT, "files": files, "kernel": kernel, "nofollow": nofollow}
+
+
+def encode_questions(q: dict) -> bytes:
+    lines = [b"nictune-probe 1"]
+    nofollow = set(q["nofollow"])
+    for ident in q["files"]:
+        if ident in nofollow:
+            ident = "open-nofollow" + ident[len("open"):]
+        lines.append(b"f " + os.fsencode(ident))
+    for kind, arg, data in q["kernel"]:
+        tag = b"n" if kind == "netlink" else b"i"
+        lines.append(b"%s %s %s" % (tag, str(arg).encode(), base64.b64decode(data).hex().encode()))
+    return b"\n".join(lines) + b"\n"
+
+
+# -- answers --------------------------------------------------------------------------
+
+def parse_answers(data: bytes, q: dict) -> rawreads.Answers:
+    """The probe's output as Answers; BadProbe for anything else."""
+    if len(data) > MAX_ANSWERS:
+        raise BadProbe("the answers are too large")
+    pos = data.find(b"\n")
+    head = data[:pos].split(b" ") if pos > 0 else []
+    if len(head) != 3 or head[:2] != [b"nictune-probe", b"1"] or not head[2].isdigit():
+        raise BadProbe("the probe did not answer")
+    page_size = int(head[2])
+    pos += 1
+    answers = []
+    for _ in range(len(q["files"]) + len(q["kernel"])):
+        end = data.find(b"\n", pos, pos + 64)
+        parts = data[pos:end].split(b" ") if end > 0 else []
+        if len(parts) != 3 or parts[0] not in (b"o", b"e") or not all(
+                p.lstrip(b"-").isdigit() for p in parts[1:]):
+            raise BadProbe("an answer is malformed")
+        value, size = int(parts[1]), int(parts[2])
+        body = data[end + 1:end + 1 + size]
+        if len(body) != size:
+            raise BadProbe("an answer is cut short")
+        answers.append((parts[0] == b"o", value, body))
+        pos = end + 1 + size
+    if pos != len(data):
+        raise BadProbe("the probe said more than it was asked")
+    files = {ident: _file_answer(ident, *answers[i]) for i, ident in enumerate(q["files"])}
+    netlink, ioctls = {}, {}
+    for (kind, arg, b64), (good, value, body) in zip(q["kernel"], answers[len(q["files"]):]):
+        asked = base64.b64decode(b64)
+        if kind == "netlink":
+            netlink[(arg, asked)] = _datagrams(body) if good else None
+        else:
+            if good and len(body) != len(asked):
+                raise BadProbe("an ioctl answer has the wrong size")
+            ioctls[(arg, asked)] = (value, body) if good else ((value,), b"")
+    if any(v is None for v in netlink.values()):
+        raise BadProbe("the probe could not open a netlink socket")
+    return rawreads.Answers(page_size, files, netlink, ioctls)
+
+
+def _file_answer(ident: str, good: bool, value: int, body: bytes) -> dict:
+    if not good:
+        return {"$raise": "os", "errno": value, "strerror": os.strerror(value) if value else ""}
+    op = ident.partition(" ")[0]
+    if op == "open":
+        try:
+            return {"text": body.decode("utf-8")}
+        except UnicodeDecodeError:
+            return {"$bytes": base64.b64encode(body).decode()}
+    if op in ("stat", "lstat"):
+        fields = body.split(b" ")
+        if len(fields) != 10 or not all(f.lstrip(b"-").isdigit() for f in fields):
+            raise BadProbe("a stat answer is malformed")
+        return {"stat": [int(f) for f in fields]}
+    if op == "listdir":
+        return {"value": [os.fsdecode(n) for n in body.split(b"\0")] if body else []}
+    if op == "readlink":
+        return {"value": os.fsdecode(body)}
+    return {"value": bool(value)}  # access
+
+
+def _datagrams(body: bytes) -> list:
+    out, pos = [], 0
+    while pos < len(body):
+        if pos + 4 > len(body):
+            raise BadProbe("a netlink answer is malformed")
+        size = int.from_bytes(body[pos:pos + 4], "little")
+        if size > len(body) - pos - 4:
+            raise BadProbe("a netlink answer is cut short")
+        out.append(body[pos + 4:pos + 4 + size])
+        pos += 4 + size
+    return out
+
+
+def verify(answers: rawreads.Answers, request: dict, label: str) -> dict:
+    """The verify the agent would have made, made here on the answers.
+    Raises rawreads.NotProbed when it needs a read it has no answer to."""
+    from nictune.host import agent
+
+    host = rawreads.ProbedHost(answers, label)
+    with host.replaying():
+        return agent.run(request, host=host, label=label)
+
+
+# -- the questions kept on the controller --------------------------------------------
+
+class QuestionCache:
+    """Learned questions, one file per (host, request, agent archive), in a
+    directory of the controller user's own.  Only questions are kept."""
+
+    def __init__(self, directory: Optional[str] = None):
+        home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        self.directory = directory or os.path.join(home, "nictune", "probe")
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(where: list, request: dict, archive: str) -> str:
+        asked = {k: v for k, v in request.items() if k not in ("learn",)}
+        text = json.dumps([where, asked, archive], sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def get(self, key: str) -> Optional[dict]:
+        try:
+            with open(os.path.join(self.directory, key + ".json"), encoding="utf-8") as f:
+                return checked_questions(json.load(f))
+        except (OSError, ValueError):
+            return None
+
+    def put(self, key: str, q: dict) -> None:
+        try:
+            os.makedirs(self.directory, mode=0o700, exist_ok=True)
+            path = os.path.join(self.directory, key + ".json")
+            tmp = f"{path}.{os.getpid()}.{threading.get_ident()}"
+            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+                json.dump(q, f)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # not kept: the next audit learns again
+
+    def drop(self, key: str) -> None:
+        try:
+            os.unlink(os.path.join(self.directory, key + ".json"))
+        except OSError:
+            pass

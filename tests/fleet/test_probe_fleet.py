@@ -1,0 +1,103 @@
+"""The probe over real sshd (lab/fleet.py, control/probe.py): the first
+audit of a host runs its agent, which teaches the controller the verify's
+questions; the next ones start no agent, and their reports equal the
+agent's, clean and after drift injected by hand (ip, ethtool, sysctl, the
+NCCL file rewritten).  A host that grew an interface the profile matches
+goes back to its agent once, and learns again.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import pytest
+from fleet_helpers import nictune, profile_file
+
+from nictune.lab.fleet import run_in
+
+pytestmark = pytest.mark.netns
+
+PROFILE = """\
+nictune: 1
+host:
+  sysctl:
+    net.ipv4.tcp_ecn: 1
+    net.ipv4.tcp_mtu_probing: 1
+  nccl:
+    path: /etc/nccl.conf
+    env: {NCCL_DEBUG: WARN, NCCL_IB_TIMEOUT: 22}
+interfaces:
+  rails:
+    match: {name: "rail*"}
+    mtu: 9000
+    features: {gro: true, rx-udp-gro-forwarding: true}
+    sysctl:
+      ipv4.arp_ignore: 1
+"""
+
+
+def audit(fleet, profile, *extra) -> dict:
+    code, report = nictune("audit", profile, "-i", fleet.inventory, "--limit", "fleet", *extra)
+    assert code in (0, 1, 2), [(h["host"], h.get("via"), h["error"]) for h in report["hosts"]]
+    return {h["host"]: h for h in report["hosts"]}
+
+
+def comparable(host_report: dict) -> dict:
+    return {k: v for k, v in host_report.items() if k not in ("seconds", "via", "transport")}
+
+
+def drift_of(host_report) -> set:
+    return {(c["key"]["target"], c["key"]["name"]) for c in host_report["changes"]
+            if c["status"] == "drift"}
+
+
+def test_audits_through_the_probe_equal_the_agents(make_fleet, tmp_path):
+    fleet = make_fleet(3)
+    a, b, c = fleet.of_kind("sshd")
+    profile = profile_file(tmp_path, PROFILE, "probe.yaml")
+    code, report = nictune("apply", profile, "-i", fleet.inventory, "--limit", "fleet")
+    assert code == 0, report
+
+    first = audit(fleet, profile)
+    assert {h["via"] for h in first.values()} == {"zipapp"}
+    learned = glob.glob(os.path.join(os.environ["XDG_CACHE_HOME"], "nictune", "probe", "*.json"))
+    assert len(learned) >= 3
+    for path in learned:  # questions only: nothing a host answered is kept
+        kept = json.load(open(path))
+        assert set(kept) == {"format", "files", "kernel", "nofollow"}
+        assert "NCCL_DEBUG" not in json.dumps(kept)
+
+    second = audit(fleet, profile)
+    assert {h["via"] for h in second.values()} == {"probe"}
+    for name in second:
+        assert comparable(second[name]) == comparable(first[name]), name
+        assert second[name]["summary"] == {"ok": 11}
+
+    # Drift by hand on a and b: the probe reads it now, as the agent does.
+    run_in(a, ["ip", "link", "set", "rail1", "mtu", "1500"])
+    run_in(a, ["ethtool", "-K", "rail0", "gro", "off"])
+    run_in(b, ["sysctl", "-qw", "net.ipv4.tcp_ecn=2", "net.ipv4.conf.rail1.arp_ignore=0"])
+    run_in(b, ["sh", "-c", "printf 'NCCL_DEBUG=INFO\\nNCCL_IB_TIMEOUT=22\\n' > /etc/nccl.conf"])
+    probed = audit(fleet, profile)
+    agents = audit(fleet, profile, "--no-probe")
+    assert {h["via"] for h in probed.values()} == {"probe"}
+    assert {h["via"] for h in agents.values()} == {"zipapp"}
+    for name in probed:
+        assert comparable(probed[name]) == comparable(agents[name]), name
+    assert drift_of(probed[a.name]) == {("rail1", "mtu"), ("rail0", "rx-gro")}
+    assert drift_of(probed[b.name]) == {("host", "net.ipv4.tcp_ecn"), ("rail1", "net.ipv4.conf.rail1.arp_ignore")}
+    # A file nictune did not write is not nictune's to replace: both paths say so.
+    assert [ch["status"] for ch in probed[b.name]["changes"] if ch["key"]["family"] == "nccl"] == ["unsupported"]
+    assert drift_of(probed[c.name]) == set()
+
+    # A new matching interface on c: its reads were never asked, so c's agent
+    # answers (and learns); the audit after that is the probe's again.
+    run_in(c, ["ip", "link", "add", "rail7", "type", "veth", "peer", "name", "rail8"])
+    grown = audit(fleet, profile)
+    assert grown[c.name]["via"] == "zipapp" and grown[a.name]["via"] == "probe"
+    assert {ch["key"]["target"] for ch in grown[c.name]["changes"]} >= {"rail7", "rail8"}
+    again = audit(fleet, profile)
+    assert again[c.name]["via"] == "probe"
+    assert comparable(again[c.name]) == comparable(grown[c.name])
