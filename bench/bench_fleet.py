@@ -60,7 +60,12 @@ TOOLS_VENV = HERE / ".venv-tools"
 # pyinfra: a deploy of operations; pyinfra-facts: facts only, compared in
 # Python (its fastest honest form); ssh: one plain OpenSSH session per host
 # running one shell script (the floor any SSH tool pays).
-TOOLS = ("nictune", "nictune-resident", "ansible", "pyinfra", "pyinfra-facts", "ssh")
+TOOLS = ("nictune", "nictune-agent", "nictune-resident", "ansible", "pyinfra", "pyinfra-facts", "ssh")
+# nictune: the audit as a user runs it, after the first one (which starts each
+# host's agent and learns the questions): the probe, no agent started;
+# nictune-agent: --no-probe, the agent (the zipapp) started on every host;
+# nictune-resident: through resident agents' sockets.
+NICTUNE_FORMS = {"nictune": "probe", "nictune-agent": "zipapp", "nictune-resident": "resident"}
 PY = sys.executable
 NICTUNE = str(Path(PY).parent / "nictune")
 # UTF-8: ansible refuses to start under LANG=C.  Every tool gets the same.
@@ -379,9 +384,9 @@ control_path_dir = {a}/cp
 
     def argv(self, tool: str, n: int) -> list:
         limit = f"fleet[0:{n - 1}]"
-        if tool in ("nictune", "nictune-resident"):
+        if tool in NICTUNE_FORMS:
             return [NICTUNE, "audit", str(PROFILE), "-i", self.fleet.inventory, "--limit", limit,
-                    "--forks", str(self.forks), "--json"]
+                    "--forks", str(self.forks), "--json"] + (["--no-probe"] if tool == "nictune-agent" else [])
         if tool == "ansible":
             return [self.bin["ansible-playbook"], "-i", self.fleet.inventory, str(PLAYBOOK), "--check",
                     "--limit", limit, "-f", str(self.forks)]
@@ -494,15 +499,15 @@ def findings(tool: str, out: str, n: int) -> dict:
     """What a tool reported: {"hosts": how many it audited, "drift": {host:
     [what]}, "error": text or ""}.  A clean run has hosts == n and no drift."""
     drift: dict = {}
-    if tool in ("nictune", "nictune-resident"):
+    if tool in NICTUNE_FORMS:
         try:
             report = json.loads(out)
         except ValueError:
             return {"hosts": 0, "drift": {}, "error": out[-300:]}
         errors = [f"{h['host']}: {h['error']['message']}" for h in report.get("hosts", []) if h.get("error")]
-        # Each form must have taken its own path: the resident one through the
-        # agents' sockets, the other by starting the zipapp.
-        want = "resident" if tool == "nictune-resident" else "zipapp"
+        # Each form must have taken its own path: the probe, the zipapp, or
+        # the resident agents' sockets.
+        want = NICTUNE_FORMS[tool]
         errors += [f"{h['host']}: answered via {h.get('via')}, not {want}"
                    for h in report.get("hosts", []) if h.get("via") != want]
         for h in report.get("hosts", []):
@@ -514,7 +519,10 @@ def findings(tool: str, out: str, n: int) -> dict:
         # The archive is named by its hash: a host is sent it again only when
         # nictune's host-side code changed (someone editing the tree?).
         sent = sum(1 for h in report.get("hosts", []) if (h.get("transport") or {}).get("agent_sent"))
-        return {"hosts": len(report.get("hosts", [])), "drift": drift, "agent_sent": sent,
+        via: dict = {}
+        for h in report.get("hosts", []):
+            via[h.get("via")] = via.get(h.get("via"), 0) + 1
+        return {"hosts": len(report.get("hosts", [])), "drift": drift, "agent_sent": sent, "via": via,
                 "error": "; ".join(errors[:3]) or top.get("message", "")}
     if tool in ("pyinfra-facts", "ssh"):
         return _bench_audit_lines(out)
@@ -613,7 +621,7 @@ def check_login_env(b: Bench, tools: list) -> list:
     want = b.home[h.name]
     rows = []
     for tool in tools:
-        if tool == "nictune":
+        if tool in NICTUNE_FORMS:
             script = ("import paramiko, sys\n"
                       "c = paramiko.SSHClient(); c.load_host_keys(sys.argv[3])\n"
                       "c.connect(sys.argv[1], username='root', key_filename=sys.argv[2],"
@@ -653,7 +661,7 @@ def check_kex(b: Bench, tools: list) -> list:
             m = re.search(r"kex: algorithm: (\S+)", out)
             rows.append((tool, f"OpenSSH {version(['ssh', '-V'])}: {m.group(1) if m else '?'}"))
         else:
-            py = PY if tool == "nictune" else str(Path(b.bin["pyinfra"]).parent / "python")
+            py = PY if tool in NICTUNE_FORMS else str(Path(b.bin["pyinfra"]).parent / "python")
             out = spawn([py, "-c", script, h.address, b.fleet.key_file, b.fleet.known_hosts], timeout=60).stdout
             m = re.search(r"paramiko (\S+) \['Kex: (\S+)'\]", out)
             rows.append((tool, f"paramiko {m.group(1)}: {m.group(2)}" if m else out.strip()[-200:]))
@@ -719,6 +727,20 @@ def apply_all(b: Bench, n: int) -> None:
     bad = [h["host"] for h in json.loads(out)["hosts"] if not h.get("ok")]
     if bad:
         raise BenchError(f"nictune apply failed on {len(bad)} hosts: {', '.join(bad[:5])}")
+
+
+def learn(b: Bench, n: int) -> dict:
+    """nictune's first audit of each host: the agent runs and teaches the
+    controller its questions (control/probe.py); timed, not part of the
+    rounds.  Every host must then be answered by the probe."""
+    first = b.measure("nictune", n)
+    if first["found"]["via"] != {"zipapp": n}:
+        raise BenchError(f"nictune's first audit was not answered by the agents: {first['found']}")
+    second = b.measure("nictune", n)["found"]
+    if second["error"] or second["hosts"] != n or second["drift"]:
+        raise BenchError(f"after learning, the probe did not answer every host: {second['error'] or second}")
+    return {"hosts": n, "wall": first["wall"], "ctl_cpu_per_host": first["cpu"] / n,
+            "host_cpu_per_host": sum(first["host_cpu"]) / n}
 
 
 def drift_check(b: Bench, tools: list) -> list:
@@ -855,6 +877,11 @@ def report(fig: dict, summary: dict, sizes: list, tools: list) -> list:
     p("    largest single process.  left over: processes of the tree still running when the tool exited")
     p("    (stopped by the wrapper).")
 
+    if fig.get("learn"):
+        lr = fig["learn"]
+        p(f"\n  nictune's first audit of the {lr['hosts']} hosts (their agents answer and teach the controller the")
+        p(f"  questions; not in the rounds): wall {secs(lr['wall'])}, controller CPU/host "
+          f"{ms(lr['ctl_cpu_per_host'])}, host CPU/host {ms(lr['host_cpu_per_host'])}")
     p("\n5. Ratios (same run)")
     rows = []
     for n in sizes:
@@ -922,7 +949,8 @@ def scaling_rows(summary: dict, sizes: list, tools: list) -> list:
 def issue13_checks(summary: dict, sizes: list) -> list:
     """Issue 13's targets, each where its sizes and tools were run (SKIP otherwise)."""
     out = []
-    for n, form in ((100, "nictune"), (200, "nictune"), (100, "nictune-resident"), (200, "nictune-resident")):
+    forms = [(n, form) for form in NICTUNE_FORMS for n in (100, 200)]
+    for n, form in forms:
         base = summary.get((n, form))
         if form != "nictune" and not base:
             continue
@@ -935,7 +963,7 @@ def issue13_checks(summary: dict, sizes: list) -> list:
                 continue
             r = base["wall"] / s["wall"]
             out.append((r <= want, what, f"{r:.2f}x ({secs(base['wall'])} vs {secs(s['wall'])})"))
-    for n, form in ((100, "nictune"), (200, "nictune"), (100, "nictune-resident"), (200, "nictune-resident")):
+    for n, form in forms:
         base, facts, floor = (summary.get((n, t)) for t in (form, "pyinfra-facts", "ssh"))
         if base and facts:
             out.append((base["host_cpu_per_host"] <= facts["host_cpu_per_host"],
@@ -1002,6 +1030,8 @@ def main() -> int:
     started = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="ntbench-fleet-"))
     ENV["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+    # nictune's learned questions (control/probe.py): this run's own, from nothing.
+    ENV["XDG_CACHE_HOME"] = str(tmp / "cache")
     prefix = f"ntbf{secrets.token_hex(2)}"
     fleet = hosts = None
     problems: list = []
@@ -1020,6 +1050,8 @@ def main() -> int:
         fig["versions"]["pyinfra-facts"] = fig["versions"]["pyinfra"] + " (facts only)"
         fig["versions"]["nictune-resident"] = (fig["versions"]["nictune"]
                                                + " (audit through resident agents, no process started)")
+        fig["versions"]["nictune-agent"] = fig["versions"]["nictune"] + " (--no-probe: the agent every time)"
+        fig["versions"]["nictune"] += " (the probe, once learned)"
         for note in notes:
             print(f"bench: {note}", flush=True)
         print(f"bench: bringing up {max(2, sizes[-1])} hosts ({prefix}h001..)", flush=True)
@@ -1036,6 +1068,7 @@ def main() -> int:
         fig["login_env"] = check_login_env(b, tools)
         fig["kex"] = check_kex(b, tools)
         fig["host_cpu_method"] = check_host_cpu_method(b)
+        fig["learn"] = learn(b, len(b.hosts.pids))
         fig["drift_check"] = drift_check(b, tools)
         print("bench: measuring", flush=True)
         runs = run_rounds(b, sizes, tools, rounds, problems, notes)
