@@ -34,7 +34,7 @@ def run(command: str, target: Optional[str], opts: Options) -> int:
         report = envelope(command, [], error=e.as_dict())
     if opts.save:
         save_snapshots(report, opts.save, out)
-    if command == "audit":
+    if command in ("audit", "apply"):  # apply takes --junit only: a rollout's batches and gates
         _write_audit_files(report, opts, out)
     from nictune.cli.change_cmds import emit
 
@@ -126,10 +126,14 @@ def _run_playbook(command: str, path: str, parsed: Parsed, inventory, opts: Opti
     from nictune.control import playbook
 
     plays = playbook.load_playbook_parsed(parsed, path)
+    # Every play's gate before the first play writes: a bad gate in play 2
+    # must not be found after play 1 rolled out.  plan checks them too.
+    gates = [_gate_for(play, inventory, opts) if play.gate is not None and command in ("plan", "apply") else None
+             for play in plays]
     limit = None if opts.limit is None else {h.name for h in inventory.select(None, limit=opts.limit)}
     reports: List[dict] = []
     rollouts = []
-    for play in plays:
+    for play, gate in zip(plays, gates):
         hosts = [play.host(h) for h in inventory.select(play.hosts) if limit is None or h.name in limit]
         profiles = fleet.PlayProfiles(play, _gate(command, opts))
         if command != "apply":
@@ -140,9 +144,14 @@ def _run_playbook(command: str, path: str, parsed: Parsed, inventory, opts: Opti
             # rollout hands back some of the inventory hosts given to it
             return _pool(cmd, some, profiles if cmd != "rollback" else None, opts, out, play)
 
-        result = playbook.rollout(play, hosts, run_some, out.batch_done)
+        result = playbook.rollout(play, hosts, run_some, out.batch_done, gate=gate)
         rollouts.append(result)
-        reports += [r for batch in result["batches"] for r in batch.get("reports", [])]
+        # A host whose apply the rollout undid says so in the host table.
+        undone = {n: listed for listed in ("rolled_back", "rollback_failed") for n in result[listed]}
+        for r in (r for batch in result["batches"] for r in batch.get("reports", [])):
+            if r.get("host") in undone:
+                r["rollout"] = undone[r["host"]]
+            reports.append(r)
         if result["stopped"]:
             break  # a stopped play stops the playbook, as in Ansible
     report = envelope(command, reports, **({"rollouts": rollouts} if rollouts else {}))
@@ -150,6 +159,17 @@ def _run_playbook(command: str, path: str, parsed: Parsed, inventory, opts: Opti
         # The same order as for hosts (4, 3, 1, 2): a plain max would rank drift over error.
         report["exit_code"] = combined_exit([report["exit_code"]] + [r["exit_code"] for r in rollouts])
     return report
+
+
+def _gate_for(play, inventory, opts: Options):
+    """The traffic gate for a play with a gate: key, as rollout() calls it:
+    gate(batch number, hosts) -> {"passed", "message", "results"}
+    (control/playbook.py Gate), built by control/gate.py over the fleet's
+    own SSH settings; a bad gate: raises ProfileError before any write."""
+    from nictune.control import gate
+
+    spec = gate.gate_of_play(play)
+    return gate.for_play(play, spec, inventory, _ssh_options(opts)) if spec is not None else None
 
 
 def _gate(command: str, opts: Options):
@@ -163,7 +183,8 @@ def _write_audit_files(report: dict, opts: Options, out: Printer) -> None:
 
     from nictune.control import audit_formats as fmt
 
-    for path, render in ((opts.junit, lambda: fmt.junit(report)),
+    junit = fmt.junit_rollouts if report.get("rollouts") else fmt.junit
+    for path, render in ((opts.junit, lambda: junit(report)),
                          (opts.prometheus, lambda: fmt.prometheus(report, time.time()))):
         if not path:
             continue

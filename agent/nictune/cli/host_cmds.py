@@ -13,7 +13,7 @@ from typing import Optional
 import typer
 
 from nictune.cli.lint_cmds import LINTED, lint_gate
-from nictune.cli.options import (AUDIT_FILES, BASE, COMMON, CONFIRM, CONTENT, FLEET, FORCE, FORMAT,
+from nictune.cli.options import (AUDIT_FILES, BASE, COMMON, CONFIRM, CONTENT, FLEET, FORCE, FORMAT, JUNIT,
                                  PROBE, SAVE, SHOW_ALL, SNAPSHOTS, SSH, TARGET, Format, Options,
                                  with_options)
 from nictune.cli.output import Printer, envelope
@@ -152,7 +152,7 @@ def plan(target: Optional[str], opts: Options) -> None:
     _dispatch("plan", target, opts)
 
 
-@with_options(TARGET, FLEET, COMMON, SHOW_ALL, CONTENT, SSH, CONFIRM, FORCE)
+@with_options(TARGET, FLEET, JUNIT, COMMON, SHOW_ALL, CONTENT, SSH, CONFIRM, FORCE)
 def apply(target: Optional[str], opts: Options) -> None:
     """Apply, verify by reading back, roll everything back on any failure.
     With a playbook: batch by batch, each behind a health gate."""

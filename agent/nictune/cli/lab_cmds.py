@@ -29,6 +29,10 @@ SilentOpt = Annotated[int, typer.Option("--silent", min=0, metavar="K",
                                         help="With --hosts: K more hosts that accept TCP and never answer.")]
 UnreachableOpt = Annotated[int, typer.Option("--unreachable", min=0, metavar="K",
                                              help="With --hosts: K more inventory hosts nobody answers for.")]
+DataRailsOpt = Annotated[bool, typer.Option(
+    "--data-rails/--no-data-rails",
+    help="With --hosts: give each host data0, a rail to the others on one bridge (198.18.Y.0/24), "
+         "for the traffic gate of playbooks/lab-fleet.yaml.")]
 
 MAX_LISTED = 8  # hosts listed by `lab up`; the inventory has them all
 
@@ -80,7 +84,8 @@ def _describe(out: Printer, command: str, result: dict) -> None:
 def _describe_fleet(out: Printer, fleet: dict) -> None:
     hosts = fleet["hosts"]
     for h in hosts[:MAX_LISTED]:
-        out.line(f"{h['name']}  {h['address']}  {h['kind']}")
+        rail = f"  data0 {h['data_address']}" if h.get("data_address") else ""
+        out.line(f"{h['name']}  {h['address']}  {h['kind']}{rail}")
     if len(hosts) > MAX_LISTED:
         out.line(f"... and {len(hosts) - MAX_LISTED} more (see the inventory)")
     first = hosts[0]["name"]
@@ -91,9 +96,10 @@ def _describe_fleet(out: Printer, fleet: dict) -> None:
 
 @lab.command()
 def up(hosts: HostsOpt = None, dir: DirOpt = labmod.FLEET_DIR, silent: SilentOpt = 0,
-       unreachable: UnreachableOpt = 0, as_json: JsonOpt = False) -> None:
+       unreachable: UnreachableOpt = 0, data_rails: DataRailsOpt = True, as_json: JsonOpt = False) -> None:
     """Create namespaces ntlab1 and ntlab2 joined by a veth pair (198.18.0.0/30),
-    or with --hosts N a fleet of SSH hosts ntfh001... on bridge ntfbr (198.19.X.0/24)."""
+    or with --hosts N a fleet of SSH hosts ntfh001... on bridge ntfbr (198.19.X.0/24), each with
+    data0 on bridge ntfrb (198.18.Y.0/24) unless --no-data-rails."""
     if hosts is None:
         if silent or unreachable or dir != labmod.FLEET_DIR:
             _finish("lab up", as_json, _needs_hosts)
@@ -101,7 +107,8 @@ def up(hosts: HostsOpt = None, dir: DirOpt = labmod.FLEET_DIR, silent: SilentOpt
     from nictune.lab import fleet as fleetlab  # sshd fleets: imported only when used
 
     _finish("lab up", as_json,
-            lambda: {"fleet": fleetlab.lab_up(hosts, dir, silent=silent, unreachable=unreachable).as_dict()})
+            lambda: {"fleet": fleetlab.lab_up(hosts, dir, silent=silent, unreachable=unreachable,
+                                              data_rails=data_rails).as_dict()})
 
 
 def _needs_hosts() -> dict:

@@ -145,6 +145,7 @@ TARGET: Group = (inspect.Parameter("target", _KEYWORD, annotation=TargetArg),)
 FLEET: Group = (_param("inventory", InventoryOpt), _param("limit", LimitOpt),
                 _param("forks", ForksOpt))
 AUDIT_FILES: Group = (_param("junit", JunitOpt), _param("prometheus", PrometheusOpt))
+JUNIT: Group = (_param("junit", JunitOpt),)  # apply: a playbook rollout's report
 COMMON: Group = (_param("netns", NetnsOpt), _param("state_dir", StateDirOpt),
                  _param("as_json", JsonOpt))
 SHOW_ALL: Group = (_param("show_all", AllOpt),)

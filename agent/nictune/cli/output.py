@@ -195,6 +195,20 @@ class Printer:
             hosts = rollout.get(name) or []
             if hosts:
                 self.line(f"  {name.replace('_', ' ')}: {_listing(hosts, 20)}")
+        check = rollout.get("drain_check")
+        if check:
+            self.line("  " + _drain_line(check), None if check.get("passed") else "bold red")
+        for batch in rollout.get("batches", []):
+            for hook in batch.get("hooks") or []:
+                self.line("  " + _hook_line(batch, hook), None if hook.get("ok") else "bold red")
+            gate = batch.get("gate")
+            if gate:
+                self.line(f"  batch {batch.get('number', '?')} traffic gate: "
+                          f"{'passed' if gate.get('passed') else 'FAILED'}: {printable(gate.get('message', ''))}",
+                          None if gate.get("passed") else "bold red")
+                for row in gate.get("results") or []:
+                    if not row.get("passed"):
+                        self.line("    " + _gate_row(row), "red")
 
     def _fleet_warnings(self, hosts: list) -> None:
         """Each distinct warning once, with the hosts that gave it."""
@@ -226,6 +240,35 @@ class Printer:
             self.line("  " + "  ".join(v.ljust(w) for v, w in zip(r[:4], widths)) + "  " + r[4])
 
 
+def _drain_line(check: dict) -> str:
+    if check.get("failed"):
+        return f"require_drain: plan failed on {_listing([f.get('host', '?') for f in check['failed']])}"
+    found = check.get("disruptive") or []
+    if not found:
+        return f"require_drain: no disruptive change on {check.get('hosts', 0)} host(s)"
+    drained = "drained by hooks.before_batch" if check.get("drained") else "and NO before_batch hook to drain"
+    keys = _listing([f"{d.get('host')} {d.get('family')} {d.get('target')} {d.get('name')}" for d in found], 4)
+    return printable(f"require_drain: {len(found)} disruptive change(s) ({keys}), {drained}")
+
+
+def _hook_line(batch: dict, hook: dict) -> str:
+    argv = " ".join(str(a) for a in hook.get("argv") or [])
+    state = "ok" if hook.get("ok") else f"FAILED: {hook.get('error', '')}"
+    line = (f"batch {batch.get('number', '?')} {hook.get('hook', 'hook')}: {argv}: {state} "
+            f"({hook.get('seconds', 0):.1f} s)")
+    tail = [t for t in (hook.get("output") or "").split("\n") if t.strip()]
+    if tail and not hook.get("ok"):
+        line += f"; last output: {tail[-1]}"
+    return printable(line)
+
+
+def _gate_row(row: dict) -> str:
+    figures = row.get("figures")
+    shown = ", ".join(f"{k} {v}" for k, v in figures.items()) if isinstance(figures, dict) else ""
+    return printable(f"{row.get('client', '?')} -> {row.get('server', '?')} on {row.get('rail', '?')} "
+                     f"({row.get('tool', '?')}): {row.get('why') or 'failed'}" + (f" [{shown}]" if shown else ""))
+
+
 def _groups(hosts: list, show_ok: bool) -> list:
     """Hosts whose rows are identical share one table: a review of 200 hosts
     reads as a handful of distinct diffs."""
@@ -246,6 +289,8 @@ def _listing(names: list, limit: int = 6) -> str:
 
 
 def _result(h: dict) -> str:
+    if h.get("rollout"):  # rolled_back / rollback_failed by a playbook's rollout
+        return h["rollout"].replace("_", " ")
     if h.get("error"):
         return "unreachable" if h.get("unreachable") else h["error"]["kind"]
     s = h.get("summary", {})

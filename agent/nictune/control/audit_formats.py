@@ -1,5 +1,6 @@
 """Audit reports for machines: JUnit XML for CI systems, Prometheus text for
-node_exporter's textfile collector.
+node_exporter's textfile collector; and a playbook apply's rollouts as
+JUnit XML (junit_rollouts: a testsuite per rollout).
 
 Both take the JSON envelope of docs/report-format.md (`verify` or `audit`,
 one HOST per audited host).  A change whose status is `drift` (or `pending`,
@@ -126,6 +127,139 @@ def _failure_body(keys: List[dict]) -> str:
         source = f" ({c['source']})" if c.get("source") else ""
         lines.append(_xml_text(f"{_key_words(c)}: expected {_expected(c)}, actual {actual}{source}"))
     return "\n".join(lines)
+
+
+# -- JUnit of a playbook's rollouts (apply --junit) ------------------------------
+
+# A host's outcome -> how its testcase ends (control/playbook.py OUTCOMES).
+_OUTCOME_ENDS = {"failed": "failure", "rolled-back": "failure", "rollback-failed": "error",
+                 "not-started": "skipped"}
+
+
+def junit_rollouts(envelope: dict) -> str:
+    """A playbook apply as JUnit XML: a testsuite per rollout (play), a
+    testcase per host per batch (its apply, verify and traffic gate), a
+    testcase per hook command, one for require_drain's plan check, and a
+    skipped testcase per host never started.  A host that failed or was
+    rolled back has one <failure> (one <error> when its rollback failed):
+    the most specific reason first (its own apply or verify error, the gate
+    pairs it was in), then the stop of its batch."""
+    if not envelope.get("rollouts"):
+        return junit(envelope)  # a playbook that did not load: its error, as for any command
+    root = ET.Element("testsuites", name="nictune apply")
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    seconds_all = 0.0
+    for rollout in envelope.get("rollouts") or []:
+        cases = _rollout_cases(rollout)
+        counts = {"tests": len(cases), "failures": 0, "errors": 0, "skipped": 0}
+        seconds = 0.0
+        for case in cases:
+            seconds += float(case.get("time") or 0)
+            for end, counted in (("failure", "failures"), ("error", "errors"), ("skipped", "skipped")):
+                counts[counted] += case.find(end) is not None
+        suite = ET.SubElement(root, "testsuite", name=_xml_text(f"rollout: {rollout.get('play', '')}"),
+                              **{k: str(v) for k, v in counts.items()}, time=f"{seconds:.3f}")
+        suite.extend(cases)
+        for k in totals:
+            totals[k] += counts[k]
+        seconds_all += seconds
+    root.attrib.update({k: str(v) for k, v in totals.items() if k != "skipped"}, time=f"{seconds_all:.3f}")
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _case(classname: str, name: str, took: float = 0.0) -> ET.Element:
+    return ET.Element("testcase", classname=_xml_text(classname), name=_xml_text(name), time=f"{took:.3f}")
+
+
+def _end(case: ET.Element, end: str, kind: str, message: str, body: str = "") -> None:
+    element = ET.SubElement(case, end, message=_xml_text(message))
+    if end != "skipped":
+        element.set("type", _xml_text(kind))
+        element.text = "\n".join(_xml_text(line) for line in (body or message).split("\n"))
+
+
+def _rollout_cases(rollout: dict) -> List[ET.Element]:
+    cases: List[ET.Element] = []
+    stopped = rollout.get("stopped") or {}
+    check = rollout.get("drain_check")
+    if check is not None:
+        case = _case("nictune.rollout", "require_drain")
+        if not check.get("passed"):
+            _end(case, "failure", stopped.get("kind", "drain-required"), stopped.get("message", "require_drain"),
+                 _drain_body(check))
+        cases.append(case)
+    if stopped and not rollout.get("batches") and check is None:
+        case = _case("nictune.rollout", "start")
+        _end(case, "failure", stopped.get("kind", "error"), stopped.get("message", ""))
+        cases.append(case)
+    for batch in rollout.get("batches") or []:
+        cases += _batch_cases(batch)
+    started = {n for batch in rollout.get("batches") or [] for n in batch.get("hosts") or []}
+    for name in rollout.get("not_started") or []:
+        if name not in started:
+            case = _case("nictune.rollout.not_started", str(name))
+            _end(case, "skipped", "", f"not started: {stopped.get('message', 'the rollout stopped')}")
+            cases.append(case)
+    return cases
+
+
+def _batch_cases(batch: dict) -> List[ET.Element]:
+    number = batch.get("number", "?")
+    classname = f"nictune.rollout.batch{number}"
+    cases = []
+    for i, hook in enumerate(batch.get("hooks") or [], 1):
+        argv = " ".join(str(a) for a in hook.get("argv") or [])
+        case = _case(f"{classname}.hooks", f"{i} {hook.get('hook', 'hook')}: {argv}", hook.get("seconds") or 0.0)
+        if not hook.get("ok"):
+            _end(case, "failure", "hook-failed", f"{hook.get('source', '')}: {hook.get('error', '')}",
+                 f"{hook.get('error', '')}\n{hook.get('output', '')}".rstrip("\n"))
+        cases.append(case)
+    by_host = {}
+    for part in ("reports", "verify", "rollback"):
+        for r in batch.get(part) or []:
+            by_host.setdefault(r.get("host"), {})[part] = r
+    gate = batch.get("gate") or {}
+    stop = batch.get("stop") or {}
+    for name in batch.get("hosts") or []:
+        mine = by_host.get(name, {})
+        took = sum(float(r.get("seconds") or 0) for r in mine.values()
+                   if isinstance(r.get("seconds"), (int, float)) and not isinstance(r.get("seconds"), bool))
+        case = _case(classname, str(name), took)
+        outcome = (batch.get("outcomes") or {}).get(name)
+        end = _OUTCOME_ENDS.get(outcome)
+        if end == "skipped":
+            _end(case, end, "", f"not started: {stop.get('message', '')}")
+        elif end:
+            reasons = _host_reasons(name, mine, gate)
+            message = reasons[0] if reasons else f"{outcome}: {stop.get('message', '')}"
+            _end(case, end, outcome, message, "\n".join(reasons + [f"batch stopped: {stop.get('message', '')}"]))
+        cases.append(case)
+    return cases
+
+
+def _host_reasons(name: str, mine: dict, gate: dict) -> List[str]:
+    """What went wrong on one host of a stopped batch, most specific first."""
+    reasons = []
+    for part, label in (("reports", "apply"), ("verify", "verify"), ("rollback", "rollback")):
+        r = mine.get(part) or {}
+        if r.get("error"):
+            reasons.append(f"{label}: {r['error'].get('kind', '')}: {r['error'].get('message', '')}")
+        elif part == "verify" and drifted(r):
+            reasons.append(f"verify: {_failure_message(drifted(r))}")
+    for row in gate.get("results") or []:
+        if not row.get("passed") and name in (row.get("client"), row.get("server")):
+            reasons.append(f"traffic gate: {row.get('client', '?')} -> {row.get('server', '?')} on "
+                           f"{row.get('rail', '?')} ({row.get('tool', '?')}): {row.get('why') or 'failed'}")
+    return reasons
+
+
+def _drain_body(check: dict) -> str:
+    lines = [f"plan failed on {f.get('host')}: {(f.get('error') or {}).get('message', '')}"
+             for f in check.get("failed") or []]
+    lines += [f"{d.get('host')}: {d.get('family')} {d.get('target')} {d.get('name')}: {d.get('why')}"
+              for d in check.get("disruptive") or []]
+    return "\n".join(lines) or "require_drain"
 
 
 # -- Prometheus ----------------------------------------------------------------

@@ -11,22 +11,32 @@ A playbook file is a list of plays:
           interfaces: {rails: {mtu: 4200}}
       serial: [1, "10%", "100%"]     # batch sizes; the last one repeats
       max_fail_percentage: 0         # failed share of a batch that stops the rollout
+      hooks:                         # on the controller, around each batch (control/hooks.py)
+        before_batch: [scontrol, update, "nodename={hosts}", state=drain, reason=nictune]
+        after_batch: [scontrol, update, "nodename={hosts}", state=resume]
+      require_drain: true            # refuse to start if the plan is disruptive and nothing drains
+      gate: {...}                    # traffic gate after verify (control/gate.py)
 
 A play's hosts are its pattern's hosts, each seen through the play
 (Play.host): the play's vars over the inventory's, connection settings
 included, as in Ansible.  Batches follow Ansible's `serial` exactly
-(make_batches); `rollout` runs apply, then verify as a health gate, batch
-by batch, through a `run` callable, so it knows nothing about SSH.  Errors
-are ProfileError: one paragraph naming file, line and key.
+(make_batches); `rollout` runs, batch by batch, the before_batch hooks,
+apply, verify as a health gate, the traffic gate (a `gate` callable) and
+the after_batch hooks, through a `run` callable, so it knows nothing about
+SSH or measurements.  Errors are ProfileError: one paragraph naming file,
+line and key.
 """
 
 from __future__ import annotations
 
 import copy
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
+from nictune.control import hooks as hooklib
+from nictune.control.gate import GATE_SCHEMA
 from nictune.host import errors
 from nictune.host.errors import (
     EXIT_ERROR,
@@ -35,6 +45,7 @@ from nictune.host.errors import (
     EXIT_ROLLED_BACK,
     combined_exit,
 )
+from nictune.host.text import printable
 from nictune.inventory.patterns import split_pattern
 from nictune.profile import yamlpos
 from nictune.profile.check import check, locate
@@ -99,6 +110,12 @@ PLAY_SCHEMA: Dict[str, Any] = {
             "description": "The rollout stops when the share of a batch that failed to apply is greater than this. Default 0: "
                            "any failed host stops it.",
         },
+        "hooks": hooklib.HOOKS_SCHEMA,
+        "require_drain": {"type": "boolean",
+                          "description": "Before the first batch, plan every host of the play; if a change is "
+                                         "disruptive (the link drops, queues reset), refuse to start unless "
+                                         "hooks.before_batch drains the batch. Default false."},
+        "gate": GATE_SCHEMA,
     },
     "required": ["hosts", "profile"],
     "additionalProperties": False,
@@ -134,6 +151,11 @@ class Play:
     # (path, file, line, keypath) of each profile entry, for errors about it.
     _refs: List[Tuple[str, str, Optional[int], str]] = field(default_factory=list, repr=False)
     _base: Optional[Tuple[Parsed, List[str]]] = field(default=None, repr=False)
+    hooks: Optional[hooklib.Hooks] = None
+    require_drain: bool = False
+    drain_source: str = ""                       # "file:line" of require_drain
+    gate: Optional[Dict[str, Any]] = None        # the gate: mapping as written, for the gate callable
+    gate_source: str = ""                        # "file:line" of gate
 
     def host(self, host: Any) -> Any:
         """An inventory host as this play sees it: address, port, user, key
@@ -149,6 +171,8 @@ def load_playbook(path: str) -> List[Play]:
 def load_playbook_parsed(parsed: Parsed, path: str) -> List[Play]:
     """load_playbook for a file already parsed (yamlpos.read_target); path
     is that file, whose directory the plays' profile paths are relative to."""
+    for index, raw in enumerate(parsed.doc if isinstance(parsed.doc, list) else []):
+        hooklib.shell_strings(parsed, index)
     check(parsed.doc, parsed.positions, parsed.plain, PLAYBOOK_SCHEMA)
     return [_play(parsed, index, path) for index in range(len(parsed.doc))]
 
@@ -183,6 +207,7 @@ def _play(parsed: Parsed, index: int, path: str) -> Play:
         del play_vars["nictune"]
     vars_where = {key: locate(parsed.positions, (index, "vars", key)) for key in play_vars}
     serial = raw.get("serial", "100%")
+    where = lambda key: "%s:%s" % locate(parsed.positions, (index, key)) if key in raw else ""  # noqa: E731
     return Play(
         name=raw.get("name") or written,
         hosts=hosts,
@@ -194,6 +219,11 @@ def _play(parsed: Parsed, index: int, path: str) -> Play:
         overrides=overrides,
         vars_where=vars_where,
         _refs=refs,
+        hooks=hooklib.load_hooks(parsed, index, base_dir),
+        require_drain=bool(raw.get("require_drain", False)),
+        drain_source=where("require_drain"),
+        gate=copy.deepcopy(raw["gate"]) if "gate" in raw else None,
+        gate_source=where("gate"),
     )
 
 
@@ -287,46 +317,64 @@ def too_many_failed(failed: int, batch_size: int, max_fail_percentage: float) ->
 # -- the rollout -----------------------------------------------------------------------
 
 # A host's outcome -> the rollout report list it is named in, and its exit code.
-KEPT, UNCHANGED, FAILED = "kept", "unchanged", "failed"
+KEPT, UNCHANGED, FAILED, NOT_STARTED = "kept", "unchanged", "failed", "not-started"
 OUTCOMES = {
-    KEPT: ("kept", EXIT_OK),                    # applied, passed the gate, stays
+    KEPT: ("kept", EXIT_OK),                    # applied, passed the gates, stays
     UNCHANGED: ("unchanged", EXIT_OK),          # in a stopped batch, but apply changed nothing
     FAILED: ("failed", EXIT_ERROR),             # apply failed before writing (or unreachable)
     errors.ROLLED_BACK: ("rolled_back", EXIT_ROLLED_BACK),              # its changes were undone
     errors.ROLLBACK_FAILED: ("rollback_failed", EXIT_ROLLBACK_FAILED),  # a human must look
+    NOT_STARTED: ("not_started", EXIT_ERROR),   # its batch's before_batch hook failed: nothing written
 }
 
 Run = Callable[[str, list], List[dict]]
+# gate(batch number, the batch's hosts that passed verify) ->
+# {"passed": bool, "message": str, "results": [{"client", "server", "rail", "tool", "figures", "passed", "why"}]}
+Gate = Callable[[int, list], dict]
 
 
 def _name(host: Any) -> str:
     return host if isinstance(host, str) else host.name
 
 
-def rollout(play: Play, hosts: Sequence, run: Run, on_batch: Optional[Callable[[dict], None]] = None) -> dict:
+def rollout(play: Play, hosts: Sequence, run: Run, on_batch: Optional[Callable[[dict], None]] = None,
+            gate: Optional[Gate] = None) -> dict:
     """Apply the play to hosts batch by batch.
 
-    run(command, hosts) runs "apply", "verify" or "rollback" on some of the
-    hosts (the objects given here: inventory hosts or names) and returns
-    their host reports (docs/report-format.md), "host" being the host's
-    name; it must report errors in them rather than raise.  Per batch:
-    apply; stop if an apply could not restore its host, or if more than
-    max_fail_percentage of the batch failed; else verify the hosts that
-    applied (the health gate), stop unless every one passes.  On a stop,
-    the hosts of that batch that changed are rolled back; earlier batches
-    are kept, later ones never start.  on_batch gets each batch's result
-    as soon as it is done.
+    run(command, hosts) runs "plan", "apply", "verify" or "rollback" on some
+    of the hosts (the objects given here: inventory hosts or names) and
+    returns their host reports (docs/report-format.md), "host" being the
+    host's name; it must report errors in them rather than raise.
+
+    With require_drain, every host is planned first; a disruptive change
+    with no before_batch hook to drain, or a plan that fails, stops the
+    rollout before any batch.  Per batch: the before_batch hooks (a failure
+    stops before anything is written); apply; stop if an apply could not
+    restore its host, or if more than max_fail_percentage of the batch
+    failed; else verify the hosts that applied (the health gate), stop
+    unless every one passes; then, if the play has a gate: key, gate()
+    (the traffic gate), stop unless it passes.  On a stop, the hosts of
+    that batch that changed are rolled back; earlier batches are kept,
+    later ones never start.  The after_batch hooks run whenever the
+    before_batch ones succeeded, rollback or not; their failure stops the
+    rollout but undoes nothing.  on_batch gets each batch's result as soon
+    as it is done.
     """
     batches = make_batches(play.serial, hosts)
     report: dict = {
         "play": play.name, "pattern": play.hosts, "source": play.source,
         "serial": play.serial, "max_fail_percentage": play.max_fail_percentage,
         "batch_sizes": [len(b) for b in batches], "batches": [], "stopped": None, "result": "",
-        **{listed: [] for listed, _ in OUTCOMES.values()}, "not_started": [], "exit_code": EXIT_OK,
+        **{listed: [] for listed, _ in OUTCOMES.values()}, "exit_code": EXIT_OK,
+        "hooks": _hooks_summary(play.hooks), "gate": play.gate_source or None, "drain_check": None,
     }
     codes = []
-    for number, batch in enumerate(batches, 1):
-        result = _run_batch(play, number, batch, run)
+    stop = _refuse_to_start(play, hosts, run, gate, report)
+    if stop is not None:
+        report["stopped"] = stop
+        report["not_started"] = [_name(h) for h in hosts]
+    for number, batch in enumerate(batches if stop is None else [], 1):
+        result = _run_batch(play, number, batch, run, gate)
         report["batches"].append(result)
         for name, outcome in result["outcomes"].items():
             listed, code = OUTCOMES[outcome]
@@ -336,9 +384,9 @@ def rollout(play: Play, hosts: Sequence, run: Run, on_batch: Optional[Callable[[
             on_batch(result)
         if result["stop"]:
             report["stopped"] = result["stop"]
-            report["not_started"] = [_name(h) for later in batches[number:] for h in later]
+            report["not_started"] += [_name(h) for later in batches[number:] for h in later]
             break
-    if report["not_started"]:
+    if report["not_started"] or report["stopped"]:
         codes.append(EXIT_ERROR)
     report["exit_code"] = combined_exit(codes)
     report["result"] = (f"stopped: {report['stopped']['message']}" if report["stopped"]
@@ -346,8 +394,68 @@ def rollout(play: Play, hosts: Sequence, run: Run, on_batch: Optional[Callable[[
     return report
 
 
-def _run_batch(play: Play, number: int, batch: list, run: Run) -> dict:
+def _hooks_summary(hooks: Optional[hooklib.Hooks]) -> Optional[dict]:
+    if hooks is None:
+        return None
+    return {"source": hooks.where, "timeout": hooks.timeout,
+            **{when: [list(h.argv) for h in getattr(hooks, when)] for when in hooklib.WHEN}}
+
+
+def _refuse_to_start(play: Play, hosts: Sequence, run: Run, gate: Optional[Gate], report: dict) -> Optional[dict]:
+    """A stop before the first batch, or None: a gate the play asks for and
+    nobody can run, or require_drain's plan says the rollout needs a drain."""
+    if play.gate is not None and gate is None:
+        return errors.error(errors.TRAFFIC_GATE, f"{play.gate_source}: the play asks for a traffic gate, and this "
+                            f"nictune has no gate runner to run it; nothing was written", batch=None)
+    if not play.require_drain or not hosts:
+        return None
+    check = _drain_check(play, hosts, run)
+    report["drain_check"] = check
+    if check["failed"]:
+        names = _listing([f["host"] for f in check["failed"]])
+        return errors.error(errors.DRAIN_REQUIRED, f"{play.drain_source}: require_drain: cannot tell whether the "
+                            f"rollout needs a drain: plan failed on {names}; nothing was written", batch=None)
+    if check["disruptive"] and not check["drained"]:
+        shown = [f"{d['host']} {d['family']} {d['target']} {d['name']}" for d in check["disruptive"]]
+        hosts_of = sorted({d["host"] for d in check["disruptive"]})
+        return errors.error(errors.DRAIN_REQUIRED, f"{play.drain_source}: require_drain: the plan has disruptive "
+                            f"changes on {_listing(hosts_of)} ({_listing(shown, 5)}) and the play has no "
+                            f"hooks.before_batch to drain them; add one, or drop require_drain; nothing was written",
+                            batch=None)
+    return None
+
+
+def _drain_check(play: Play, hosts: Sequence, run: Run) -> dict:
+    """Plan every host of the play: which changes would interrupt traffic."""
+    names = [_name(h) for h in hosts]
+    planned = _reports(run("plan", list(hosts)), names, "plan")
+    failed, disruptive = [], []
+    for n in names:
+        r = planned[n]
+        if r.get("error") or r["exit_code"] not in (EXIT_OK, errors.EXIT_PENDING):
+            why = r.get("error") or errors.error(errors.SYSTEM, f"plan exit {r['exit_code']}")
+            failed.append({"host": n, "error": why})
+            continue
+        for c in r.get("changes") or []:
+            if c.get("disruptive") and c.get("status") == "pending":
+                key = c.get("key") or {}
+                disruptive.append({"host": n, "family": key.get("family", "?"), "target": key.get("target", "?"),
+                                   "name": key.get("name", "?"), "why": c["disruptive"]})
+    drained = bool(play.hooks and play.hooks.before_batch)
+    return {"source": play.drain_source, "hosts": len(names), "failed": failed, "disruptive": disruptive,
+            "drained": drained, "passed": not failed and (drained or not disruptive)}
+
+
+def _run_batch(play: Play, number: int, batch: list, run: Run, gate: Optional[Gate] = None) -> dict:
     names = [_name(h) for h in batch]
+    before, hook_failed = hooklib.run_hooks(play.hooks, "before_batch", number, names)
+    if hook_failed is not None:
+        stop = errors.error(errors.HOOK_FAILED, f"batch {number}: {_hook_words(hook_failed)}; nothing was "
+                            f"written in this batch{_ran_before(before)}", batch=number)
+        return {"number": number, "hosts": names, "hooks": before, "reports": [], "verify": [], "gate": None,
+                "rollback": [], "outcomes": {n: NOT_STARTED for n in names}, "stop": stop,
+                "result": stop["message"]}
+
     outcomes: Dict[str, str] = {}
     applied = _reports(run("apply", batch), names, "apply")
     failed = [n for n in names if applied[n]["exit_code"] != EXIT_OK]
@@ -372,21 +480,83 @@ def _run_batch(play: Play, number: int, batch: list, run: Run) -> dict:
             stop = errors.error(errors.HEALTH_GATE, f"batch {number}: the health gate (verify) did "
                                 f"not pass on {_listing(bad)}", batch=number)
 
+    gated = None
+    if stop is None and good and play.gate is not None and gate is not None:
+        gated = _traffic_gate(gate, number, good)
+        if not gated["passed"]:
+            stop = errors.error(errors.TRAFFIC_GATE, f"batch {number}: the traffic gate did not pass: "
+                                f"{_gate_words(gated)}", batch=number)
+
     restored: Dict[str, dict] = {}
     if stop is None:
         outcomes.update((_name(h), KEPT) for h in good)
     else:
         restored = _undo(good, applied, outcomes, run)
+
+    # After a rollback too: nodes a before_batch hook drained must not stay drained.
+    after, after_failed = hooklib.run_hooks(play.hooks, "after_batch", number, names,
+                                            stop["kind"] if stop else "", outcomes)
+    if after_failed is not None:
+        words = f"batch {number}: {_hook_words(after_failed)}"
+        if stop is None:
+            stop = errors.error(errors.HOOK_FAILED, f"{words}; the batch passed its gates and is kept",
+                                batch=number)
+        else:
+            stop["message"] += f"; and {words}"
+    passed = "passed the health gate" + (" and the traffic gate" if gated is not None else "")
     return {
         "number": number,
         "hosts": names,
+        "hooks": before + after,                          # before_batch, then after_batch
         "reports": [applied[n] for n in names],           # what apply did on each host
         "verify": [verified[n] for n in names if n in verified],    # the health gate
+        "gate": gated,                                    # the traffic gate, or None when it did not run
         "rollback": [restored[n] for n in names if n in restored],  # the rollout's rollbacks
         "outcomes": {n: outcomes[n] for n in names},
         "stop": stop,
-        "result": stop["message"] if stop else "passed the health gate",
+        "result": stop["message"] if stop else passed,
     }
+
+
+def _hook_words(result: dict) -> str:
+    """What went wrong with a hook, for a stop message: its source and argv."""
+    argv = " ".join(printable(a) for a in result["argv"])
+    if len(argv) > 120:
+        argv = argv[:117] + "..."
+    return f"{result['hook']} hook ({result['source']}) {argv!r} {result['error']}"
+
+
+def _ran_before(results: List[dict]) -> str:
+    ok = [r for r in results if r["ok"]]
+    if not ok:
+        return ""
+    return (f" (the {len(ok)} hook command(s) that ran before it succeeded and were not undone: "
+            f"after_batch does not run when before_batch fails)")
+
+
+def _traffic_gate(gate: Gate, number: int, hosts: list) -> dict:
+    """The gate's answer, checked; an exception or a malformed answer is the gate failing."""
+    start = time.monotonic()
+    try:
+        answer = gate(number, hosts)
+    except Exception as e:  # a gate that breaks must stop the rollout, never let a batch through
+        answer = {"passed": False, "message": f"the gate failed: {type(e).__name__}: {e}", "results": []}
+    if not isinstance(answer, dict) or not isinstance(answer.get("passed"), bool):
+        answer = {"passed": False, "message": f"the gate gave no passed: true/false ({type(answer).__name__})",
+                  "results": []}
+    results = answer.get("results")
+    rows = [r for r in results if isinstance(r, dict)] if isinstance(results, list) else []
+    return {**answer, "passed": answer["passed"], "message": printable(answer.get("message") or ""),
+            "results": rows, "seconds": round(time.monotonic() - start, 3)}
+
+
+def _gate_words(gated: dict) -> str:
+    failing = [r for r in gated["results"] if not r.get("passed")]
+    if not failing:
+        return gated["message"] or "it said so, without a failing pair"
+    parts = [printable(f"{r.get('client', '?')} -> {r.get('server', '?')} on {r.get('rail', '?')} "
+                       f"({r.get('tool', '?')}: {r.get('why') or 'failed'})") for r in failing]
+    return "; ".join(parts[:5]) + (f"; and {len(parts) - 5} more" if len(parts) > 5 else "")
 
 
 def _undo(good: list, applied: Dict[str, dict], outcomes: Dict[str, str], run: Run) -> Dict[str, dict]:

@@ -41,6 +41,9 @@ ROLLBACK_FAILED = "rollback-failed"  # apply failed and some change could not be
 # ROLLBACK_FAILED; the rollout's exit code comes from its hosts'.
 MAX_FAIL = "max-fail"        # more of a batch failed than max_fail_percentage allows
 HEALTH_GATE = "health-gate"  # a host of the batch did not pass verify after its apply
+TRAFFIC_GATE = "traffic-gate"      # the play's gate: (measurements) did not pass after verify
+HOOK_FAILED = "hook-failed"        # a before_batch/after_batch hook failed, timed out or did not start
+DRAIN_REQUIRED = "drain-required"  # require_drain: disruptive changes and no before_batch hook, or no plan
 
 EXIT_CODES = {
     INVALID_INPUT: EXIT_ERROR,

@@ -6,7 +6,9 @@
       |-- PREFIXh002 <veth> mgmt0 198.19.X.3   [PREFIXh002: ...]
 
 SSH rides on mgmt0; profiles tune the rails, so a profile never cuts the
-management path.  Each sshd runs under `ip netns exec`, so the host's
+management path.  With up(..., data_rails=True) each host also gets a rail
+to the others (the traffic gate's, control/gate.py): PREFIXd001 <veth>
+data0 198.18.Y.N on a second bridge PREFIXrb, a /24 of 198.18.0.0/16.  Each sshd runs under `ip netns exec`, so the host's
 /etc/nccl.conf is its own file (/etc/netns/NS/nccl.conf), and logins get a
 HOME with Debian's stock dotfiles (root's own ~/.bashrc here starts pyenv:
 ~200 ms per command, which a stock host does not pay).
@@ -47,6 +49,8 @@ SSHD = "/usr/sbin/sshd"
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"
 SKEL = "/etc/skel"
 POOL = ipaddress.ip_network("198.19.0.0/16")
+DATA_POOL = ipaddress.ip_network("198.18.0.0/16")  # data_rails: hosts' data0
+DATA_RAIL = "data0"
 # bench/bench_fleet.py goes to 500; `nictune lab up --hosts` keeps its own
 # lower limit (labmod.FLEET_MAX_HOSTS).
 MAX_HOSTS = 500
@@ -90,6 +94,7 @@ class FleetHost:
     address: str
     port: int
     kind: str  # "sshd" | "silent" | "unreachable"
+    data_address: str = ""  # on data0, with up(..., data_rails=True)
 
 
 @dataclass
@@ -212,16 +217,16 @@ def subnet_prefix(hosts: int) -> int:
     return min(24, 32 - (size.bit_length() - 1))
 
 
-def _claim_subnet(bridge: str, prefixlen: int = 24) -> ipaddress.IPv4Network:
+def _claim_subnet(bridge: str, prefixlen: int = 24, pool=POOL) -> ipaddress.IPv4Network:
     """Give the bridge .1 of a subnet of 198.19.0.0/16 that nothing else in the
     root namespace uses (a test fleet and the lab fleet may be up together).
     Random, and checked again once taken, so that two fleets built at the
     same moment cannot end up on one subnet."""
     for _ in range(5):
         used = _networks_in_use(bridge)
-        free = [net for net in POOL.subnets(new_prefix=prefixlen) if not any(net.overlaps(u) for u in used)]
+        free = [net for net in pool.subnets(new_prefix=prefixlen) if not any(net.overlaps(u) for u in used)]
         if not free:
-            raise FleetError(f"no free /{prefixlen} left in 198.19.0.0/16 for a fleet bridge")
+            raise FleetError(f"no free /{prefixlen} left in {pool} for a fleet bridge")
         subnet = random.choice(free)
         _must(["ip", "addr", "add", f"{subnet.network_address + 1}/{subnet.prefixlen}", "dev", bridge])
         if not any(subnet.overlaps(u) for u in _networks_in_use(bridge)):
@@ -251,8 +256,10 @@ def _plan_hosts(prefix: str, n: int, silent: int, unreachable: int) -> List[Flee
     return hosts
 
 
-def _check_free(prefix: str, hosts: List[FleetHost]) -> None:
+def _check_free(prefix: str, hosts: List[FleetHost], data_rails: bool = False) -> None:
     names = [f"{prefix}br"] + [h.name for h in hosts]
+    if data_rails:
+        names += [f"{prefix}rb"] + [_data_link(prefix, h) for h in hosts]
     links = {link["ifname"] for link in json.loads(_must(["ip", "-j", "link", "show"]) or "[]")}
     taken = [name for name in names if name in links or os.path.exists(f"/run/netns/{name}")]
     if taken:
@@ -262,9 +269,11 @@ def _check_free(prefix: str, hosts: List[FleetHost]) -> None:
 
 # -- bring-up ------------------------------------------------------------------
 
-def up(n: int, dir: str, prefix: str = "ntf", silent: int = 0, unreachable: int = 0) -> Fleet:
+def up(n: int, dir: str, prefix: str = "ntf", silent: int = 0, unreachable: int = 0,
+       data_rails: bool = False) -> Fleet:
     """Build a fleet of n sshd hosts (+ silent and unreachable ones) and write
-    its inventory, known_hosts, ssh_config and record.json into dir."""
+    its inventory, known_hosts, ssh_config and record.json into dir;
+    data_rails: also a data0 rail per host, all on one bridge."""
     if not PREFIX_RE.match(prefix):
         raise FleetError(f"fleet prefix {prefix!r}: want 'nt' then up to 9 lower-case letters or digits")
     if n < 1 or silent < 0 or unreachable < 0 or n + silent + unreachable > MAX_HOSTS:
@@ -280,7 +289,7 @@ def up(n: int, dir: str, prefix: str = "ntf", silent: int = 0, unreachable: int 
                          f"remove it with fleetlab.down('{dir}/record.json') or pick another directory")
     python = _target_python()
     hosts = _plan_hosts(prefix, n, silent, unreachable)
-    _check_free(prefix, hosts)
+    _check_free(prefix, hosts, data_rails)
 
     created_dir = not os.path.isdir(dir)
     os.makedirs(dir, mode=0o755, exist_ok=True)
@@ -293,6 +302,8 @@ def up(n: int, dir: str, prefix: str = "ntf", silent: int = 0, unreachable: int 
     })
     try:
         _build_network(record, prefix, hosts)
+        if data_rails:
+            _build_data_rails(record, prefix, hosts)
         fleet = _write_files(record, prefix, dir, hosts, python)
         _start_servers(record, dir, hosts)
         _wait_ready(dir, hosts, record)
@@ -330,6 +341,32 @@ def _build_network(record: _Record, prefix: str, hosts: List[FleetHost]) -> None
                    "link set mgmt0 up", "link set rail0 up", "link set rail1 up"], h.netns)
 
     _parallel(inside, in_ns)
+
+
+def _data_link(prefix: str, host: FleetHost) -> str:
+    return f"{prefix}d{host.name[len(prefix) + 1:]}"  # PREFIXh001 -> PREFIXd001
+
+
+def _build_data_rails(record: _Record, prefix: str, hosts: List[FleetHost]) -> None:
+    """data0 in each host namespace, its peer on the bridge PREFIXrb: a
+    rail between hosts (the rails rail0/rail1 are each host's own)."""
+    bridge = f"{prefix}rb"
+    in_ns = [h for h in hosts if h.netns]
+    record.data["data_bridge"] = bridge
+    record.add("links", [bridge] + [_data_link(prefix, h) for h in in_ns])
+    lines = [f"link add {bridge} type bridge forward_delay 0"]
+    for h in in_ns:
+        lines.append(f"link add {_data_link(prefix, h)} type veth peer name {DATA_RAIL} netns {h.netns}")
+        lines.append(f"link set {_data_link(prefix, h)} master {bridge} up")
+    lines.append(f"link set {bridge} up")
+    _ip_batch(lines)
+    subnet = _claim_subnet(bridge, subnet_prefix(len(hosts)), DATA_POOL)
+    for i, h in enumerate(hosts, start=1):
+        h.data_address = str(subnet.network_address + i + 1) if h.netns else ""
+    record.data.update(data_subnet=str(subnet), hosts=[asdict(h) for h in hosts])
+    record.save()
+    _parallel(lambda h: _ip_batch([f"addr add {h.data_address}/{subnet.prefixlen} dev {DATA_RAIL}",
+                                   f"link set {DATA_RAIL} up"], h.netns), in_ns)
 
 
 def neigh_limits_for(hosts: int) -> Optional[List[int]]:
@@ -644,7 +681,9 @@ def down(record_path: str) -> List[str]:
     deadline = time.monotonic() + 5
     while True:
         present = _root_links()
-        if not present & set(links[1:]) or time.monotonic() >= deadline:
+        # Bridges stay until deleted by name; the veths go with their namespaces.
+        bridges = {record.get("bridge"), record.get("data_bridge")}
+        if not present & (set(links) - bridges) or time.monotonic() >= deadline:
             break
         time.sleep(0.02)
     _ip_batch_forgiving([f"link del {name}" for name in links if name in present])
@@ -734,11 +773,12 @@ def lab_record() -> Optional[str]:
                          f"`ip netns list` for {LAB_PREFIX}h* hosts")
 
 
-def lab_up(n: int, dir: str = LAB_DIR, silent: int = 0, unreachable: int = 0) -> Fleet:
+def lab_up(n: int, dir: str = LAB_DIR, silent: int = 0, unreachable: int = 0,
+           data_rails: bool = False) -> Fleet:
     record = lab_record()
     if record is not None and os.path.exists(record):
         raise FleetError(f"a lab fleet is already up (record {record}): run `nictune lab down` first")
-    fleet = up(n, dir, prefix=LAB_PREFIX, silent=silent, unreachable=unreachable)
+    fleet = up(n, dir, prefix=LAB_PREFIX, silent=silent, unreachable=unreachable, data_rails=data_rails)
     try:
         _write(LAB_POINTER, json.dumps({"record": fleet.record}) + "\n")
     except BaseException:

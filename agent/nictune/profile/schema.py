@@ -84,6 +84,8 @@ def describe(node: dict) -> str:
         if lo is None or hi is None or lo <= S64_MIN or hi >= U64_MAX:
             return "an integer"
         return f"an integer from {lo} to {hi}"
+    if kind == "number" and "minimum" in node and "maximum" in node:
+        return f"a number from {node['minimum']:g} to {node['maximum']:g}"
     if kind == "boolean":
         return "true or false"
     if kind == "string":
