@@ -28,3 +28,20 @@ def profile_file(tmp_path, text: str, name: str) -> str:
 
 def mtu(host, ifname="rail0") -> int:
     return json.loads(run_in(host, ["ip", "-j", "link", "show", ifname]).stdout)[0]["mtu"]
+
+
+def audit(fleet, profile: str, *extra: str) -> dict:
+    """`nictune audit` of the whole fleet: host reports by name."""
+    code, report = nictune("audit", profile, "-i", fleet.inventory, "--limit", "fleet", *extra)
+    assert code in (0, 1, 2), [(h["host"], h.get("via"), h["error"]) for h in report["hosts"]]
+    return {h["host"]: h for h in report["hosts"]}
+
+
+def comparable(host_report: dict) -> dict:
+    """A host report without what differs between the paths that answer it."""
+    return {k: v for k, v in host_report.items() if k not in ("seconds", "via", "transport")}
+
+
+def drift_of(host_report: dict) -> set:
+    return {(c["key"]["target"], c["key"]["name"]) for c in host_report["changes"]
+            if c["status"] == "drift"}

@@ -13,7 +13,7 @@ import json
 import os
 
 import pytest
-from fleet_helpers import nictune, profile_file
+from fleet_helpers import audit, comparable, drift_of, nictune, profile_file
 
 from nictune.lab.fleet import run_in
 
@@ -36,21 +36,6 @@ interfaces:
     sysctl:
       ipv4.arp_ignore: 1
 """
-
-
-def audit(fleet, profile, *extra) -> dict:
-    code, report = nictune("audit", profile, "-i", fleet.inventory, "--limit", "fleet", *extra)
-    assert code in (0, 1, 2), [(h["host"], h.get("via"), h["error"]) for h in report["hosts"]]
-    return {h["host"]: h for h in report["hosts"]}
-
-
-def comparable(host_report: dict) -> dict:
-    return {k: v for k, v in host_report.items() if k not in ("seconds", "via", "transport")}
-
-
-def drift_of(host_report) -> set:
-    return {(c["key"]["target"], c["key"]["name"]) for c in host_report["changes"]
-            if c["status"] == "drift"}
 
 
 def test_audits_through_the_probe_equal_the_agents(make_fleet, tmp_path):

@@ -20,7 +20,8 @@ import time
 import zipfile
 
 import pytest
-from fleet_helpers import nictune, profile_file
+from fleet_helpers import audit as fleet_audit
+from fleet_helpers import comparable, drift_of, nictune, profile_file
 
 from nictune.control import agentzip
 from nictune.lab.fleet import run_in
@@ -88,18 +89,7 @@ def stop(procs) -> None:
 def audit(fleet, profile) -> dict:
     # --no-probe: the paths compared here are the resident agent's and the
     # zipapp's (tests/fleet/test_probe_fleet.py compares the probe's).
-    code, report = nictune("audit", profile, "-i", fleet.inventory, "--limit", "fleet", "--no-probe")
-    assert code in (0, 2), report
-    return {h["host"]: h for h in report["hosts"]}
-
-
-def without_timing(host_report: dict) -> dict:
-    return {k: v for k, v in host_report.items() if k not in ("seconds", "via")}
-
-
-def drift_of(host_report) -> set:
-    return {(c["key"]["target"], c["key"]["name"]) for c in host_report["changes"]
-            if c["status"] == "drift"}
+    return fleet_audit(fleet, profile, "--no-probe")
 
 
 def test_audit_through_the_resident_agent_equals_the_zipapp_path(make_fleet, tmp_path):
@@ -134,7 +124,7 @@ def test_audit_through_the_resident_agent_equals_the_zipapp_path(make_fleet, tmp
         slow = audit(fleet, profile)
         assert all(h["via"] == "zipapp" for h in slow.values())
         for name in slow:
-            s, f = without_timing(slow[name]), without_timing(again[name])
+            s, f = comparable(slow[name]), comparable(again[name])
             assert s == f, (name, {k: (s.get(k), f.get(k)) for k in set(s) | set(f)
                                    if s.get(k) != f.get(k)})
 
@@ -142,7 +132,7 @@ def test_audit_through_the_resident_agent_equals_the_zipapp_path(make_fleet, tmp
         procs = [start_agent(fleet, a, other_archive())]
         other = audit(fleet, profile)
         assert other[a.name]["via"] == "zipapp"
-        assert without_timing(other[a.name]) == without_timing(slow[a.name])
+        assert comparable(other[a.name]) == comparable(slow[a.name])
         assert procs[0].poll() is None  # refused, still running
     finally:
         stop(procs)
