@@ -120,7 +120,7 @@ def cut_after(text: str, marker: str) -> str:
     (NEW.replace("# Avg bus bandwidth    : 70.742", "# Avg bus bandwidth    : 1e999"), "out of range"),
     (NEW.replace("135.8    0.00    0.00", "135.8    0.00    fast"), "'fast' is not a number"),
     (NEW.replace("135.8    0.00    0.00      0    123.5", "135.8"), "has 9 columns, the header 13"),
-    (NEW.replace("   0    123.5", "  -4    123.5"), "'-4' is not a count"),
+    (NEW.replace("   0    123.5", "  -4    123.5"), "'-4' is not a number"),
     (NEW + NEW, "2 nccl-tests result tables"),
     (NEW.replace("busbw #wrong     time", "busbw #wrong  elapsed"), "one time column per half"),
     (NEW.replace("redop    root", "redop   owner"), "unknown key columns"),
@@ -147,3 +147,37 @@ def test_control_characters_in_messages_are_escaped_and_sizes_bounded():
     with pytest.raises(NcclTestsError, match="more than 4096 result rows"):
         parse_all_reduce(many)
     assert parse_all_reduce(NEW.encode()).avg_busbw == 70.742
+
+
+def test_the_per_iteration_layout_and_g_formatted_wrong_counts():
+    """Not a recording (no published run with -I 1 was found): the header and
+    a row built with the printf formats of NVIDIA/nccl-tests src/util.cu
+    (writeResultHeader with per_iter_timing, writeBenchmarkLinePreamble,
+    writeBenchmarkLineBody and its per-iteration columns); #wrong is %g
+    there, so a million wrong elements read 1e+06."""
+    names = ("size", "count", "type", "redop", "root",
+             "time", "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99", "i_cv%",
+             "time", "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99", "i_cv%")
+    header = ("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s  %7s  %6s  %6s"
+              "  %6s  %7s  %7s  %7s  %7s %*s\n") % (*names, 0, "")
+    row = "%12li  %12li  %8s  %6s  %6s" % (1048576, 262144, "float", "sum", "%6i" % -1)
+    row += "  %7s  %6s  %6s  %6g" % ("  27.76", " 37.78", " 66.11", 1e6)
+    row += "  %7s  %7s  %7s  %7s" % ("  26.10", "  30.02", "  29.97", "   3.10")
+    row += "  %7s  %6s  %6s  %6g" % ("  27.49", " 38.15", " 66.76", 0)
+    row += "  %7s  %7s  %7s  %7s\n" % ("  26.00", "  29.80", "  29.70", "   2.90")
+    text = header + row + "# Avg bus bandwidth    : 66.435 \n"
+    result = parse_all_reduce(text)
+    (only,) = result.rows
+    assert only.out_of_place == Half(27.76, 37.78, 66.11, wrong=1000000)
+    assert only.in_place == Half(27.49, 38.15, 66.76, wrong=0)
+    assert result.wrong == 1000000 and result.avg_busbw == 66.435
+    with pytest.raises(NcclTestsError, match="#wrong 1.5 is not a count"):
+        parse_all_reduce(text.replace("1e+06", "  1.5"))
+
+
+def test_mpirun_of_a_build_without_mpi_prints_one_table_per_process():
+    """nccl-tests issue #107: two processes, two headers, each its own job."""
+    twice = NEW.replace("# Out of bounds", NEW[NEW.index("#     "):NEW.index("           8  ")]
+                        + "# Out of bounds")
+    with pytest.raises(NcclTestsError, match="built without MPI=1 under mpirun"):
+        parse_all_reduce(twice)

@@ -170,8 +170,8 @@ def test_both_sides_report_in_duration_mode_and_the_server_header_is_read_too():
 
 
 def test_mib_reports_of_old_and_new_perftest_are_converted_to_gbits():
-    """Without --report_gbits: MiB/s (4.5-0.18 and later) and "MB/sec" (the
-    same unit before), format_factor 0x100000 in print_report_bw."""
+    """Without --report_gbits: MiB/s (perftest 24.07 and later) and "MB/sec"
+    (the same unit before), format_factor 0x100000 in print_report_bw."""
     text = fixture("ib_write_bw-rxe-client.txt")
     gbits = perftest.parse_bw(text)
     row = fixture_numbers("ib_write_bw-rxe-client.txt", "#bytes")

@@ -162,7 +162,11 @@ def _header(lines: List[str]) -> tuple:
         raise NcclTestsError("no nccl-tests result table (no '#  size  count ...' header line) "
                              f"in the output; its last line: {_quote(_last(lines))}")
     if len(found) > 1:
-        raise NcclTestsError(f"{len(found)} nccl-tests result tables in one output")
+        # As when mpirun starts an nccl-tests built without MPI=1: every
+        # process is a job of its own and prints its own table.
+        raise NcclTestsError(f"{len(found)} nccl-tests result tables in one output (one run "
+                             "prints one; nccl-tests built without MPI=1 under mpirun prints "
+                             "one per process, each process alone)")
     return found[0]
 
 
@@ -206,7 +210,11 @@ def _half(columns: List[str], words: List[str], line: str) -> Half:
     values = dict(zip(columns, words))
     wrong = error = None
     if "#wrong" in values and values["#wrong"] != "N/A":
-        wrong = _count(values["#wrong"], line)
+        # Printed with %g (util.cu writeBenchmarkLineBody): 1.23457e+06 past a million.
+        wrong = _number(values["#wrong"], line)
+        if not wrong.is_integer():
+            raise NcclTestsError(f"{_quote(line)}: #wrong {printable(values['#wrong'])} is not a count")
+        wrong = int(wrong)
     if "error" in values and values["error"] != "N/A":
         error = _number(values["error"].rstrip("*"), line)  # '*': beyond nccl-tests' threshold
     return Half(_number(values[columns[0]], line), _number(values["algbw"], line),

@@ -34,9 +34,10 @@ in perftest_parameters.c; RESULT_FMT_LAT / REPORT_FMT_LAT, print_report_lat):
 recorded with Debian's perftest 4.5-0.17): a gate compares the average.
 
 Without --report_gbits the bandwidth columns are MiB/s (perftest before
-4.5-0.18 wrote "MB/sec" for the same unit: format_factor 0x100000 in
-print_report_bw either way); they are converted, as a Gb/s report is
-(format_factor 125000000 bytes).  The header's " GID index : N" line says
+24.07 wrote "MB/sec" for the same unit, until commit 1d202bb "Display proper
+unit for MiB/sec results": format_factor 0x100000 in print_report_bw either
+way); they are converted, as a Gb/s report is (format_factor 125000000
+bytes).  The header's " GID index : N" line says
 which GID the tool used (ctx_print_test_info); parse() returns it so the
 caller can check it against the one it asked for.
 
