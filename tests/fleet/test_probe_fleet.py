@@ -15,6 +15,7 @@ import os
 import pytest
 from fleet_helpers import audit, comparable, drift_of, nictune, profile_file
 
+from nictune.control import probe
 from nictune.lab.fleet import run_in
 
 pytestmark = pytest.mark.netns
@@ -38,7 +39,7 @@ interfaces:
 """
 
 
-def test_audits_through_the_probe_equal_the_agents(make_fleet, tmp_path):
+def test_audits_through_the_probe_equal_the_agents(make_fleet, tmp_path, monkeypatch):
     fleet = make_fleet(3)
     a, b, c = fleet.of_kind("sshd")
     profile = profile_file(tmp_path, PROFILE, "probe.yaml")
@@ -86,3 +87,10 @@ def test_audits_through_the_probe_equal_the_agents(make_fleet, tmp_path):
     again = audit(fleet, profile)
     assert again[c.name]["via"] == "probe"
     assert comparable(again[c.name]) == comparable(grown[c.name])
+
+    # A replay that goes wrong on the controller is never the answer given:
+    # the host's agent answers instead.
+    monkeypatch.setattr(probe, "verify", lambda *args: {"error": {"kind": "system", "message": "broken"}})
+    broken = audit(fleet, profile)
+    assert {h["via"] for h in broken.values()} == {"zipapp"}
+    assert comparable(broken[c.name]) == comparable(again[c.name])
