@@ -9,6 +9,9 @@ the health counters around it, and the figures against a baseline.
       iperf3: {seconds: 5, min_gbps: 150, max_retransmits: 1000,
                udp: {gbps: 10, max_loss: "0.1%"}}
       ib_write_bw: {seconds: 5, min_gbps: 350}   # where RDMA devices exist
+      nccl_tests: {launcher: [mpirun, -np, "{np}", -H, "{hosts}"],
+                   binary: /opt/nccl-tests/build/all_reduce_perf,
+                   gpus: 8, min_busbw: 150}             # where the hosts have GPUs
       counters: {max: {rx_discards_phy: 0, tx_pause_storm_error_events: 0}}
       baseline: gate-baseline.json # written by `nictune gate record`
       max_regression: "10%"
@@ -42,8 +45,29 @@ RoCE v2 IPv4 GID); the traffic class is the gate's tclass:, else the
 play's profile's (perftest.traffic_class of the play's merged profile,
 inventory layers aside); the client connects to the server's rail
 address.  The figure is the report's BW average (Gb/s); a report whose
-header names another GID index than asked fails.  ib_send_lat and
-nccl-tests are refused as "not yet" (NOT_YET).
+header names another GID index than asked fails.  ib_send_lat is refused
+as "not yet" (NOT_YET).
+
+nccl-tests' all_reduce_perf (argv and table parsing in control/nccltests.py)
+runs once per batch, not per pair, and only on the batch's own hosts
+(never peers: a batch of one needs none): the site's `launcher:` argv with
+its placeholders filled ({hosts}: the batch's inventory names, as Slurm
+and hooks name nodes; {addresses}: their ansible_host addresses, for a
+launcher that wants what the controller dials; {np}: hosts x gpus;
+{gpus}; {{ }} for braces), then all_reduce_perf's argv with -g 1 (one rank
+per GPU, as the nccl-tests README's mpirun example), run on the batch's
+first host over the same kind of session, under `timeout` (nccl_tests'
+timeout:, else the gate's, else 300 s), stdout capped (traffic.MAX_OUTPUT).
+Without a launcher each host of the batch runs it alone with -g gpus, a
+row per host.  The row: client the hosts comma-joined in rank order (the
+first launched it), no server, rail "*", tool "nccl-tests"; figures
+avg_busbw_gbytes (the "# Avg bus bandwidth" line, GB/s),
+largest_busbw_gbytes (out-of-place busbw of the largest size) and
+largest_bytes; its baseline entry is keyed by the batch's hosts, so a
+baseline is recorded with the play's serial: as it rolls out.  It fails on a non-zero exit or a timeout (with the last
+lines of the output, control characters escaped), on output that is not
+one result table, on any #wrong or out-of-bounds value, and on an average
+below min_busbw.
 
 Counters (`counters: max:`) are read on both ends of every pair before
 the first run and after the last, from the sources health.counters()
@@ -55,9 +79,10 @@ that order of precedence.  One fixed, read-only shell script over SSH
 write.  A limited counter the host lacks fails the gate: a limit that
 cannot be checked is not a pass.
 
-Baselines (`baseline:` + `max_regression:`): throughput figures (gbps)
-that fell more than max_regression below the recorded ones fail, saying
-baseline and now.  A figure with no baseline entry fails too (record one
+Baselines (`baseline:` + `max_regression:`): throughput figures (gbps,
+and nccl-tests' avg_busbw_gbytes: REGRESSION_FIGURES) that fell more
+than max_regression below the recorded ones fail, saying baseline and
+now.  A figure with no baseline entry fails too (record one
 with `nictune gate record`): a gate told to compare must not pass
 without comparing.  Loss and retransmits have absolute limits only.
 
@@ -79,6 +104,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from nictune.host.errors import NictuneError
+from nictune.host.text import printable
 from nictune.profile.check import check, locate
 from nictune.profile.errors import ProfileError, dotted
 from nictune.profile.schema import register_words
@@ -98,7 +124,7 @@ register_words({
 
 MAX_SECONDS = 3600
 DEFAULT_PORT = 5201
-NOT_YET = ("ib_send_lat", "nccl_tests")
+NOT_YET = ("ib_send_lat",)
 DEFAULT_PERFTEST_PORT = 18515  # perftest_parameters.h DEF_PORT
 
 _IPERF3_SCHEMA = {
@@ -143,6 +169,47 @@ _IB_WRITE_BW_SCHEMA = {
     "additionalProperties": False,
 }
 
+LAUNCHER_ARG = r"^[^\x00-\x1f\x7f]{1,4096}$"
+NCCL_PLACEHOLDERS = ("hosts", "addresses", "np", "gpus")
+_TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")  # as control/hooks.py's
+
+_NCCL_TESTS_SCHEMA = {
+    "type": "object",
+    "description": "nccl-tests all_reduce_perf once per batch, across its hosts through the site's launcher "
+                   "(where the hosts have GPUs and nccl-tests), with a bus bandwidth floor.",
+    "properties": {
+        "launcher": {"type": "array", "maxItems": 256,
+                     "items": {"type": "string", "pattern": LAUNCHER_ARG, "maxLength": 4096},
+                     "description": "The site's MPI/Slurm launcher, an argv list put before all_reduce_perf's, "
+                                    "run on the batch's first host. Placeholders: {hosts} (the batch's inventory "
+                                    "names, comma-joined), {addresses} (their ansible_host addresses), {np} "
+                                    "(hosts x gpus ranks), {gpus}; {{ and }} for literal braces. Empty or absent: "
+                                    "all_reduce_perf alone on each host of the batch, with -g gpus."},
+        "binary": {"type": "string", "minLength": 1, "maxLength": 4096,
+                   "description": "all_reduce_perf on the hosts: an absolute path ending in /all_reduce_perf, "
+                                  "or all_reduce_perf (found on PATH). Default all_reduce_perf."},
+        "gpus": {"type": "integer", "minimum": 1, "maximum": 64,
+                 "description": "GPUs per host. With a launcher one rank per GPU (-g 1); without, -g gpus. "
+                                "Default 8."},
+        "min_bytes": {"type": "integer", "minimum": 1, "maximum": 1 << 40,
+                      "description": "Smallest message size in bytes (-b). Default 1 GiB."},
+        "max_bytes": {"type": "integer", "minimum": 1, "maximum": 1 << 40,
+                      "description": "Largest message size in bytes (-e). Default 1 GiB."},
+        "step_factor": {"type": "integer", "minimum": 2, "maximum": 1024,
+                        "description": "Size multiplier from one row to the next (-f). Default 2."},
+        "iterations": {"type": "integer", "minimum": 1, "maximum": 100000,
+                       "description": "Timed iterations per size (-n). Default 20."},
+        "warmup": {"type": "integer", "minimum": 0, "maximum": 100000,
+                   "description": "Warm-up iterations per size (-w). Default 5."},
+        "min_busbw": {"type": "number", "minimum": 0, "maximum": 100000,
+                      "description": "The least average bus bandwidth, GB/s (\"# Avg bus bandwidth\")."},
+        "timeout": {"type": "number", "minimum": 1, "maximum": MAX_SECONDS,
+                    "description": "Seconds the run may take, launcher included; then it is killed. "
+                                   "Default: the gate's timeout:, else 300."},
+    },
+    "additionalProperties": False,
+}
+
 GATE_SCHEMA: Dict[str, Any] = {
     "type": "object",
     "title": "gate",
@@ -161,6 +228,7 @@ GATE_SCHEMA: Dict[str, Any] = {
                  "description": "TCP/UDP port of the iperf3 servers. Default 5201."},
         "iperf3": _IPERF3_SCHEMA,
         "ib_write_bw": _IB_WRITE_BW_SCHEMA,
+        "nccl_tests": _NCCL_TESTS_SCHEMA,
         "counters": {"type": "object", "additionalProperties": False,
                      "description": "Health counters read on both ends before and after the traffic.",
                      "properties": {"max": {
@@ -202,6 +270,62 @@ class IbWriteBwSpec:
 
 
 @dataclass
+class NcclTestsSpec:
+    launcher: List[str] = field(default_factory=list)
+    binary: str = "all_reduce_perf"
+    gpus: int = 8
+    min_bytes: int = 1 << 30
+    max_bytes: int = 1 << 30
+    step_factor: int = 2
+    iterations: int = 20
+    warmup: int = 5
+    min_busbw: Optional[float] = None
+    timeout: float = 300.0
+
+    def test(self, hosts: int):
+        """The nccltests.AllReducePerf of a run over `hosts` hosts: one rank
+        per GPU under a launcher (as mpirun -np hosts*gpus ... -g 1, the
+        nccl-tests README's multi-node example), else one process with
+        every GPU of its host."""
+        from nictune.control import nccltests
+
+        return nccltests.AllReducePerf(
+            min_bytes=self.min_bytes, max_bytes=self.max_bytes, step_factor=self.step_factor,
+            gpus=1 if self.launcher else self.gpus, iterations=self.iterations, warmup=self.warmup,
+            check=True, binary=self.binary)
+
+    def argv(self, names: Sequence[str], addresses: Sequence[str]) -> List[str]:
+        """The launcher, its placeholders filled for these hosts, and
+        all_reduce_perf's argv after it."""
+        from nictune.control import nccltests
+
+        values = {"hosts": ",".join(names), "addresses": ",".join(addresses),
+                  "np": str(len(names) * self.gpus), "gpus": str(self.gpus)}
+        fill = [_TOKEN.sub(lambda m: {"{{": "{", "}}": "}"}.get(m.group()) or values[m.group(1)], arg)
+                for arg in self.launcher]
+        return fill + nccltests.argv(self.test(len(names)))
+
+
+def _launcher_problem(args: Sequence[str]) -> Optional[Tuple[int, str]]:
+    """(index, why) of the first launcher argument with a brace that is not
+    a placeholder, else None."""
+    if args and args[0].startswith("-"):
+        return 0, f"{printable(repr(args[0]))[:80]} is an option, not a program: the launcher starts with one"
+    for i, arg in enumerate(args):
+        for m in _TOKEN.finditer(arg):
+            if m.group() in ("{{", "}}"):
+                continue
+            if m.group(1) is None:
+                return i, (f"{printable(repr(arg))[:80]} has a lone {m.group()!r}; write {m.group() * 2} "
+                           "for a literal brace")
+            if m.group(1) not in NCCL_PLACEHOLDERS:
+                return i, (f"{printable(repr(arg))[:80]} has the unknown placeholder "
+                           f"{{{printable(m.group(1))[:40]}}}; the placeholders are {{hosts}}, {{addresses}}, "
+                           "{np} and {gpus} (write {{ and }} for literal braces)")
+    return None
+
+
+@dataclass
 class GateSpec:
     rails: List[str]
     source: str                                  # "file:line" of gate:
@@ -210,6 +334,7 @@ class GateSpec:
     port: int = DEFAULT_PORT
     iperf3: Optional[Iperf3Spec] = None
     ib_write_bw: Optional[IbWriteBwSpec] = None
+    nccl_tests: Optional[NcclTestsSpec] = None
     counters: Dict[str, int] = field(default_factory=dict)
     baseline: Optional[str] = None               # resolved path
     max_regression: Optional[float] = None       # percent
@@ -239,9 +364,9 @@ def load_gate(parsed: Parsed, at: Path = (), base_dir: str = ".") -> GateSpec:
         if name in node:
             raise refuse((name,), f"{name} gates are not supported by this nictune yet (issue 15); "
                                   "use iperf3: for now")
-    if "iperf3" not in node and "ib_write_bw" not in node:
-        raise refuse((), "a gate needs traffic to measure: add iperf3: or ib_write_bw: (counters and "
-                         "baselines are read around it)")
+    if "iperf3" not in node and "ib_write_bw" not in node and "nccl_tests" not in node:
+        raise refuse((), "a gate needs traffic to measure: add iperf3:, ib_write_bw: or nccl_tests: (counters "
+                         "and baselines are read around it)")
     iperf3 = None
     if "iperf3" in node:
         raw = node["iperf3"]
@@ -255,6 +380,7 @@ def load_gate(parsed: Parsed, at: Path = (), base_dir: str = ".") -> GateSpec:
         ib = IbWriteBwSpec(seconds=raw.get("seconds", 5), size=raw.get("size", 65536),
                            min_gbps=raw.get("min_gbps"), tclass=raw.get("tclass"),
                            port=raw.get("port", DEFAULT_PERFTEST_PORT))
+    nccl = _load_nccl_tests(node, refuse) if "nccl_tests" in node else None
     for name, tool in (("iperf3", iperf3), ("ib_write_bw", ib)):
         if tool is not None and "timeout" in node and node["timeout"] <= tool.seconds:
             raise refuse(("timeout",), f"{node['timeout']:g} s leaves no time for a {tool.seconds} s "
@@ -269,8 +395,34 @@ def load_gate(parsed: Parsed, at: Path = (), base_dir: str = ".") -> GateSpec:
     return GateSpec(
         rails=list(node["rails"]), source=f"{file}:{line}", peers=node.get("peers"),
         timeout=node.get("timeout"), port=node.get("port", DEFAULT_PORT), iperf3=iperf3, ib_write_bw=ib,
-        counters=dict((node.get("counters") or {}).get("max") or {}), baseline=baseline,
+        nccl_tests=nccl, counters=dict((node.get("counters") or {}).get("max") or {}), baseline=baseline,
         max_regression=_percent(node["max_regression"]) if "max_regression" in node else None)
+
+
+def _load_nccl_tests(node: dict, refuse) -> NcclTestsSpec:
+    from nictune.control import nccltests
+    from nictune.host.errors import InvalidInput
+
+    raw = node["nccl_tests"]
+    bad = _launcher_problem(raw.get("launcher") or [])
+    if bad:
+        raise refuse(("nccl_tests", "launcher", bad[0]), bad[1])
+    spec = NcclTestsSpec(
+        launcher=list(raw.get("launcher") or []), binary=raw.get("binary", nccltests.BINARY),
+        **{k: raw[k] for k in ("gpus", "min_bytes", "max_bytes", "step_factor", "iterations", "warmup",
+                               "min_busbw") if k in raw},
+        timeout=raw.get("timeout", node.get("timeout", 300.0)))
+    if spec.min_bytes > spec.max_bytes:
+        raise refuse(("nccl_tests", "min_bytes"), f"{spec.min_bytes} is above max_bytes {spec.max_bytes}")
+    if spec.binary != nccltests.BINARY and not spec.binary.startswith("/"):
+        raise refuse(("nccl_tests", "binary"), f"{printable(repr(spec.binary))[:200]} is not an absolute path: "
+                                               f"give one ending in /{nccltests.BINARY}, or {nccltests.BINARY}")
+    try:
+        nccltests.argv(spec.test(1))
+    except InvalidInput as e:
+        raise refuse(("nccl_tests", "binary"), f"{e}: give an absolute path ending in "
+                                               f"/{nccltests.BINARY}, or {nccltests.BINARY}") from None
+    return spec
 
 
 def load_play_gates(path: str) -> List[Optional[GateSpec]]:
@@ -514,7 +666,7 @@ def rdma_endpoint(text: str, rail: str):
 
 BASELINE_FORMAT = 1
 # Figures compared with their baseline, all "higher is better".
-REGRESSION_FIGURES = ("gbps",)
+REGRESSION_FIGURES = ("gbps", "avg_busbw_gbytes")
 
 
 def _key(row: dict) -> Tuple[str, str, str, str]:
@@ -651,25 +803,30 @@ class Gate:
         for h in hosts:
             self._hosts.setdefault(_name(h), h)
         batch = [_name(h) for h in hosts]
-        pairs = pair_up(batch, [_name(p) for p in self.peers], self.kept)
-        if not pairs:
+        paired = self.spec.iperf3 is not None or self.spec.ib_write_bw is not None
+        pairs = pair_up(batch, [_name(p) for p in self.peers], self.kept) if paired else []
+        if paired and not pairs:
             return {"passed": False, "results": [], "message": (
                 f"batch {number}: the gate has nothing to measure {batch[0] if batch else 'it'} against: "
                 "name peers: in the play's gate (a batch of one with no host kept before it)")}
-        involved = list(dict.fromkeys(h for pair in pairs for h in pair))
+        # nccl-tests runs on the batch's own hosts, never on peers.
+        involved = list(dict.fromkeys([h for pair in pairs for h in pair]
+                                      + (batch if self.spec.nccl_tests else [])))
         sessions: Dict[str, Any] = {}
         rows: List[dict] = []
         try:
             self._open(involved, sessions, rows)
-            addresses = self._addresses(sessions, rows)
+            addresses = self._addresses(sessions, rows) if paired else {}
             if self.spec.ib_write_bw:
                 addresses.update(self._rdma(sessions))
             before = self._counters(sessions, rows) if self.spec.counters else {}
-            for rail in self.spec.rails:
+            for rail in self.spec.rails if paired else []:
                 for group in rounds(pairs):
                     for measured in _parallel(lambda p, rail=rail: self._measure(p, rail, sessions, addresses),
                                               group):
                         rows += measured
+            if self.spec.nccl_tests:
+                rows += self._nccl_tests(batch, sessions)
             if self.spec.counters:
                 rows += self._counter_rows(before, self._counters(sessions, rows))
         finally:
@@ -813,6 +970,50 @@ class Gate:
             _fail(r, f"{report.average_gbps:.3g} Gbit/s, less than min_gbps {ib.min_gbps:g}")
         return r
 
+    def _nccl_tests(self, batch: List[str], sessions) -> List[dict]:
+        """all_reduce_perf over the batch: once, launched on its first host,
+        with a launcher; else on each host by itself, at once."""
+        runs = [batch] if self.spec.nccl_tests.launcher else [[h] for h in batch]
+        return _parallel(lambda names: self._all_reduce(names, sessions), runs)
+
+    def _all_reduce(self, names: List[str], sessions) -> dict:
+        from nictune.control import nccltests
+
+        spec, first = self.spec.nccl_tests, names[0]
+        r = row(",".join(names), None, "*", "nccl-tests")
+        missing = [h for h in names if h not in sessions]
+        if missing:
+            _fail(r, f"not run: {', '.join(missing)} not reachable")
+            return r
+        addresses = [getattr(self._hosts.get(h), "address", None) or h for h in names]
+        argv = spec.argv(names, addresses)
+        try:
+            result = sessions[first].run(argv, spec.timeout)
+        except NictuneError as e:
+            _fail(r, str(e))
+            return r
+        if result.timed_out:
+            _fail(r, f"{argv[0]} on {first} did not finish within {spec.timeout:g} s and was killed"
+                     f"{_tail(result)}")
+            return r
+        if not result.ok:
+            _fail(r, f"{argv[0]} on {first} exited {result.exit_code}{_tail(result)}")
+            return r
+        try:
+            report = nccltests.parse_all_reduce(result.stdout)
+        except NictuneError as e:
+            _fail(r, f"{e}{_tail(result)}")
+            return r
+        largest = max(report.rows, key=lambda x: x.size)
+        r["figures"] = {"avg_busbw_gbytes": report.avg_busbw,
+                        "largest_busbw_gbytes": largest.out_of_place.busbw,
+                        "largest_bytes": largest.size}
+        for why in nccltests.problems(report):
+            _fail(r, why)
+        if spec.min_busbw is not None and report.avg_busbw < spec.min_busbw:
+            _fail(r, f"avg bus bandwidth {report.avg_busbw:g} GB/s, less than min_busbw {spec.min_busbw:g}")
+        return r
+
     def _iperf3(self, sessions, client: str, server: str, addresses, rail: str, udp: bool) -> Dict[str, float]:
         spec, limit = self.spec.iperf3, self.spec.run_timeout()
         saddr, caddr, port = addresses[(server, rail)], addresses[(client, rail)], str(self.spec.port)
@@ -886,6 +1087,14 @@ class Gate:
                 if rise > limit:
                     _fail(r, f"{counter} rose by {rise} during the traffic, more than its limit {limit}")
         return out
+
+
+def _tail(result, lines: int = 3) -> str:
+    """The last lines a failed command printed (stderr, else stdout),
+    control characters escaped, for a row's why."""
+    text = result.stderr.strip() or result.stdout.strip()
+    tail = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
+    return (": " + " | ".join(printable(line)[:300] for line in tail)) if tail else ": no output"
 
 
 def _name(host: Any) -> str:
