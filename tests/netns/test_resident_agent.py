@@ -144,6 +144,10 @@ def test_restore_puts_drift_back_within_the_interval(lab, agent):
     assert wait_for(lambda: mtu(lab) == 9000 and sysctl(lab, "net.ipv4.conf.ntv0.rp_filter") == "2"
                     and gro(lab) == "on" and sysctl(lab, "net.ipv4.tcp_ecn") == "1", 10), a.stop()
     assert time.monotonic() - started < 4 * INTERVAL + 2
+    # The values come back before the agent writes its status: wait for that too.
+    wanted = {"link:ntv0:mtu", "sysctl:ntv0:net.ipv4.conf.ntv0.rp_filter", "features:ntv0:rx-gro",
+              "sysctl:host:net.ipv4.tcp_ecn"}
+    wait_for(lambda: {k for k, v in a.status()["agent"]["keys"].items() if v["restores"]} >= wanted, 5)
     found = a.status()["agent"]
     drifted = {k: v for k, v in found["keys"].items() if v["drifts"]}
     assert set(drifted) == {"link:ntv0:mtu", "sysctl:ntv0:net.ipv4.conf.ntv0.rp_filter",

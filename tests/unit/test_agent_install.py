@@ -64,6 +64,9 @@ def test_the_unit_is_hardened_but_can_still_tune():
     assert d["ProtectSystem"] == ["strict"] and d["PrivateTmp"] == ["yes"]
     assert d["NoNewPrivileges"] == ["yes"] and d["Restart"] == ["on-failure"]
     assert d["ReadWritePaths"] == ["/var/lib/nictune -/etc"]
+    # /run is read-only under ProtectSystem=strict: the target locks' directory.
+    assert (d["RuntimeDirectory"], d["RuntimeDirectoryMode"], d["RuntimeDirectoryPreserve"]) == (
+        ["nictune"], ["0700"], ["yes"])
     # It would make /proc/sys and /sys read-only: no sysctl or sysfs write.
     for forbidding in ("ProtectKernelTunables", "PrivateDevices", "PrivateNetwork",
                        "ProtectControlGroups"):

@@ -18,6 +18,15 @@ the guest loads the module from there (the host's / is its root).  Without
 the headers or the source, the netdevsim tests skip and say why.  Exit
 status: the guest pytest's, or 124 when the VM timed out, 125 when it never
 reached the tests (the serial log's tail is printed then).
+
+A guest test may ask for another boot (tests that a state survives a
+reboot): every run shares a fresh host directory read-write, the "keep"
+disk, at GUEST_KEEP (NICTUNE_VM_KEEP); a guest that writes pytest arguments
+there, one per line, into NEXT_BOOT gets the VM booted again, with
+NICTUNE_VM_BOOT=2 (then 3...: at most MAX_BOOTS), running those; with
+"systemd" in NEXT_INIT too, that boot has the host's systemd as PID 1
+(init.sh), for tests of what systemctl does.  The keep directory is removed
+with the run.
 Standard library only.
 """
 
@@ -56,6 +65,11 @@ EXIT = re.compile(r"^nictune-vm: exit (\d+)\b", re.M)
 TIMED_OUT, NOT_REACHED = 124, 125
 PT_INTERP = 3
 LOG_TAIL = 60
+GUEST_KEEP = "/run/nictune-vm-keep"  # below a guest tmpfs: its mount point is made at boot
+NEXT_BOOT = "next-boot"
+NEXT_INIT = "next-init"
+INITS = ("systemd",)
+MAX_BOOTS = 3
 NETDEVSIM_TARBALL = "/usr/src/linux-source-6.12.tar.xz"
 NETDEVSIM_SOURCE = "drivers/net/netdevsim"
 
@@ -231,19 +245,22 @@ def precompile() -> None:
         raise VmError(f"compileall failed: {(proc.stdout + proc.stderr).strip()[-2000:]}")
 
 
-def guest_script(run_dir: str, pytest_args: List[str], netdevsim_env: dict) -> str:
+def guest_script(run_dir: str, pytest_args: List[str], netdevsim_env: dict,
+                 boot: int = 1) -> str:
     """The command the guest runs, as a file (the kernel command line is short).
     netdevsim_env: NICTUNE_VM_NETDEVSIM (the module) or
     NICTUNE_VM_NETDEVSIM_SKIP (why there is none)."""
     env = {"HOME": "/tmp", "LANG": "C.UTF-8", "NICTUNE_VM_GUEST": "1", **netdevsim_env,
+           "NICTUNE_VM_BOOT": str(boot), "NICTUNE_VM_KEEP": GUEST_KEEP,
            # Never write .pyc files into the tree the host shares.
            "PYTHONDONTWRITEBYTECODE": "1",
            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
     # The serial console is a terminal to the guest: colour only if ours is one.
     colour = "yes" if sys.stdout.isatty() else "no"
-    # -rs: a skipped netdevsim test says why in the summary.
+    # -rs: a skipped netdevsim test says why in the summary.  A later boot
+    # runs only what the guest asked for (node ids, in pytest_args).
     argv = [".venv/bin/python", "-m", "pytest", "-p", "no:cacheprovider", "-v", "-rs",
-            f"--color={colour}", "tests/vm/guest", *pytest_args]
+            f"--color={colour}", *(["tests/vm/guest"] if boot == 1 else []), *pytest_args]
     path = os.path.join(run_dir, "guest.sh")
     with open(path, "w") as f:
         f.write("#!/bin/sh\n")
@@ -253,9 +270,14 @@ def guest_script(run_dir: str, pytest_args: List[str], netdevsim_env: dict) -> s
     return path
 
 
-def qemu_argv(kernel: str, initrd: str, script: str, memory: str, cpus: int) -> List[str]:
+def qemu_argv(kernel: str, initrd: str, script: str, memory: str, cpus: int,
+              keep: Optional[str] = None, init: Optional[str] = None) -> List[str]:
+    """keep: the host directory shared read-write at GUEST_KEEP (None: none);
+    init: one of INITS as PID 1 instead of init.sh's own shell (None)."""
     append = " ".join(["console=ttyS0", "panic=-1", "quiet", "loglevel=4",
-                       f"nictune.project={PROJECT}", f"nictune.cmd={script}"])
+                       f"nictune.project={PROJECT}", f"nictune.cmd={script}"]
+                      + ([f"nictune.keep={GUEST_KEEP}"] if keep else [])
+                      + ([f"nictune.init={init}"] if init else []))
     share = "security_model=passthrough,multidevs=remap"
     return ["qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-m", memory,
             "-smp", str(cpus), "-nodefaults", "-display", "none", "-no-reboot",
@@ -264,7 +286,9 @@ def qemu_argv(kernel: str, initrd: str, script: str, memory: str, cpus: int) -> 
             "-fsdev", f"local,id=hostroot,path=/,readonly=on,{share}",
             "-device", "virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot",
             "-fsdev", f"local,id=project,path={PROJECT},{share}",
-            "-device", "virtio-9p-pci,fsdev=project,mount_tag=project"]
+            "-device", "virtio-9p-pci,fsdev=project,mount_tag=project"] + (
+            ["-fsdev", f"local,id=keep,path={keep},{share}",
+             "-device", "virtio-9p-pci,fsdev=keep,mount_tag=keep"] if keep else [])
 
 
 def _die_with_parent() -> None:
@@ -309,6 +333,44 @@ def boot(argv: List[str], log_path: str, timeout: float) -> tuple:
     return (int(found[-1]) if found else None), killed.is_set()
 
 
+def boots(kernel: str, initrd: str, opts, netdevsim_env: dict, cache: str, run_dir: str,
+          keep: str) -> tuple:
+    """Boot once, and again while the guest asks (NEXT_BOOT in keep) and
+    reported an exit status (another test's failure does not keep the later
+    boot's from running); (the first non-zero status or 0, timed out, the
+    last serial log)."""
+    args, number, first_failure, init = opts.pytest_args, 1, 0, None
+    while True:
+        script = guest_script(run_dir, args, netdevsim_env, number)
+        log_path = os.path.join(cache, "serial.log" if number == 1 else f"serial-{number}.log")
+        status, timed_out = boot(qemu_argv(kernel, initrd, script, opts.memory, opts.cpus, keep,
+                                           init), log_path, opts.timeout)
+        request = os.path.join(keep, NEXT_BOOT)
+        if not os.path.isfile(request) or status is None:
+            return first_failure or status, timed_out, log_path
+        first_failure = first_failure or status
+        with open(request) as f:
+            args = [line for line in f.read().splitlines() if line]
+        os.unlink(request)
+        init = None
+        if os.path.isfile(os.path.join(keep, NEXT_INIT)):
+            with open(os.path.join(keep, NEXT_INIT)) as f:
+                init = f.read().strip()
+            os.unlink(os.path.join(keep, NEXT_INIT))
+            if init not in INITS:
+                print(f"nictune-vm: error: the guest asked for init {init!r}: not one of "
+                      f"{', '.join(INITS)}", file=sys.stderr)
+                return first_failure or NOT_REACHED, False, log_path
+        number += 1
+        if number > MAX_BOOTS:
+            print(f"nictune-vm: error: the guest asked for boot {number}; at most {MAX_BOOTS}",
+                  file=sys.stderr)
+            return first_failure or NOT_REACHED, False, log_path
+        print(f"nictune-vm: boot {number} (asked by the guest"
+              + (f", {init} as PID 1" if init else "") + f"): pytest {shlex.join(args)}",
+              flush=True)
+
+
 def _check_paths(cache: str) -> None:
     if any(cache == d or cache.startswith(d + "/") for d in GUEST_TMPFS):
         raise VmError(f"the cache directory {cache} is below a directory the guest mounts tmpfs "
@@ -321,7 +383,8 @@ def _check_paths(cache: str) -> None:
 def main(args: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kernel", help="kernel release (default: the newest generic 6.12 in /boot)")
-    parser.add_argument("--timeout", type=float, default=600, help="seconds for the whole VM run")
+    parser.add_argument("--timeout", type=float, default=600,
+                        help="seconds for the whole VM run (for each boot, when there are more)")
     parser.add_argument("--memory", default="1G")
     parser.add_argument("--cpus", type=int, default=2)
     parser.add_argument("--cache-dir", default=os.path.expanduser("~/.cache/nictune-vm"))
@@ -352,11 +415,11 @@ def main(args: Optional[List[str]] = None) -> int:
         built_netdevsim = time.monotonic() - started
         os.makedirs(cache, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="run-", dir=cache) as run_dir:
-            script = guest_script(run_dir, opts.pytest_args, netdevsim_env)
-            log_path = os.path.join(cache, "serial.log")
+            keep = os.path.join(run_dir, "keep")
+            os.mkdir(keep, 0o700)
             started, before = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
-            status, timed_out = boot(qemu_argv(kernel, initrd, script, opts.memory, opts.cpus),
-                                     log_path, opts.timeout)
+            status, timed_out, log_path = boots(kernel, initrd, opts, netdevsim_env, cache,
+                                                 run_dir, keep)
             seconds = time.monotonic() - started
     except VmError as e:
         print(f"nictune-vm: error: {e}", file=sys.stderr)

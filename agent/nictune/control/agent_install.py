@@ -116,6 +116,14 @@ RestartSec=5s
 # image that builds it later).
 ProtectSystem=strict
 ReadWritePaths={state_dir} -/etc
+# /run is read-only under ProtectSystem=strict, and the agent locks each
+# target in /run/nictune (host/journal.py TARGET_LOCK_DIR) as every nictune
+# does: systemd makes it writable, root's alone, and keeps it when the
+# service stops (a CLI apply may hold a lock there).  The VM tier's boot
+# under systemd found the agent unable to apply anything without it.
+RuntimeDirectory=nictune
+RuntimeDirectoryMode=0700
+RuntimeDirectoryPreserve=yes
 PrivateTmp=yes
 NoNewPrivileges=yes
 # CAP_NET_ADMIN: every netlink write (rtnetlink, ethtool genetlink:

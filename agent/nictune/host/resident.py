@@ -11,6 +11,11 @@ systemd unit's ExecStart would (`python3 -m nictune.host.resident
   interface that appears with a new ifindex (deleted and made again, a
   driver reload) is re-tuned at once, whatever on_drift says, and any
   other change of a link is verified at once;
+- listens to the ethtool generic netlink family's "monitor" group
+  (netlink/ethmonitor.py): an ethtool setting changed by anyone (features,
+  rings, channels, coalesce, pause), most of which make no rtnetlink
+  event, is verified at once too.  A kernel without the group leaves
+  ethtool settings to the poll, and the status says so (ethtool_monitor);
 - verifies every --interval seconds what sends no notification (sysctls,
   sysfs, owned files, ethtool settings);
 - records each key's drift as it happens; on_drift (profile top level and
@@ -52,6 +57,8 @@ stable; fields are only ever added):
      "interval": float, "flap_limit": int, "flap_window": float,
      "desired": {"path": str | None, "apply": str | None, "stored": float} | None,
      "idle": str | None,            # why nothing is kept (no desired state ...)
+     "ethtool_monitor": str | None, # "subscribed", or why ethtool changes wait
+                                    # for the poll (None before the agent ran)
      "reapplies": int,              # applies this agent made that wrote something
      "last_reapply": {"time": float, "reason": str, "journal": str | None,
                       "written": int, "error": str | None} | None,
@@ -222,6 +229,7 @@ class AuditSocket:
         if uid != self.allowed_uid:
             self._send(conn, {"nictune_resident": 1, "refused": f"uid {uid} is not allowed",
                               "agent_id": None})
+            _drain(conn)
             return
         try:
             request = json.loads(read_request(conn))
@@ -241,6 +249,22 @@ class AuditSocket:
     def _send(conn: socket.socket, answer: dict) -> None:
         conn.settimeout(REQUEST_TIMEOUT)
         conn.sendall(json.dumps(answer).encode() + b"\n")
+
+
+def _drain(conn: socket.socket, limit: int = 1 << 16) -> None:
+    """Read (and drop) what a refused peer sends, briefly: closing while it
+    still writes would hand it EPIPE instead of the refusal it is sent."""
+    try:
+        conn.shutdown(socket.SHUT_WR)
+        conn.settimeout(1.0)
+        taken = 0
+        while taken < limit:
+            chunk = conn.recv(4096)
+            if not chunk:
+                break
+            taken += len(chunk)
+    except OSError:
+        pass
 
 
 class FlapLimiter:
@@ -375,7 +399,7 @@ class Resident:
             "updated": None, "stopped": None, "interval": interval, "flap_limit": flap_limit,
             "flap_window": flap_window, "desired": None, "idle": None, "reapplies": 0,
             "last_reapply": None, "last_verify": None, "last_verify_ok": None, "error": None,
-            "keys": {},
+            "ethtool_monitor": None, "keys": {},
         }
 
     # -- the desired state ------------------------------------------------------
@@ -519,6 +543,8 @@ class Resident:
             elif event == "del":
                 if self.ifindex.get(name) == index:
                     del self.ifindex[name]
+            elif event == "ethtool":  # a setting of `name` changed: no new link
+                check = True
             elif name:
                 if self.ifindex.get(name) != index:
                     appeared.add(name)
@@ -533,14 +559,15 @@ class Resident:
         with self.journal._state(create=True) as fd:
             _replace(fd, STATUS_FILE, json.dumps(self.status, sort_keys=True))
 
-    def cycle(self, monitor, due: bool) -> None:
-        """One turn: link events first (a re-created link is re-tuned before
-        anything else), then, when due or a link changed, a verify."""
+    def cycle(self, monitors, due: bool) -> None:
+        """One turn: the events of the monitors that are ready first (a
+        re-created link is re-tuned before anything else), then, when due or
+        a link or an ethtool setting changed, a verify."""
         self.status["error"] = None
         appeared, check = set(), False
-        if monitor is not None:
+        if monitors:
             time.sleep(SETTLE)
-            appeared, check = self.on_links(monitor.read())
+            appeared, check = self.on_links([e for mon in monitors for e in mon.read()])
         # Every turn: an apply or a rollback that replaced the desired state
         # is followed from the next event on, not fought until the next poll.
         if self.refresh_desired():
@@ -557,9 +584,26 @@ class Resident:
             self.verify()
             self._verified, self.verify_at = time.monotonic(), float("inf")
 
+    def ethtool_monitor(self):
+        """The ethtool monitor group's socket, or None (the status says why)."""
+        from nictune.host.netlink.ethmonitor import EthtoolMonitor, Unavailable
+
+        try:
+            mon = EthtoolMonitor()
+        except (Unavailable, OSError) as e:
+            self.status["ethtool_monitor"] = (
+                f"not available ({e}): ethtool settings changed by others are seen "
+                f"at the next poll, every {self.interval:g} s")
+            self.log(self.status["ethtool_monitor"])
+            return None
+        self.status["ethtool_monitor"] = "subscribed"
+        return mon
+
     def run(self, wake_fd: int) -> None:
         """Until a byte arrives on wake_fd (signal.set_wakeup_fd)."""
         monitor = LinkMonitor()  # before the first apply: no event is missed
+        ethmon = self.ethtool_monitor()
+        monitors = [monitor] + ([ethmon] if ethmon else [])
         server = None
         try:
             try:
@@ -579,25 +623,27 @@ class Resident:
             next_poll = time.monotonic() + self.interval
             while True:
                 timeout = max(0.0, min(next_poll, self.verify_at) - time.monotonic())
-                ready, _, _ = select.select([monitor, wake_fd] + ([server] if server else []),
+                ready, _, _ = select.select(monitors + [wake_fd] + ([server] if server else []),
                                             [], [], timeout)
                 if wake_fd in ready:
                     return
                 if server in ready:
                     server.serve()  # between cycles: never beside the agent's own work
-                    if monitor not in ready and time.monotonic() < min(next_poll, self.verify_at):
+                    if (not any(mon in ready for mon in monitors)
+                            and time.monotonic() < min(next_poll, self.verify_at)):
                         continue
                 due = time.monotonic() >= next_poll
                 if due:
                     next_poll = time.monotonic() + self.interval
                 try:
-                    self.cycle(monitor if monitor in ready else None, due)
+                    self.cycle([mon for mon in monitors if mon in ready], due)
                 except Exception as e:  # noqa: BLE001 - a resident agent outlives one bad cycle
                     self._failed(f"{type(e).__name__}: {e}")
                 self.host.forget(facts=True)
                 self.write_status()
         finally:
-            monitor.close()
+            for mon in monitors:
+                mon.close()
             if server is not None:
                 server.close()
             self.status["stopped"] = time.time()
