@@ -73,7 +73,6 @@ stable; fields are only ever added):
 from __future__ import annotations
 
 import argparse
-import errno
 import json
 import os
 import select
@@ -95,6 +94,7 @@ from nictune.host.journal import (
 )
 from nictune.host.machine import Host
 from nictune.host.model import HOST
+from nictune.host.netlink.ethmonitor import Subscription
 from nictune.host.netlink.rtnl import ifinfmsg
 
 STATUS_FORMAT = 1
@@ -289,35 +289,15 @@ class FlapLimiter:
         self.left.clear()
 
 
-class LinkMonitor:
+class LinkMonitor(Subscription):
     """rtnetlink link notifications: (event, ifindex, name), event "new" or
     "del", or ("resync", 0, "") when the kernel dropped some (ENOBUFS)."""
 
     def __init__(self):
-        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC
-                                  | socket.SOCK_NONBLOCK, socket.NETLINK_ROUTE)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-        self.sock.bind((0, RTMGRP_LINK))
+        super().__init__(socket.NETLINK_ROUTE, groups=RTMGRP_LINK)
 
-    def fileno(self) -> int:
-        return self.sock.fileno()
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def read(self) -> list:
-        events = []
-        while True:
-            try:
-                data = self.sock.recv(1 << 16)
-            except BlockingIOError:
-                return events
-            except OSError as e:
-                if e.errno != errno.ENOBUFS:
-                    raise
-                events.append(("resync", 0, ""))
-                continue
-            events.extend(parse_link_events(data))
+    def parse(self, data: bytes) -> list:
+        return parse_link_events(data)
 
 
 def parse_link_events(data: bytes) -> list:

@@ -92,19 +92,19 @@ def resolve_group(family: str | None = None, group: str | None = None) -> tuple:
     raise Unavailable(f"the {family} generic netlink family has no {group!r} multicast group")
 
 
-class EthtoolMonitor:
-    """A non-blocking socket in the monitor group; read() gives
-    ("ethtool", ifindex, name) per notification, ("resync", 0, "") when the
-    kernel dropped some (ENOBUFS)."""
+class Subscription:
+    """A non-blocking netlink socket in multicast groups; read() drains it:
+    what parse() makes of each datagram, and ("resync", 0, "") for each
+    overrun the kernel reported (ENOBUFS: notifications were dropped)."""
 
-    def __init__(self, family: str | None = None, group: str | None = None):
-        self.family, self.group = resolve_group(family, group)
+    def __init__(self, protocol: int, groups: int = 0, membership: int | None = None):
         self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC
-                                  | socket.SOCK_NONBLOCK, NETLINK_GENERIC)
+                                  | socket.SOCK_NONBLOCK, protocol)
         try:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-            self.sock.bind((0, 0))
-            self.sock.setsockopt(SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, self.group)
+            self.sock.bind((0, groups))
+            if membership is not None:
+                self.sock.setsockopt(SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, membership)
         except BaseException:
             self.sock.close()
             raise
@@ -114,6 +114,9 @@ class EthtoolMonitor:
 
     def close(self) -> None:
         self.sock.close()
+
+    def parse(self, data: bytes) -> list:
+        raise NotImplementedError
 
     def read(self) -> list:
         events = []
@@ -127,7 +130,19 @@ class EthtoolMonitor:
                     raise
                 events.append(("resync", 0, ""))
                 continue
-            events.extend(parse_notifications(data, self.family))
+            events.extend(self.parse(data))
+
+
+class EthtoolMonitor(Subscription):
+    """The ethtool family's monitor group: ("ethtool", ifindex, name) per
+    notification."""
+
+    def __init__(self, family: str | None = None, group: str | None = None):
+        self.family, self.group = resolve_group(family, group)
+        super().__init__(NETLINK_GENERIC, membership=self.group)
+
+    def parse(self, data: bytes) -> list:
+        return parse_notifications(data, self.family)
 
 
 def parse_notifications(data: bytes, family: int) -> list:
