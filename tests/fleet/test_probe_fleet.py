@@ -94,3 +94,34 @@ def test_audits_through_the_probe_equal_the_agents(make_fleet, tmp_path, monkeyp
     broken = audit(fleet, profile)
     assert {h["via"] for h in broken.values()} == {"zipapp"}
     assert comparable(broken[c.name]) == comparable(again[c.name])
+
+
+COUNTERS = """\
+nictune: 1
+interfaces:
+  rails:
+    match: {name: rail0}
+    expect:
+      counters_interval: 1
+      counters: {rx_packets: {max: 1000000000}}
+"""
+
+
+def test_a_verify_a_probe_cannot_ask_is_not_learned_again(make_fleet, tmp_path, monkeypatch):
+    fleet = make_fleet(1)
+    profile = profile_file(tmp_path, COUNTERS, "counters.yaml")
+    first = audit(fleet, profile)
+    assert {h["via"] for h in first.values()} == {"zipapp"}
+    kept = [json.load(open(p)) for p in glob.glob(os.path.join(os.environ["XDG_CACHE_HOME"], "nictune",
+                                                               "probe", "*.json"))]
+    assert {"format": 1, "why_not": ["a counter's rise (two readings apart in time)"]} in kept
+
+    # The next audit goes to the agent at once, without asking it to learn
+    # (which costs the host a recording every time) and without a probe.
+    asked = []
+    real = probe.QuestionCache.learned
+    monkeypatch.setattr(probe.QuestionCache, "learned", lambda self, *a: asked.append(a) or real(self, *a))
+    monkeypatch.setattr(probe, "encode_questions", lambda q: pytest.fail("a probe was sent"))
+    second = audit(fleet, profile)
+    assert {h["via"] for h in second.values()} == {"zipapp"} and asked == []
+    assert comparable(second[fleet.hosts[0].name])["summary"] == comparable(first[fleet.hosts[0].name])["summary"]

@@ -204,6 +204,15 @@ def checked_questions(q) -> Optional[dict]:
     return {"format": rawreads.FORMAT, "files": files, "kernel": kernel, "nofollow": nofollow}
 
 
+def refusal(q) -> Optional[list]:
+    """Why a learned verify cannot be asked by a probe (the questions'
+    why_not: a counter's rise, a key file...), or None."""
+    why = q.get("why_not") if isinstance(q, dict) and q.get("format") == rawreads.FORMAT else None
+    if not (isinstance(why, list) and why and all(isinstance(w, str) for w in why)):
+        return None
+    return [w[:200] for w in why[:20]]
+
+
 def encode_questions(q: dict) -> bytes:
     lines = [b"nictune-probe 1"]
     nofollow = set(q["nofollow"])
@@ -307,12 +316,14 @@ def verify(answers: rawreads.Answers, request: dict, label: str) -> dict:
 
 class QuestionCache:
     """Learned questions, one file per (host, request, agent archive), in a
-    directory of the controller user's own.  Only questions are kept."""
+    directory of the controller user's own.  Only questions are kept, or,
+    for a verify a probe cannot ask, why not: that host and request then go
+    to the agent without learning again, until the profile or nictune
+    changes (the key)."""
 
     def __init__(self, directory: Optional[str] = None):
         home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         self.directory = directory or os.path.join(home, "nictune", "probe")
-        self._lock = threading.Lock()
 
     @staticmethod
     def key(where: list, request: dict, archive: str) -> str:
@@ -320,12 +331,25 @@ class QuestionCache:
         text = json.dumps([where, asked, archive], sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(text.encode()).hexdigest()
 
-    def get(self, key: str) -> Optional[dict]:
+    def lookup(self, key: str) -> tuple:
+        """(the questions to ask or None, whether this verify was found not
+        to be askable by a probe)."""
         try:
             with open(os.path.join(self.directory, key + ".json"), encoding="utf-8") as f:
-                return checked_questions(json.load(f))
+                kept = json.load(f)
         except (OSError, ValueError):
-            return None
+            return None, False
+        questions = checked_questions(kept)
+        return questions, questions is None and refusal(kept) is not None
+
+    def learned(self, key: str, asked) -> None:
+        """Keep what a learning verify brought back: its questions, checked,
+        or why a probe cannot ask them."""
+        questions = checked_questions(asked)
+        if questions is not None:
+            self.put(key, questions)
+        elif refusal(asked) is not None:
+            self.put(key, {"format": rawreads.FORMAT, "why_not": refusal(asked)})
 
     def put(self, key: str, q: dict) -> None:
         try:

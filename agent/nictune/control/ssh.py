@@ -571,14 +571,15 @@ class SshTarget:
             cache = probe.QuestionCache(self.options.probe_cache)
             key = cache.key([self.host.label, self.host.address, self.host.port, user],
                             request, bundle.sha256)
-            questions = cache.get(key)
+            questions, refused = cache.lookup(key)
             if questions is not None:
                 report = self._via_probe(client, request, questions, user)
                 if report is not None:
                     return report
                 cache.drop(key)
-            learn = (cache, key)
-            request = dict(request, learn=True)
+            if not refused:
+                learn = (cache, key)
+                request = dict(request, learn=True)
         chan = client.get_transport().open_session(timeout=self.options.connect_timeout)
         lines = _Lines(chan, time.monotonic() + self.options.command_timeout, self.label)
         chan.exec_command(agentzip.remote_command(self.host.python, bundle.sha256,
@@ -596,9 +597,7 @@ class SshTarget:
         except ValueError:
             raise self._failed(chan, "the agent sent no report") from None
         if learn is not None and isinstance(report, dict):
-            learned = probe.checked_questions(report.pop("questions", None))
-            if learned is not None:
-                learn[0].put(learn[1], learned)
+            learn[0].learned(learn[1], report.pop("questions", None))
         report = hostreport.accept(report, self.label, request["command"])
         report["via"] = "zipapp"
         report["transport"] = {"agent_sent": answer == b"need"}
