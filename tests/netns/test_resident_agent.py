@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 import time
 
 import pytest
-from netns_helpers import nictune, wait_for
+from netns_helpers import ResidentAgent, nictune, wait_for
 from typer.testing import CliRunner
 
-import nictune as nictune_pkg
 from nictune.cli.app import app
 
 pytestmark = pytest.mark.netns
@@ -51,34 +49,12 @@ def lab(veth_pair, tmp_path):
     return veth_pair
 
 
-class Agent:
-    """`nictune agent run --netns` as a subprocess; stop() always kills it."""
-
+class Agent(ResidentAgent):
     def __init__(self, lab, *extra: str):
-        root = os.path.dirname(os.path.dirname(nictune_pkg.__file__))
-        self.log = open(lab.dir / "agent.log", "w+")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from nictune.cli.app import main; main()", "agent", "run",
-             "--netns", lab.ns_a, "--state-dir", str(lab.state), "--interval", str(INTERVAL),
-             *extra],
-            env=dict(os.environ, PYTHONPATH=root), stdout=self.log, stderr=subprocess.STDOUT)
-        self.lab = lab
-
-    def stop(self) -> str:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.log.seek(0)
-        return self.log.read()
+        super().__init__(lab, INTERVAL, *extra)
 
     def status(self) -> dict:
-        result = CliRunner().invoke(app, ["agent", "status", "--netns", self.lab.ns_a,
-                                          "--state-dir", str(self.lab.state), "--json"])
-        return json.loads(result.stdout) if result.stdout.startswith("{") else {}
+        return self.report()
 
     def key(self, name: str) -> dict:
         return ((self.status().get("agent") or {}).get("keys") or {}).get(name) or {}

@@ -22,21 +22,16 @@ the namespace removed even when a test fails.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import subprocess
-import sys
 import textwrap
 import time
 import types
 
 import pytest
-from netns_helpers import nictune, wait_for
-from typer.testing import CliRunner
+from netns_helpers import ResidentAgent, nictune, wait_for
 
-import nictune as nictune_pkg
-from nictune.cli.app import app
 
 pytestmark = pytest.mark.netns
 
@@ -97,33 +92,12 @@ def channels(lab) -> tuple:
     return int(values["RX"]), int(values["TX"])
 
 
-class Agent:
+class Agent(ResidentAgent):
     def __init__(self, lab):
-        root = os.path.dirname(os.path.dirname(nictune_pkg.__file__))
-        self.log = open(lab.dir / "agent.log", "w+")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from nictune.cli.app import main; main()", "agent", "run",
-             "--netns", lab.ns_a, "--state-dir", str(lab.state), "--interval", str(INTERVAL),
-             "--metrics-address", ""],
-            env=dict(os.environ, PYTHONPATH=root), stdout=self.log, stderr=subprocess.STDOUT)
-        self.lab = lab
+        super().__init__(lab, INTERVAL, "--metrics-address", "")
 
     def status(self) -> dict:
-        result = CliRunner().invoke(app, ["agent", "status", "--netns", self.lab.ns_a,
-                                          "--state-dir", str(self.lab.state), "--json"])
-        return (json.loads(result.stdout) if result.stdout.startswith("{") else {}).get(
-            "agent") or {}
-
-    def stop(self) -> str:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.log.seek(0)
-        return self.log.read()
+        return self.report().get("agent") or {}
 
 
 @contextlib.contextmanager
