@@ -13,6 +13,8 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
+import tempfile
 
 import pytest
 from typer.testing import CliRunner
@@ -115,6 +117,27 @@ def test_install_status_uninstall_here(tmp_path):
     text = cli("status", "--state-dir", str(state), "--unit-dir", str(units)).stdout
     assert "service: unit absent" in text and "zipapp absent" in text
     assert "desired profile: rails.yaml (apply a1" in text
+
+
+def test_the_unit_names_the_interpreter_by_its_real_path_and_never_one_under_tmp(tmp_path):
+    """A virtualenv's python (a link) in a checkout under /tmp: PrivateTmp=yes
+    would hide it from the service, which then never starts."""
+    state, units = tmp_path / "state", tmp_path / "units"
+    units.mkdir()
+    venv = tempfile.mkdtemp(dir="/tmp")
+    try:
+        link = os.path.join(venv, "python3")
+        os.symlink(os.path.realpath(sys.executable), link)
+        report = agent_install.run_local("install", str(state), str(units), start=False, python=link)
+        assert report["ok"], report
+        unit = (units / agent_install.UNIT_NAME).read_text()
+        assert f"ExecStart={os.path.realpath(sys.executable)} -s -S" in unit and venv not in unit
+        copy = os.path.join(venv, "python3-copy")
+        shutil.copy(os.path.realpath(sys.executable), copy)
+        refused = agent_install.run_local("install", str(state), str(units), start=False, python=copy)
+        assert not refused["ok"] and "PrivateTmp=yes hides" in refused["error"], refused
+    finally:
+        shutil.rmtree(venv)
 
 
 @pytest.mark.parametrize("extra, words", [

@@ -231,8 +231,15 @@ try:
         why = unsafe_state()
         if why:
             fail(why)
+        # The interpreter by its real path: a virtualenv's python is a link to
+        # it, and one under /tmp (a checkout there) is hidden from the
+        # service by PrivateTmp=yes, as the VM tier's boot under systemd found.
+        python = os.path.realpath(sys.executable)
+        if python.startswith(("/tmp/", "/var/tmp/")):
+            fail("the interpreter %s lies under %s, which the service's PrivateTmp=yes hides "
+                 "from it: install with a python3 outside it" % (python, python.split("/")[1]))
         # Ready: what is known to fail has been said instead of this line.
-        out.write("python %s\n" % sys.executable); out.flush()
+        out.write("python %s\n" % python); out.flush()
         zipdata, unit = received(), received()
         if hashlib.sha256(zipdata).hexdigest() != sha:
             fail("the agent archive arrived damaged")
