@@ -9,8 +9,8 @@ from typing import Optional
 from .errors import InventoryError
 from .ini import read_ini_inventory
 from .model import Inventory
-from .ranges import split_port
-from .varsdirs import VarsDirs, read_text
+from .ranges import split_port, unread_ipv6
+from .varsdirs import BOM, VarsDirs, read_text
 from .yamlinv import NotYamlInventory, read_yaml_inventory
 
 YAML_EXTENSIONS = ("", ".yml", ".yaml", ".json")
@@ -57,6 +57,9 @@ def _host_list(text: str) -> Inventory:
             name, port = split_port(item)
         except ValueError:
             name, port = item, None
+            why = unread_ipv6(item, f"would name a host {item!r}, which nothing can reach")
+            if why:
+                raise InventoryError("host list", None, why)
         if "[" in name:
             name, port = item, None
         inv.add_host(name, "ungrouped", port, ("host list", None))
@@ -86,7 +89,9 @@ def _read_file(inv: Inventory, path: str) -> None:
     ext = os.path.splitext(path)[1]
     if ext == ".toml":
         raise InventoryError(path, None, "TOML inventories are not supported; use INI or YAML")
-    text = read_text(path)
+    text = read_text(path, keep_bom=True)
+    bom = text.startswith(BOM)
+    text = text[len(BOM):] if bom else text  # YAML and JSON take a BOM, as in Ansible
     if text.startswith("#!") and os.access(path, os.X_OK):
         raise InventoryError(path, 1, "this is a dynamic inventory script; nictune does not run "
                              "inventory scripts (run `ansible-inventory --list -y` and save its output)")
@@ -98,7 +103,7 @@ def _read_file(inv: Inventory, path: str) -> None:
         except NotYamlInventory as e:
             not_yaml = e
     try:
-        read_ini_inventory(inv, text, path)
+        _read_ini(inv, text, path, bom)
     except InventoryError as e:
         if not_yaml is None or ext in (".yml", ".yaml", ".json"):
             if not_yaml is not None:  # a .yml file is meant to be YAML: its YAML error is the useful one
@@ -107,3 +112,24 @@ def _read_file(inv: Inventory, path: str) -> None:
         at = f" at line {not_yaml.line}" if not_yaml.line else ""
         raise InventoryError(path, e.line, f"neither a YAML inventory ({not_yaml.reason}{at}) "
                              f"nor an INI one: {e.reason}") from None
+
+
+def _read_ini(inv: Inventory, text: str, path: str, bom: bool) -> None:
+    if bom:
+        # Ansible's INI parser takes the mark for text: "[group]" on the first
+        # line is then a bad host range, and "web1" a host named "\ufeffweb1".
+        raise InventoryError(path, 1, "the file starts with a UTF-8 byte-order mark (BOM), which Ansible's INI "
+                             "parser reads as part of the first line (it fails on a [section] there, and names "
+                             "a host with the mark in front); save the file as UTF-8 without a BOM")
+    try:
+        read_ini_inventory(inv, text, path)
+    except InventoryError as e:
+        if not text.startswith("#!"):
+            raise
+        # A script without its executable bit: Ansible does not run it and
+        # reads it as INI, which fails (it warns "Unable to parse" and skips it).
+        raise InventoryError(path, e.line, f"{e.reason}: this file starts with '#!' like an inventory script "
+                             "but is not executable, so it is read as an INI inventory, as Ansible reads it; "
+                             "nictune does not run inventory scripts: save the script's output "
+                             "(`ansible-inventory -i SCRIPT --list -y > FILE`) and read that, or move the "
+                             "script out of the inventory") from None

@@ -6,6 +6,10 @@ when begin has a leading zero) or alphabetic; several ranges in one name
 multiply out, the first range varying slowest.  A port suffix is honoured
 only when what is left is a valid host name, IPv4 or IPv6 address (ranges
 allowed); otherwise the whole text is taken as the name, as Ansible does.
+IPv6 addresses are those of Ansible's own expression
+(ansible/parsing/utils/addresses.py): an embedded IPv4 part only in the
+::a.b.c.d, ::ffff:a.b.c.d and 0:0:0:0:0:ffff:a.b.c.d forms.  A range's
+bounds may hold blanks, which Ansible's int() strips ("[1: 3]").
 """
 
 from __future__ import annotations
@@ -20,7 +24,15 @@ _RANGE = r"\[(?:[a-z]:[a-z]|[0-9]+:[0-9]+)(?::[0-9]+)?\]"
 # characters, dashes or ranges, and does not end with "-" or "_".
 _LABEL = rf"(?:\w|{_RANGE})(?:[\w-]|{_RANGE})*(?<![_-])"
 _HOSTNAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*", re.I)
-_HEX_RANGE = re.compile(r"\[[0-9a-f]+:[0-9a-f]+(?::[0-9]+)?\]", re.I)
+_HEX_RANGE = r"\[[0-9a-f]+:[0-9a-f]+(?::[0-9]+)?\]"
+_NUMERIC_RANGE = r"\[[0-9]+:[0-9]+(?::[0-9]+)?\]"
+_V6 = rf"(?:[0-9a-f]{{1,4}}|{_HEX_RANGE})"       # a group, or a hex range in its place
+_V4_IN_V6 = rf"(?:{_V6}\.){{3}}{_V6}"            # as Ansible writes it: made of v6 groups
+# Ansible's 'ipv6' expression, alternative for alternative.
+_IPV6 = re.compile(rf"""(?:{_V6}:){{7}}{_V6}|(?:{_V6}:){{1,6}}:|(?:{_V6}:)(?::{_V6}){{1,6}}|
+    (?:{_V6}:){{2}}(?::{_V6}){{1,5}}|(?:{_V6}:){{3}}(?::{_V6}){{1,4}}|(?:{_V6}:){{4}}(?::{_V6}){{1,3}}|
+    (?:{_V6}:){{5}}(?::{_V6}){{1,2}}|(?:{_V6}:){{6}}(?::{_V6})|:(?::{_V6}){{1,6}}|{_V6}?::|
+    (?:0:){{6}}{_V4_IN_V6}|::(?:ffff:)?{_V4_IN_V6}|(?:0:){{5}}ffff:{_V4_IN_V6}""", re.I | re.X)
 _BRACKETED_PORT = re.compile(r"\[(.+)\]:([0-9]+)")
 _HOST_PORT = re.compile(r"((?:[^:\[\]]|\[[^\]]*\])*):([0-9]+)")
 
@@ -46,13 +58,25 @@ def split_port(text: str) -> Tuple[str, Optional[int]]:
 
 
 def _is_ipv6(text: str) -> bool:
-    if "%" in text or ":" not in text:
-        return False
+    return bool(_IPV6.fullmatch(text))
+
+
+def unread_ipv6(text: str, consequence: str = "fails on it as a host range") -> Optional[str]:
+    """Why Ansible cannot read "[ADDRESS]:port" when ADDRESS is an IPv6
+    address its expression does not take (64:ff9b::192.0.2.33), else None.
+    Ansible then expands "[...]" as a host range and fails (or, in a host
+    list, names a host "[...]:port"); the hex form is what it reads."""
+    m = _BRACKETED_PORT.fullmatch(text)
+    if not m or "%" in m.group(1) or _is_ipv6(m.group(1)):
+        return None
     try:
-        ipaddress.IPv6Address(_HEX_RANGE.sub("0", text))
+        address = ipaddress.IPv6Address(m.group(1))
     except ValueError:
-        return False
-    return True
+        return None
+    form = ("an embedded IPv4 part only as ::a.b.c.d or ::ffff:a.b.c.d" if "." in m.group(1)
+            else "no more than seven groups around '::'")
+    return (f"Ansible does not read {m.group(1)} as an IPv6 address (its parser takes {form}) and "
+            f"{consequence}; write the address as [{address.compressed}]:{m.group(2)}")
 
 
 def expand_host_pattern(pattern: str) -> Tuple[List[str], Optional[int]]:
@@ -61,6 +85,9 @@ def expand_host_pattern(pattern: str) -> Tuple[List[str], Optional[int]]:
         name, port = split_port(pattern)
     except ValueError:
         name, port = pattern, None
+        why = unread_ipv6(pattern)
+        if why:
+            raise RangeError(why) from None
     if "[" not in name:
         return [name], port
     names: List[str] = []
@@ -88,6 +115,9 @@ def _range_items(body: str) -> List[str]:
     bounds = body.split(":")
     if len(bounds) not in (2, 3):
         raise RangeError(f"[{body}] must be [begin:end] or [begin:end:step]")
+    # Ansible tests emptiness and zero-padding on the text as written, and
+    # reads numbers with int(), which strips blanks: "[ 01:10]" is 1..10
+    # unpadded, "[001: 10]" 001..010.
     begin = bounds[0] or "0"
     end = bounds[1]
     if not end:
@@ -107,7 +137,7 @@ def _range_items(body: str) -> List[str]:
         if first > last:
             raise RangeError(f"[{body}] runs backwards")
         return list(letters[first:last + 1:step])
-    if not (begin.isdigit() and end.isdigit()):
+    if not (_digits(begin) and _digits(end)):
         raise RangeError(f"[{body}] is neither a numeric nor an alphabetic range")
     low, high = int(begin), int(end)
     if low > high:
@@ -116,3 +146,11 @@ def _range_items(body: str) -> List[str]:
     if (high - low) // step >= MAX_HOSTS_PER_PATTERN:
         raise RangeError(f"[{body}] names more than {MAX_HOSTS_PER_PATTERN} hosts")
     return [str(i).zfill(width) for i in range(low, high + 1, step)]
+
+
+def _digits(text: str) -> str:
+    """A bound's digits when it is a plain decimal number with blanks around
+    it (what Ansible's int() reads, short of signs, "_" and non-ASCII
+    digits, which nictune refuses), else ""."""
+    stripped = text.strip()
+    return stripped if stripped.isascii() and stripped.isdigit() else ""

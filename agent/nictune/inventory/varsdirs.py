@@ -20,15 +20,17 @@ from .model import Layer, Warn
 from .yamlinv import read_vars_file
 
 EXTENSIONS = (".yml", ".yaml", ".json")
+BOM = "\ufeff"
 
 
-def read_text(path: str) -> str:
-    """A file's text (UTF-8, at most 16 MiB, not vault-encrypted), or an InventoryError saying why not."""
+def read_text(path: str, keep_bom: bool = False) -> str:
+    """A file's text (UTF-8, at most 16 MiB, not vault-encrypted), or an InventoryError saying why not.
+    keep_bom: a byte-order mark stays, as U+FEFF (Ansible's INI parser reads it as text)."""
     try:
-        text = read_file(path)
+        text = read_file(path, "utf-8" if keep_bom else "utf-8-sig")
     except ProfileError as e:
         raise InventoryError(e.file, e.line, e.message) from None
-    if text.startswith(VAULT_HEADER):
+    if text.lstrip(BOM).startswith(VAULT_HEADER):
         # ansible-inventory decrypts vault files into its output (not !vault values in a file).
         raise InventoryError(path, 1, "is encrypted with Ansible Vault, which nictune does not decrypt: write "
                              "the inventory out decrypted with `ansible-inventory -i INVENTORY --list -y "

@@ -70,8 +70,9 @@ class Parsed:
     plain: Dict[Path, str] = field(default_factory=dict)
 
 
-def read_file(path: str) -> str:
-    """The text of a regular file of at most MAX_BYTES, as UTF-8."""
+def read_file(path: str, encoding: str = "utf-8-sig") -> str:
+    """The text of a regular file of at most MAX_BYTES, as UTF-8 (by
+    default without its byte-order mark; "utf-8" keeps it as U+FEFF)."""
     try:
         # O_NONBLOCK: opening a FIFO must not hang; we refuse it just below.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -100,7 +101,7 @@ def read_file(path: str) -> str:
         os.close(fd)
     data = b"".join(chunks)
     try:
-        return data.decode("utf-8-sig")
+        return data.decode(encoding)
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         raise ProfileError(path, line, "", f"is not valid UTF-8 (byte {e.start})") from None
