@@ -419,6 +419,22 @@ def test_select_refuses_what_would_silently_shrink_the_target(fabric, pattern, l
     assert what in str(caught.value)
 
 
+@pytest.mark.parametrize("pattern,limit,where,what", [
+    ("all", "rack_a,rack_z", "fabric.ini", "--limit pattern 'rack_z' matches no host or group"),
+    ("all", "rack_a:!rack_z", "fabric.ini", "--limit pattern 'rack_z' matches no host or group"),
+    ("all", "rack_a[10]", "fabric.ini", "--limit pattern 'rack_a[10]' has a subscript past the last"),
+    ("all", "~gpu-(", "fabric.ini", "--limit pattern '~gpu-(' is not a valid regular expression"),
+    ("rack_z", "rack_a", "fabric.ini", "pattern 'rack_z' matches no host or group"),
+    ("all", "@LIMIT", "limit.txt:3", "--limit pattern 'spine9*' matches no host or group"),
+])
+def test_a_limit_part_that_names_nothing_says_it_came_from_the_limit(fabric, tmp_path, pattern, limit, where, what):
+    path = write(tmp_path, "limit.txt", "gpu-a01\n\nspine9*\n")
+    with pytest.raises(InventoryError) as caught:
+        fabric.select(pattern, limit=limit.replace("LIMIT", path))
+    message = str(caught.value)
+    assert message.split(": ", 1)[0].endswith(where) and message.split(": ", 1)[1].startswith(what), message
+
+
 # -- sources ----------------------------------------------------------------
 
 def test_a_directory_is_read_in_name_order():

@@ -19,7 +19,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Tuple
 
 from .errors import InventoryError, shown
 from .ranges import split_port
@@ -30,6 +30,18 @@ if TYPE_CHECKING:
 _SUBSCRIPT = re.compile(r"(.+)\[(?:(-?[0-9]+)|([0-9]+)([:-])([0-9]*))\]")
 _COLON_PARTS = re.compile(r"(?:[^\s:\[\]]|\[[^\]]*\])+")
 Subscript = Tuple[int, Optional[int]]
+
+
+class Origin(NamedTuple):
+    """Where a pattern part was written, for its error: the file and line
+    (an @file of --limit) or the inventory, and what to call the part."""
+
+    file: Optional[str]
+    line: Optional[int]
+    word: str  # "pattern", "--limit pattern"
+
+    def error(self, part: str, why: str) -> InventoryError:
+        return InventoryError(self.file, self.line, f"{self.word} {shown(part, 80)} {why}")
 
 
 def split_pattern(pattern: str) -> List[str]:
@@ -54,13 +66,13 @@ def select(inv: Inventory, pattern: Optional[str], limit: Optional[str] = None) 
     parts = split_pattern(pattern if pattern is not None else "all")
     if not parts:
         raise InventoryError(inv.source, None, f"pattern {shown(pattern, 80)} names no host or group")
-    chosen = _evaluate(inv, parts)
+    chosen = _evaluate(inv, parts, {}, Origin(inv.source, None, "pattern"))
     if limit is not None:
-        parts = _limit_parts(limit)
-        if not parts:
+        origins = _limit_parts(inv, limit)
+        if not origins:
             raise InventoryError(inv.source, None, f"--limit {shown(limit, 80)} names no host or group; "
                                  "leave --limit out to target every host")
-        allowed = {h.name for h in _evaluate(inv, parts)}
+        allowed = {h.name for h in _evaluate(inv, list(origins), origins, Origin(inv.source, None, "--limit"))}
         chosen = [h for h in chosen if h.name in allowed]
     if not chosen:
         what = f"pattern {shown(pattern or 'all', 80)}" + (f" with --limit {shown(limit, 80)}" if limit else "")
@@ -68,8 +80,9 @@ def select(inv: Inventory, pattern: Optional[str], limit: Optional[str] = None) 
     return chosen
 
 
-def _limit_parts(limit: str) -> List[str]:
-    parts: List[str] = []
+def _limit_parts(inv: Inventory, limit: str) -> Dict[str, Origin]:
+    """The parts of a --limit, in order, each with where it was written."""
+    parts: Dict[str, Origin] = {}
     for part in split_pattern(limit):
         if part.startswith("@"):
             path = part[1:]
@@ -77,15 +90,18 @@ def _limit_parts(limit: str) -> List[str]:
                 raise InventoryError(path, None, "the --limit file does not exist or is not a file")
             try:
                 with open(path, encoding="utf-8") as f:
-                    parts += [line.strip() for line in f.read().split("\n") if line.strip()]
+                    lines = f.read().split("\n")
             except (OSError, UnicodeDecodeError) as e:
                 raise InventoryError(path, None, f"cannot read the --limit file: {e}") from None
+            for number, line in enumerate(lines, 1):
+                if line.strip():
+                    parts.setdefault(line.strip(), Origin(path, number, "--limit pattern"))
         else:
-            parts.append(part)
+            parts.setdefault(part, Origin(inv.source, None, "--limit pattern"))
     return parts
 
 
-def _evaluate(inv: Inventory, parts: List[str]) -> List[Host]:
+def _evaluate(inv: Inventory, parts: List[str], origins: Dict[str, Origin], default: Origin) -> List[Host]:
     plain = [p for p in parts if p and p[0] not in "&!"]
     ordered = (plain or ["all"]) + [p for p in parts if p[:1] == "&"] + [p for p in parts if p[:1] == "!"]
     hosts: List[Host] = []
@@ -94,16 +110,17 @@ def _evaluate(inv: Inventory, parts: List[str]) -> List[Host]:
         if part in inv.hosts:  # a plain host name wins over a group of the same name
             hosts.append(inv.hosts[part])
             continue
+        origin = origins.get(part, default)
         if part[0] in "&!":
             body = part[1:]
             if not body:
-                raise InventoryError(inv.source, None, f"pattern part {shown(part)} names nothing")
-            matched = {h.name for h in _match(inv, body, cache)}
+                raise origin.error(part, "names nothing")
+            matched = {h.name for h in _match(inv, body, cache, origin)}
             keep = part[0] == "&"
             hosts = [h for h in hosts if (h.name in matched) == keep]
         else:
             seen = {h.name for h in hosts}
-            hosts += [h for h in _match(inv, part, cache) if h.name not in seen]
+            hosts += [h for h in _match(inv, part, cache, origin) if h.name not in seen]
     out, seen = [], set()
     for host in hosts:
         if host.name not in seen:
@@ -112,13 +129,13 @@ def _evaluate(inv: Inventory, parts: List[str]) -> List[Host]:
     return out
 
 
-def _match(inv: Inventory, part: str, cache: Dict[str, List[Host]]) -> List[Host]:
+def _match(inv: Inventory, part: str, cache: Dict[str, List[Host]], origin: Origin) -> List[Host]:
     if part not in cache:
         expr, subscript = _split_subscript(part)
-        hosts = _enumerate(inv, expr)
+        hosts = _enumerate(inv, expr, origin)
         if not hosts:
-            raise InventoryError(inv.source, None, f"pattern {shown(part, 80)} matches no host or group")
-        cache[part] = _apply_subscript(inv, part, hosts, subscript)
+            raise origin.error(part, "matches no host or group")
+        cache[part] = _apply_subscript(part, hosts, subscript, origin)
     return cache[part]
 
 
@@ -134,7 +151,7 @@ def _split_subscript(part: str) -> Tuple[str, Optional[Subscript]]:
     return expr, (int(start), int(end) if end else -1)
 
 
-def _apply_subscript(inv: Inventory, part: str, hosts: List[Host], subscript: Optional[Subscript]) -> List[Host]:
+def _apply_subscript(part: str, hosts: List[Host], subscript: Optional[Subscript], origin: Origin) -> List[Host]:
     if subscript is None:
         return hosts
     start, end = subscript
@@ -143,13 +160,12 @@ def _apply_subscript(inv: Inventory, part: str, hosts: List[Host], subscript: Op
     else:
         chosen = [hosts[start]] if -len(hosts) <= start < len(hosts) else []
     if not chosen:
-        raise InventoryError(inv.source, None, f"pattern {shown(part, 80)}: the subscript is past the "
-                             f"last of its {len(hosts)} host(s)")
+        raise origin.error(part, f"has a subscript past the last of its {len(hosts)} host(s)")
     return chosen
 
 
-def _enumerate(inv: Inventory, expr: str) -> List[Host]:
-    rx = _compile(inv, expr)
+def _enumerate(inv: Inventory, expr: str, origin: Origin) -> List[Host]:
+    rx = _compile(expr, origin)
     groups = [g for name, g in inv.groups.items() if rx.match(name)]
     out: List[Host] = []
     for group in groups:
@@ -159,9 +175,9 @@ def _enumerate(inv: Inventory, expr: str) -> List[Host]:
     return out
 
 
-def _compile(inv: Inventory, expr: str) -> re.Pattern:
+def _compile(expr: str, origin: Origin) -> re.Pattern:
     try:
         return re.compile(expr[1:] if expr[0] == "~" else fnmatch.translate(expr))
     except re.error as e:
-        raise InventoryError(inv.source, None, f"pattern {shown(expr, 80)} is not a valid "
-                             f"{'regular expression' if expr[0] == '~' else 'glob'}: {e}") from None
+        raise origin.error(expr, f"is not a valid {'regular expression' if expr[0] == '~' else 'glob'}: "
+                                 f"{e}") from None
