@@ -311,7 +311,16 @@ def _fleet_summary(report: dict) -> str:
     for h in hosts:
         tally[_result(h)] = tally.get(_result(h), 0) + 1
     parts = ", ".join(f"{n} {what}" for what, n in sorted(tally.items()))
-    return f"{len(hosts)} host(s): {parts or 'none selected'}."
+    rollouts = report.get("rollouts") or []
+    not_started = sum(len(r.get("not_started") or []) for r in rollouts)
+    stops = [r["stopped"].get("message", "") for r in rollouts if isinstance(r.get("stopped"), dict)]
+    if not (not_started or stops):
+        return f"{len(hosts)} host(s): {parts or 'none selected'}."
+    # A rollout that stopped before a batch ran has no host report: say why,
+    # not "none selected".
+    ran = f"{len(hosts)} host(s): {parts}" if hosts else "no host was written"
+    why = f", the rollout stopped: {'; '.join(m.rstrip('.') for m in stops)}" if stops else ""
+    return f"{ran}; {not_started} host(s) not started{why}."
 
 
 def _esc(text) -> str:

@@ -103,8 +103,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from nictune.host.errors import NictuneError
+from nictune.host.errors import InvalidInput, NictuneError
 from nictune.host.text import printable
+from nictune.inventory.hostnames import host_name_problem
 from nictune.profile.check import check, locate
 from nictune.profile.errors import ProfileError, dotted
 from nictune.profile.schema import register_words
@@ -296,13 +297,24 @@ class NcclTestsSpec:
 
     def argv(self, names: Sequence[str], addresses: Sequence[str]) -> List[str]:
         """The launcher, its placeholders filled for these hosts, and
-        all_reduce_perf's argv after it."""
+        all_reduce_perf's argv after it.  InvalidInput for a name or address
+        that would read as an option or as several hosts ("," joins them)."""
         from nictune.control import nccltests
+        from nictune.control.hooks import filled_argument
 
+        for what, value in [("host name", n) for n in names] + [("address", a) for a in addresses]:
+            if host_name_problem(value):
+                raise InvalidInput(f"nccl-tests was not run: the {what} {printable(repr(value))[:80]} cannot go "
+                                   "into the launcher's {hosts}/{addresses} (it starts with '-' or holds ',', "
+                                   "blanks or control characters)")
         values = {"hosts": ",".join(names), "addresses": ",".join(addresses),
                   "np": str(len(names) * self.gpus), "gpus": str(self.gpus)}
         fill = [_TOKEN.sub(lambda m: {"{{": "{", "}}": "}"}.get(m.group()) or values[m.group(1)], arg)
                 for arg in self.launcher]
+        try:
+            fill = [filled_argument(written, filled) for written, filled in zip(self.launcher, fill)]
+        except ValueError as e:
+            raise InvalidInput(f"nccl-tests was not run: {e}") from None
         return fill + nccltests.argv(self.test(len(names)))
 
 
@@ -986,8 +998,8 @@ class Gate:
             _fail(r, f"not run: {', '.join(missing)} not reachable")
             return r
         addresses = [getattr(self._hosts.get(h), "address", None) or h for h in names]
-        argv = spec.argv(names, addresses)
         try:
+            argv = spec.argv(names, addresses)
             result = sessions[first].run(argv, spec.timeout)
         except NictuneError as e:
             _fail(r, str(e))

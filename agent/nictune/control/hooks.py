@@ -13,7 +13,12 @@ one).  Placeholders: `{host}` runs the command once per host of the batch,
 in batch order; `{hosts}` once with the batch's names joined by ","; with
 neither, once per batch; `{batch}` is the batch number.  `{{` and `}}` are
 literal braces.  Both {host} and {hosts} in one command, or any other
-`{...}`, is refused when the playbook loads.  A relative program path with
+`{...}`, is refused when the playbook loads.  Inventories refuse host
+names that start with "-" or hold ",", blanks or control characters
+(inventory/hostnames.py); here again, before anything runs, a batch with
+such a name is refused, and so is an argument that a placeholder would
+turn into an option ("{host}" filled with "-o..."): the hook fails with
+the reason and nothing of it runs.  A relative program path with
 a "/" (scripts/drain.sh) is relative to the playbook's directory, like its
 profile paths; a bare name is looked up in PATH.
 
@@ -40,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from nictune.host.text import printable
+from nictune.inventory.hostnames import host_name_problem
 from nictune.profile.check import locate
 from nictune.profile.errors import ProfileError, dotted, show
 from nictune.profile.schema import register_words
@@ -193,10 +199,25 @@ def _names(arg: str) -> List[str]:
 
 def commands(hook: Hook, number: int, names: Sequence[str]) -> List[Tuple[List[str], Optional[str]]]:
     """The argv lists the hook runs for a batch, each with its host (per-host
-    hooks) or None, in batch order."""
+    hooks) or None, in batch order.  ValueError, saying why, for a host name
+    that could become an option or several hosts, or an argument a
+    placeholder turns into an option."""
+    for name in names:
+        problem = host_name_problem(name)
+        if problem:
+            raise ValueError(problem)
     joined = ",".join(names)
     targets: List[Optional[str]] = list(names) if hook.per_host else [None]
-    return [([_fill(arg, host or "", joined, number) for arg in hook.argv], host) for host in targets]
+    return [([filled_argument(arg, _fill(arg, host or "", joined, number)) for arg in hook.argv], host)
+            for host in targets]
+
+
+def filled_argument(written: str, filled: str) -> str:
+    """filled, unless a placeholder made it an option: an argument written
+    "{host}" must stay an operand whatever the value ("-oProxyCommand=...")."""
+    if filled.startswith("-") and not written.startswith("-"):
+        raise ValueError(f"{printable(repr(written))[:80]} would become the option {printable(repr(filled))[:80]}")
+    return filled
 
 
 def _fill(arg: str, host: str, hosts: str, number: int) -> str:
@@ -219,7 +240,12 @@ def run_hooks(hooks: Optional[Hooks], when: str, number: int, names: Sequence[st
     if outcomes is not None:
         env["NICTUNE_STOP"] = stop
     for hook in getattr(hooks, when):
-        for argv, host in commands(hook, number, names):
+        try:
+            argvs = commands(hook, number, names)
+        except ValueError as e:
+            result = _refused(hook, str(e))
+            return results + [result], result
+        for argv, host in argvs:
             extra = env if host is None else dict(env, NICTUNE_HOST=host, **(
                 {"NICTUNE_OUTCOME": outcomes.get(host, "")} if outcomes is not None else {}))
             result = run_command(argv, extra, hooks.timeout)
@@ -228,6 +254,12 @@ def run_hooks(hooks: Optional[Hooks], when: str, number: int, names: Sequence[st
             if not result["ok"]:
                 return results, result
     return results, None
+
+
+def _refused(hook: Hook, why: str) -> dict:
+    """The result of a hook nictune would not run: as written, and why."""
+    return {"argv": list(hook.argv), "exit_code": None, "seconds": 0.0, "output": "", "ok": False,
+            "error": f"was not run: {why}", "hook": hook.when, "source": hook.where}
 
 
 def run_command(argv: List[str], env: Dict[str, str], timeout: float) -> dict:

@@ -451,7 +451,8 @@ def _run_batch(play: Play, number: int, batch: list, run: Run, gate: Optional[Ga
     before, hook_failed = hooklib.run_hooks(play.hooks, "before_batch", number, names)
     if hook_failed is not None:
         stop = errors.error(errors.HOOK_FAILED, f"batch {number}: {_hook_words(hook_failed)}; nothing was "
-                            f"written in this batch{_ran_before(before)}", batch=number)
+                            f"written in this batch of {len(names)} host(s) ({_listing(names)})"
+                            f"{_ran_before(before)}", batch=number)
         return {"number": number, "hosts": names, "hooks": before, "reports": [], "verify": [], "gate": None,
                 "rollback": [], "outcomes": {n: NOT_STARTED for n in names}, "stop": stop,
                 "result": stop["message"]}

@@ -18,6 +18,7 @@ import os
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .errors import InventoryError, shown
+from .hostnames import RULE, host_name_problem
 
 # (file, line); line is None when unknown.
 Where = Tuple[str, Optional[int]]
@@ -354,6 +355,9 @@ class Inventory:
             raise InventoryError(where[0], where[1], "a host name is empty")
         host = self.hosts.get(name)
         if host is None:
+            problem = host_name_problem(name)
+            if problem:
+                raise InventoryError(where[0], where[1], f"{problem}; {RULE}")
             if len(self.hosts) >= MAX_HOSTS:
                 raise InventoryError(where[0], where[1], f"the inventory names more than {MAX_HOSTS} hosts, "
                                      "nictune's limit (is a range too wide?)")
