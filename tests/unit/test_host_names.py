@@ -147,3 +147,14 @@ def test_a_failed_before_batch_says_which_hook_failed_for_which_hosts(tmp_path, 
     assert last.startswith("no host was written; 3 host(s) not started, the rollout stopped: batch 1: "
                            f"before_batch hook ({path}:6)"), last
     assert "exited with 3; nothing was written in this batch of 2 host(s) (h0, h1)" in last
+
+
+@pytest.mark.parametrize("value", ["-oProxyCommand=x", "198.18.0.1,198.18.0.2"])
+def test_an_address_that_would_become_an_option_or_two_is_refused(tmp_path, value):
+    # ansible_host reaches a ProxyCommand's %h (~/.ssh/config) and the launcher's {addresses}.
+    path = write(tmp_path, "hosts.ini", f"ok ansible_host=198.18.0.9\nh1 a=1 ansible_host={value}\n")
+    inventory = load_inventory(path)
+    assert inventory.hosts["ok"].address == "198.18.0.9"
+    with pytest.raises(InventoryError) as caught:
+        inventory.hosts["h1"].address
+    assert str(caught.value).startswith(f"{path}:2: ansible_host of host 'h1' must not start with '-' or hold ','")

@@ -249,7 +249,13 @@ class Host:
     @property
     def address(self) -> str:
         """Where to connect: ansible_host (or ansible_ssh_host), else the inventory name."""
-        return self._text_var("ansible_host", "ansible_ssh_host") or self.name
+        value = self._text_var("ansible_host", "ansible_ssh_host")
+        if value is not None and (value.startswith("-") or "," in value):
+            # It reaches argv too: a ProxyCommand's %h, the nccl-tests launcher's {addresses}.
+            raise self._bad(self._connection_var("ansible_host", "ansible_ssh_host")[0],
+                            "must not start with '-' or hold ',' (a command given it would read an option "
+                            "or several hosts)")
+        return value or self.name
 
     @property
     def port(self) -> Optional[int]:
