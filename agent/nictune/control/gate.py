@@ -997,8 +997,8 @@ class Gate:
         if missing:
             _fail(r, f"not run: {', '.join(missing)} not reachable")
             return r
-        addresses = [getattr(self._hosts.get(h), "address", None) or h for h in names]
         try:
+            addresses = [getattr(self._hosts.get(h), "address", None) or h for h in names]
             argv = spec.argv(names, addresses)
             result = sessions[first].run(argv, spec.timeout)
         except NictuneError as e:
