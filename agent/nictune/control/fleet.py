@@ -20,7 +20,7 @@ from nictune.control.ssh import SshHost, SshOptions, SshTarget
 from nictune.host import errors
 from nictune.host.errors import InvalidInput, NictuneError
 from nictune.host.journal import DEFAULT_STATE_DIR
-from nictune.inventory.errors import InventoryError
+from nictune.inventory.errors import InventoryError, shown
 
 DEFAULT_FORKS = 50
 
@@ -67,14 +67,19 @@ _READ_AS_IS = ("nictune_python", "ansible_python_interpreter", "nictune_state_di
 
 def _plain(host, name: str):
     """A variable's value, refused when it is Ansible Vault ciphertext, which
-    would otherwise be read as the text of its placeholder."""
+    would otherwise be read as the text of its placeholder, or a template
+    Ansible would render, which would be used as written."""
     from nictune.inventory.model import VAULT_ADVICE, Vaulted
+    from nictune.inventory.templates import NOT_RENDERED, is_template
 
     value = host.vars.get(name)
     if isinstance(value, Vaulted):
         file, line = host.where_of(name) or (None, None)
         raise InventoryError(file, line, f"{name} of host {host.name!r} is an Ansible Vault "
                                          f"value (!vault); {VAULT_ADVICE}")
+    if is_template(value):
+        file, line = host.where_of(name) or (None, None)
+        raise InventoryError(file, line, f"{name} of host {host.name!r} {NOT_RENDERED}: {shown(value)}")
     return value
 
 
