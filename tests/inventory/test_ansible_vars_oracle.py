@@ -62,6 +62,8 @@ COMPARED = [f"v_{i}_{j}" for i, j in PAIRS] + ["ansible_host", "ansible_user", "
 TEMPLATE_CASES = ["={{ rail_if }}", "{% if true %}on{% endif %}", "a{# note #}b", "{{",
                   "#jinja2:variable_start_string:'[[',variable_end_string:']]'\n[[ rail_if ]]",
                   "=eth0", "{ rail_if }", "50%", "a}}b", " #jinja2:x", "{x}#", "!unsafe ={{ rail_if }}"]
+# Ansible renders values, never keys.
+TEMPLATED_KEY = 'rail_if: eth1\nnictune: {host: {sysctl: {"{{ rail_if }}.mtu": 1}}}\n'
 CONNECTION_TEMPLATES = {"ansible_port": "{{ 2200 + 2 }}", "ansible_python_interpreter": "{{ '/usr/bin/python3' }}"}
 
 
@@ -102,12 +104,13 @@ def _template_host(text: str) -> str:
 
 def _template_tree(root: Path) -> None:
     (root / "tmpl").mkdir()
-    hosts = "".join(f"    t{i}:\n" for i in range(len(TEMPLATE_CASES)))
+    hosts = "".join(f"    t{i}:\n" for i in range(len(TEMPLATE_CASES))) + "    tkey:\n"
     (root / "tmpl/hosts.yml").write_text("all:\n  vars:\n" + "".join(
         f"    {k}: {json.dumps(v)}\n" for k, v in CONNECTION_TEMPLATES.items()) + "  hosts:\n" + hosts)
     for i, text in enumerate(TEMPLATE_CASES):
         (root / "tmpl/host_vars").mkdir(exist_ok=True)
         (root / f"tmpl/host_vars/t{i}.yml").write_text(_template_host(text))
+    (root / "tmpl/host_vars/tkey.yml").write_text(TEMPLATED_KEY)
     names = ["nictune", *CONNECTION_TEMPLATES]
     (root / "tmpl/ansible.yml").write_text(json.dumps(_debug_play(names, {})))
 
@@ -141,7 +144,8 @@ def oracle():
 def test_ansible_answered_for_every_host(oracle):
     _, results, answers = oracle
     assert list(results["precedence"]) == ["h1"], answers["precedence"]
-    assert sorted(results["templates"]) == sorted(f"t{i}" for i in range(len(TEMPLATE_CASES))), answers["templates"]
+    assert sorted(results["templates"]) == sorted([f"t{i}" for i in range(len(TEMPLATE_CASES))] + ["tkey"]), \
+        answers["templates"]
 
 
 def test_each_pair_of_levels_is_ordered_as_ansible_playbook_orders_it(oracle):
@@ -191,6 +195,15 @@ def test_nictune_refuses_exactly_what_ansible_renders(oracle, tmp_path, index):
     else:
         assert used_as_written, f"Ansible renders {text!r} as {answer}; nictune took it as written"
         assert layer["host"]["nccl"]["env"]["NCCL_SOCKET_IFNAME"] == written
+
+
+def test_a_templated_key_is_kept_as_ansible_keeps_it(oracle, tmp_path):
+    _, results, _ = oracle
+    assert results["templates"]["tkey"]["nictune"] == {"host": {"sysctl": {"{{ rail_if }}.mtu": 1}}}
+    path = tmp_path / "hosts.yml"
+    path.write_text("all:\n  hosts:\n    h1:\n" + "".join("      " + line + "\n" for line in TEMPLATED_KEY.splitlines()))
+    [(layer, _)] = load_inventory(str(path)).hosts["h1"].nictune_overrides()
+    assert layer == results["templates"]["tkey"]["nictune"]
 
 
 @pytest.mark.parametrize("name", list(CONNECTION_TEMPLATES))

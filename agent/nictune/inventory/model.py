@@ -5,7 +5,8 @@ order; finish() then does what Ansible's reconcile_inventory does (every
 top-level group under "all", hosts that belong nowhere else in
 "ungrouped", and no longer in it once they belong somewhere else) and
 computes group depths.  Host.precedence lists the levels of a host's
-variables in Ansible's order; Host.with_play_vars adds a play's on top.
+variables in Ansible's order; Host.with_play_vars adds a play's on top,
+and the playbook directory's group_vars/ and host_vars/ among them.
 An inventory holds at most MAX_HOSTS hosts and MAX_GROUPS groups, whatever
 the number of files and patterns they come from.
 """
