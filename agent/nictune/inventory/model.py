@@ -224,15 +224,20 @@ class Host:
                 value = values[NICTUNE_VAR]
                 spot = where.get(NICTUNE_VAR)
                 file, line = spot if spot else (None, None)
-                if _holds_vaulted(value):
-                    raise InventoryError(file, line, f"variable 'nictune' of host {self.name!r} holds an Ansible "
-                                         f"Vault value (!vault); {VAULT_ADVICE}")
-                self._not_templated(value, file, line)
-                if not isinstance(value, dict):
-                    raise InventoryError(file, line, f"variable 'nictune' of host {self.name!r} must be a mapping "
-                                         f"of profile overrides, not {type(value).__name__}")
+                if id(value) not in self._inventory.nictune_checked:  # a group's value: once, not per host
+                    self._check_nictune(value, file, line)
+                    self._inventory.nictune_checked.add(id(value))
                 out.append((value, where_text(spot)))
         return out
+
+    def _check_nictune(self, value: Any, file: Optional[str], line: Optional[int]) -> None:
+        if _holds_vaulted(value):
+            raise InventoryError(file, line, f"variable 'nictune' of host {self.name!r} holds an Ansible "
+                                 f"Vault value (!vault); {VAULT_ADVICE}")
+        self._not_templated(value, file, line)
+        if not isinstance(value, dict):
+            raise InventoryError(file, line, f"variable 'nictune' of host {self.name!r} must be a mapping "
+                                 f"of profile overrides, not {type(value).__name__}")
 
     def _not_templated(self, value: Any, file: Optional[str], line: Optional[int]) -> None:
         """Refuse a `nictune` value with a string Ansible would render: nictune would use it as written."""
@@ -371,6 +376,9 @@ class Inventory:
         self._vars_files: VarsFileLoader = _no_files
         self._vars_base: Optional[str] = None
         self._beside_playbooks: Dict[str, VarsFileLoader] = {}
+        # ids of `nictune` values found usable (Host.nictune_overrides); the
+        # inventory keeps every value alive, so no id is reused meanwhile.
+        self.nictune_checked: set = set()
         for name in ("all", "ungrouped"):
             self.add_group(name)
         self._link(self.groups["all"], self.groups["ungrouped"])

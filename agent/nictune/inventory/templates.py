@@ -23,11 +23,14 @@ NOT_RENDERED = "is a Jinja template, which nictune does not render"
 
 def is_template(value: Any) -> bool:
     """True for a string Ansible would render as a template when the variable is used."""
-    from .model import Unsafe  # model imports this module
-
-    if not isinstance(value, str) or isinstance(value, Unsafe):
+    if not isinstance(value, str):
         return False
-    return value.startswith(OVERRIDES_HEADER) or any(start in value for start in START_STRINGS)
+    if type(value) is not str:
+        from .model import Unsafe  # model imports this module
+
+        if isinstance(value, Unsafe):
+            return False
+    return "{" in value and any(start in value for start in START_STRINGS) or value.startswith(OVERRIDES_HEADER)
 
 
 def first_template(value: Any) -> Optional[Tuple[tuple, str]]:
@@ -36,10 +39,10 @@ def first_template(value: Any) -> Optional[Tuple[tuple, str]]:
     todo = [((), value)]
     while todo:
         path, item = todo.pop()
-        if is_template(item):
-            return path, item
         if isinstance(item, dict):
             todo += reversed([(path + (key,), child) for key, child in item.items()])
         elif isinstance(item, list):
             todo += reversed([(path + (index,), child) for index, child in enumerate(item)])
+        elif is_template(item):
+            return path, item
     return None
