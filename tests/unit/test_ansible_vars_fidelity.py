@@ -133,6 +133,19 @@ def test_a_templated_interpreter_says_template(tmp_path, name):
     assert "python3 command" not in job.error["message"]
 
 
+def test_a_templated_interpreter_nictune_does_not_use_is_no_error(tmp_path):
+    path = write(tmp_path, "hosts.ini", "h1 nictune_python=/usr/bin/python3\n"
+                                        "[all:vars]\nansible_python_interpreter=\"{{ ansible_playbook_python }}\"\n")
+    [job] = fleet.jobs_for("rollback", load_inventory(path).select("h1"), None, ssh.SshOptions())
+    assert job.error is None and job.target.host.python == "/usr/bin/python3"
+
+
+def test_a_templated_interpreter_names_the_way_out(tmp_path):
+    path = write(tmp_path, "hosts.ini", "h1 ansible_python_interpreter=\"{{ ansible_playbook_python }}\"\n")
+    [job] = fleet.jobs_for("rollback", load_inventory(path).select("h1"), None, ssh.SshOptions())
+    assert job.error["message"].endswith("; set nictune_python to the interpreter's path.")
+
+
 @pytest.mark.parametrize("text", ["{# x #}", "#jinja2:trim_blocks:True\nx"])
 def test_every_marker_ansible_knows_is_refused_in_connection_values(tmp_path, text):
     path = write(tmp_path, "hosts.yml", "all:\n  hosts:\n    h1:\n      ansible_user: " + json.dumps(text) + "\n")
