@@ -19,7 +19,9 @@ A playbook file is a list of plays:
 
 A play's hosts are its pattern's hosts, each seen through the play
 (Play.host): the play's vars over the inventory's, connection settings
-included, as in Ansible.  Batches follow Ansible's `serial` exactly
+included, and the group_vars/ and host_vars/ beside the playbook, as in
+Ansible.  A string of vars.nictune Ansible would render as a template is
+refused (nictune renders none).  Batches follow Ansible's `serial` exactly
 (make_batches); `rollout` runs, batch by batch, the before_batch hooks,
 apply, verify as a health gate, the traffic gate (a `gate` callable) and
 the after_batch hooks, through a `run` callable, so it knows nothing about
