@@ -71,7 +71,7 @@ def _real_world() -> List[Path]:
 
 REAL_WORLD_INVENTORIES = _real_world()
 CASE_INVENTORIES = [CASES / name for name in ("fabric.ini", "fabric.yml", "inventory.json", "site", "priority.ini",
-                                               "json")]
+                                               "json", "twice")]
 # -i "a,b,...": Ansible's host_list plugin (no ranges; "[v6]:port" and "name:port").
 HOST_LISTS = [
     "web1,[2001:db8::1]:2022,",

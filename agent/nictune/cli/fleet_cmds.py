@@ -131,10 +131,16 @@ def _run_playbook(command: str, path: str, parsed: Parsed, inventory, opts: Opti
     gates = [_gate_for(play, inventory, opts) if play.gate is not None and command in ("plan", "apply") else None
              for play in plays]
     limit = None if opts.limit is None else {h.name for h in inventory.select(None, limit=opts.limit)}
+    # Every play's hosts before the first play writes: they read the
+    # playbook's group_vars/ and host_vars/, whose mistakes stop the command.
+    read_before = len(inventory.warnings)
+    play_hosts = [[play.host(h) for h in inventory.select(play.hosts) if limit is None or h.name in limit]
+                  for play in plays]
+    for warning in inventory.warnings[read_before:]:
+        out.warn(warning)
     reports: List[dict] = []
     rollouts = []
-    for play, gate in zip(plays, gates):
-        hosts = [play.host(h) for h in inventory.select(play.hosts) if limit is None or h.name in limit]
+    for play, gate, hosts in zip(plays, gates, play_hosts):
         profiles = fleet.PlayProfiles(play, _gate(command, opts))
         if command != "apply":
             reports += _pool(_agent_command(command), hosts, profiles, opts, out, play)

@@ -20,7 +20,7 @@ from nictune.control.ssh import SshHost, SshOptions, SshTarget
 from nictune.host import errors
 from nictune.host.errors import InvalidInput, NictuneError
 from nictune.host.journal import DEFAULT_STATE_DIR
-from nictune.inventory.errors import InventoryError
+from nictune.inventory.errors import InventoryError, shown
 
 DEFAULT_FORKS = 50
 
@@ -41,7 +41,9 @@ def ssh_host(host) -> SshHost:
     """The connection settings of an inventory host (Ansible variable names),
     as its play sees them when it comes from one (playbook.Play.host)."""
     v = {name: _plain(host, name) for name in _READ_AS_IS}
-    python = v["nictune_python"] or v["ansible_python_interpreter"] or "python3"
+    # ansible_python_interpreter only when used: nictune_python may stand in
+    # for one written as a template ("{{ ansible_playbook_python }}").
+    python = v["nictune_python"] or _plain(host, "ansible_python_interpreter") or "python3"
     if python in _DISCOVER:
         python = "python3"
     opts = ssh_args_options(" ".join(str(v[k] or "") for k in
@@ -60,21 +62,28 @@ def ssh_host(host) -> SshHost:
     )
 
 
-# The variables ssh_host() reads itself (the inventory Host checks the others).
-_READ_AS_IS = ("nictune_python", "ansible_python_interpreter", "nictune_state_dir",
+# The variables ssh_host() reads itself (the inventory Host checks the others),
+# and ansible_python_interpreter when nictune_python is unset.
+_READ_AS_IS = ("nictune_python", "nictune_state_dir",
                "ansible_ssh_common_args", "ansible_ssh_extra_args")
 
 
 def _plain(host, name: str):
     """A variable's value, refused when it is Ansible Vault ciphertext, which
-    would otherwise be read as the text of its placeholder."""
+    would otherwise be read as the text of its placeholder, or a template
+    Ansible would render, which would be used as written."""
     from nictune.inventory.model import VAULT_ADVICE, Vaulted
+    from nictune.inventory.templates import NOT_RENDERED, is_template
 
     value = host.vars.get(name)
     if isinstance(value, Vaulted):
         file, line = host.where_of(name) or (None, None)
         raise InventoryError(file, line, f"{name} of host {host.name!r} is an Ansible Vault "
                                          f"value (!vault); {VAULT_ADVICE}")
+    if is_template(value):
+        file, line = host.where_of(name) or (None, None)
+        advice = "; set nictune_python to the interpreter's path" if name == "ansible_python_interpreter" else ""
+        raise InventoryError(file, line, f"{name} of host {host.name!r} {NOT_RENDERED}: {shown(value)}{advice}")
     return value
 
 

@@ -19,7 +19,9 @@ A playbook file is a list of plays:
 
 A play's hosts are its pattern's hosts, each seen through the play
 (Play.host): the play's vars over the inventory's, connection settings
-included, as in Ansible.  Batches follow Ansible's `serial` exactly
+included, and the group_vars/ and host_vars/ beside the playbook, as in
+Ansible.  A string of vars.nictune Ansible would render as a template is
+refused (nictune renders none).  Batches follow Ansible's `serial` exactly
 (make_batches); `rollout` runs, batch by batch, the before_batch hooks,
 apply, verify as a health gate, the traffic gate (a `gate` callable) and
 the after_batch hooks, through a `run` callable, so it knows nothing about
@@ -47,9 +49,10 @@ from nictune.host.errors import (
 )
 from nictune.host.text import printable
 from nictune.inventory.patterns import split_pattern
+from nictune.inventory.templates import NOT_RENDERED, first_template
 from nictune.profile import yamlpos
 from nictune.profile.check import check, locate
-from nictune.profile.errors import ProfileError, dotted
+from nictune.profile.errors import ProfileError, dotted, show
 from nictune.profile.loader import NOT_OVERRIDABLE, Profile, override_layer, sources_of
 from nictune.profile.merge import Resolver, merge_layers
 from nictune.profile.schema import EXTENDS_PATH, register_words
@@ -156,11 +159,16 @@ class Play:
     drain_source: str = ""                       # "file:line" of require_drain
     gate: Optional[Dict[str, Any]] = None        # the gate: mapping as written, for the gate callable
     gate_source: str = ""                        # "file:line" of gate
+    directory: str = ""                          # the playbook's, with its group_vars/ and host_vars/
 
     def host(self, host: Any) -> Any:
         """An inventory host as this play sees it: address, port, user, key
-        file and every other variable with the play's vars winning."""
-        return host.with_play_vars((self.vars, self.vars_where))
+        file and every other variable with the play's vars winning, and the
+        group_vars/ and host_vars/ beside the playbook each just above the
+        inventory's, as ansible-playbook reads them."""
+        view = host.with_play_vars((self.vars, self.vars_where), self.directory)
+        view.nictune_overrides()  # the playbook's variables files are checked as the inventory's are
+        return view
 
 
 def load_playbook(path: str) -> List[Play]:
@@ -198,6 +206,7 @@ def _play(parsed: Parsed, index: int, path: str) -> Play:
     play_vars = dict(raw.get("vars") or {})
     overrides = None
     if "nictune" in play_vars:
+        _not_templated(parsed, (index, "vars", "nictune"))
         overrides = _subtree(parsed, (index, "vars", "nictune"))
         for key in NOT_OVERRIDABLE:
             if key in overrides.doc:
@@ -224,7 +233,21 @@ def _play(parsed: Parsed, index: int, path: str) -> Play:
         drain_source=where("require_drain"),
         gate=copy.deepcopy(raw["gate"]) if "gate" in raw else None,
         gate_source=where("gate"),
+        directory=base_dir,
     )
+
+
+def _not_templated(parsed: Parsed, prefix: Path) -> None:
+    """Refuse a string of vars.nictune that Ansible would render as a template."""
+    node: Any = parsed.doc
+    for part in prefix:
+        node = node[part]
+    found = first_template(node)
+    if found is not None:
+        path, text = found
+        at = prefix + path
+        raise ProfileError(*locate(parsed.positions, at), dotted(at),
+                           f"{NOT_RENDERED}: {show(text)}; write the value itself")
 
 
 def _percent(value: Union[int, str]) -> float:

@@ -6,7 +6,9 @@
         host.nictune_overrides()             # [(mapping, "file:line")], lowest first
 
 Hosts, groups and variables resolve as `ansible-inventory --list` resolves
-them (tests/inventory compares the two); Jinja templates stay unrendered text.
+them (tests/inventory compares the two).  Jinja is not rendered: what
+nictune uses of a host's variables (its `nictune:` layers, connection
+values) is refused when it holds a template (inventory/templates.py).
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ def load_inventory(path: str) -> Inventory:
         base = os.path.dirname(path) or "."
     else:
         raise InventoryError(path, None, "no such inventory file or directory")
-    inv.use_vars_files(VarsDirs(base, inv.warn).layers)
+    inv.use_vars_files(VarsDirs(base, inv.warn).layers, base)
     inv.finish()
     for host in inv.hosts.values():
         host.nictune_overrides()  # reads every variables file now, and checks 'nictune' is a mapping

@@ -5,7 +5,8 @@ order; finish() then does what Ansible's reconcile_inventory does (every
 top-level group under "all", hosts that belong nowhere else in
 "ungrouped", and no longer in it once they belong somewhere else) and
 computes group depths.  Host.precedence lists the levels of a host's
-variables in Ansible's order; Host.with_play_vars adds a play's on top.
+variables in Ansible's order; Host.with_play_vars adds a play's on top,
+and the playbook directory's group_vars/ and host_vars/ among them.
 An inventory holds at most MAX_HOSTS hosts and MAX_GROUPS groups, whatever
 the number of files and patterns they come from.
 """
@@ -17,8 +18,11 @@ import decimal
 import os
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from nictune.profile.errors import dotted
+
 from .errors import InventoryError, shown
 from .hostnames import RULE, host_name_problem
+from .templates import NOT_RENDERED, first_template, is_template
 
 # (file, line); line is None when unknown.
 Where = Tuple[str, Optional[int]]
@@ -70,6 +74,7 @@ class Group:
         self.vars: Dict[str, Any] = {}       # set inline in the inventory file
         self.var_where: Dict[str, Where] = {}
         self.priority = 1                    # ansible_group_priority
+        self.nictune_earlier: List[Tuple[Any, Where]] = []  # `nictune` values a later one replaced
         self.depth = 0                       # longest path from "all"; set by finish()
         self._member_names: set = set()
 
@@ -130,6 +135,7 @@ class Host:
         self.name = name
         self.inline: Dict[str, Any] = {}     # variables set in the inventory file itself
         self.inline_where: Dict[str, Where] = {}
+        self.nictune_earlier: List[Tuple[Any, Where]] = []  # `nictune` values a later one replaced
         self.direct_groups: List[Group] = []
         self.group_objects: List[Group] = []  # direct groups and their ancestors, "all" included
         self._inventory = inventory
@@ -152,19 +158,32 @@ class Host:
         name); group_vars/all files; group_vars files of those groups in the
         same order; the host's inline vars; its host_vars files.  A
         group_vars *directory* gives one level per file, in name order.
+        A `nictune` mapping set more than once at one inline level keeps
+        each earlier value as a level of its own just below it.
         """
         if self._layers is None:
-            inv = self._inventory
-            ordered = sorted((g for g in self.group_objects if g.name != "all"),
-                             key=lambda g: (g.depth, g.priority, g.name))
-            top = inv.groups["all"]
-            levels: List[Layer] = [(g.vars, g.var_where) for g in [top] + ordered]
-            for group in [top] + ordered:
-                levels += inv.vars_files("group_vars", group.name)
-            levels.append((self.inline, self.inline_where))
-            levels += inv.vars_files("host_vars", self.name)
-            self._layers = levels
+            self._layers = self._levels(_no_files)
         return self._layers
+
+    def _levels(self, beside_playbook: VarsFileLoader) -> List[Layer]:
+        # The playbook's group_vars/host_vars go just above the inventory's
+        # of the same kind (ansible-core's default VARIABLE_PRECEDENCE).
+        inv = self._inventory
+        ordered = sorted((g for g in self.group_objects if g.name != "all"),
+                         key=lambda g: (g.depth, g.priority, g.name))
+        top = inv.groups["all"]
+        levels: List[Layer] = []
+        for group in [top] + ordered:
+            levels += _inline_levels(group.vars, group.var_where, group.nictune_earlier)
+        for files in (inv.vars_files, beside_playbook):
+            levels += files("group_vars", top.name)
+        for files in (inv.vars_files, beside_playbook):
+            for group in ordered:
+                levels += files("group_vars", group.name)
+        levels += _inline_levels(self.inline, self.inline_where, self.nictune_earlier)
+        for files in (inv.vars_files, beside_playbook):
+            levels += files("host_vars", self.name)
+        return levels
 
     @property
     def vars(self) -> Dict[str, Any]:
@@ -206,14 +225,29 @@ class Host:
                 value = values[NICTUNE_VAR]
                 spot = where.get(NICTUNE_VAR)
                 file, line = spot if spot else (None, None)
-                if _holds_vaulted(value):
-                    raise InventoryError(file, line, f"variable 'nictune' of host {self.name!r} holds an Ansible "
-                                         f"Vault value (!vault); {VAULT_ADVICE}")
-                if not isinstance(value, dict):
-                    raise InventoryError(file, line, f"variable 'nictune' of host {self.name!r} must be a mapping "
-                                         f"of profile overrides, not {type(value).__name__}")
+                if id(value) not in self._inventory.nictune_checked:  # a group's value: once, not per host
+                    self._check_nictune(value, file, line)
+                    self._inventory.nictune_checked.add(id(value))
                 out.append((value, where_text(spot)))
         return out
+
+    def _check_nictune(self, value: Any, file: Optional[str], line: Optional[int]) -> None:
+        if _holds_vaulted(value):
+            raise InventoryError(file, line, f"variable 'nictune' of host {self.name!r} holds an Ansible "
+                                 f"Vault value (!vault); {VAULT_ADVICE}")
+        self._not_templated(value, file, line)
+        if not isinstance(value, dict):
+            raise InventoryError(file, line, f"variable 'nictune' of host {self.name!r} must be a mapping "
+                                 f"of profile overrides, not {type(value).__name__}")
+
+    def _not_templated(self, value: Any, file: Optional[str], line: Optional[int]) -> None:
+        """Refuse a `nictune` value with a string Ansible would render: nictune would use it as written."""
+        found = first_template(value)
+        if found is not None:
+            path, text = found
+            name = dotted((NICTUNE_VAR,) + path)
+            raise InventoryError(file, line, f"{name} of host {self.name!r} {NOT_RENDERED}: {shown(text)}; "
+                                 "write the value itself (or tag it !unsafe if these characters are meant)")
 
     def _connection_var(self, *names: str) -> Tuple[str, Any]:
         """(name, value) of the last of these aliases that is set: Ansible's ssh connection takes that one."""
@@ -232,8 +266,8 @@ class Host:
             value = str(value)  # Ansible's string options take numbers as their text: ansible_user=1000
         if not isinstance(value, str) or not value.strip():
             raise self._bad(name, "must be non-empty text")
-        if "{{" in value or "{%" in value:
-            raise self._bad(name, "is a Jinja template, which nictune does not render")
+        if is_template(value):
+            raise self._bad(name, f"{NOT_RENDERED}: {shown(value)}")
         if any(c.isspace() for c in value) or "\x00" in value:
             raise self._bad(name, "must not contain blanks")
         return value
@@ -263,6 +297,8 @@ class Host:
         if value is None:
             return None
         self._not_vaulted(name, value)
+        if is_template(value):
+            raise self._bad(name, f"{NOT_RENDERED}: {shown(value)}")
         port = _whole_number(value)
         if port is None or not 0 < port < 65536:
             raise self._bad(name, f"must be a port number (1-65535), not {shown(value)}")
@@ -277,11 +313,14 @@ class Host:
         path = self._text_var("ansible_private_key_file", "ansible_ssh_private_key_file")
         return None if path is None else os.path.expanduser(path)
 
-    def with_play_vars(self, layer: Layer) -> Host:
+    def with_play_vars(self, layer: Layer, playbook_dir: Optional[str] = None) -> Host:
         """This host as a play sees it: the play's variables over every inventory level
-        (Ansible's precedence), for its connection settings as for the rest."""
+        (Ansible's precedence), for its connection settings as for the rest; with
+        the group_vars/ and host_vars/ beside the playbook in playbook_dir, each
+        above the inventory's of the same kind, as ansible-playbook reads them."""
         view = copy.copy(self)
-        view._layers = self.precedence() + [layer]
+        beside = _no_files if playbook_dir is None else self._inventory.beside_playbook(playbook_dir)
+        view._layers = (self.precedence() if beside is _no_files else self._levels(beside)) + [layer]
         view._vars = None
         return view
 
@@ -302,6 +341,19 @@ def _whole_number(value: Any) -> Optional[int]:
     return None
 
 
+def _inline_levels(values: Dict[str, Any], wheres: Dict[str, Where],
+                   nictune_earlier: List[Tuple[Any, Where]]) -> List[Layer]:
+    """Variables set in the inventory files themselves for one group or host.
+
+    For every variable but `nictune`, the last assignment wins, as in
+    Ansible.  Each earlier `nictune` assignment (two [g:vars] sections, a
+    host line in two files) is a level of its own below the last one, in
+    file order, so the profile merge deep-merges them all.
+    """
+    earlier: List[Layer] = [({NICTUNE_VAR: value}, {NICTUNE_VAR: where}) for value, where in nictune_earlier]
+    return earlier + [(values, wheres)]
+
+
 def _holds_vaulted(value: Any) -> bool:
     if isinstance(value, Vaulted):
         return True
@@ -316,6 +368,10 @@ VarsFileLoader = Callable[[str, str], List[Layer]]
 Warn = Callable[[Where, str], None]
 
 
+def _no_files(kind: str, name: str) -> List[Layer]:
+    return []
+
+
 class Inventory:
     """Hosts and groups of one inventory source, with Ansible's variables."""
 
@@ -324,7 +380,12 @@ class Inventory:
         self.groups: Dict[str, Group] = {}
         self.hosts: Dict[str, Host] = {}
         self.warnings: List[str] = []
-        self._vars_files: VarsFileLoader = lambda kind, name: []
+        self._vars_files: VarsFileLoader = _no_files
+        self._vars_base: Optional[str] = None
+        self._beside_playbooks: Dict[str, VarsFileLoader] = {}
+        # ids of `nictune` values found usable (Host.nictune_overrides); the
+        # inventory keeps every value alive, so no id is reused meanwhile.
+        self.nictune_checked: set = set()
         for name in ("all", "ungrouped"):
             self.add_group(name)
         self._link(self.groups["all"], self.groups["ungrouped"])
@@ -333,8 +394,25 @@ class Inventory:
         """The layers of group_vars/NAME (kind "group_vars") or host_vars/NAME, in load order."""
         return self._vars_files(kind, name)
 
-    def use_vars_files(self, loader: VarsFileLoader) -> None:
+    def use_vars_files(self, loader: VarsFileLoader, base: Optional[str] = None) -> None:
+        """Read group_vars/ and host_vars/ through loader; base: the directory they are in."""
         self._vars_files = loader
+        self._vars_base = None if base is None else os.path.realpath(base)
+
+    def beside_playbook(self, directory: str) -> VarsFileLoader:
+        """The group_vars/ and host_vars/ files of a playbook's directory, read once each.
+
+        When it is the inventory's own directory, Ansible reads the same
+        files twice, which changes no variable; nictune reads them once, so
+        that no `nictune` layer is merged twice.
+        """
+        real = os.path.realpath(directory or ".")
+        if real == self._vars_base:
+            return _no_files
+        if real not in self._beside_playbooks:
+            from .varsdirs import VarsDirs  # varsdirs builds on this module
+            self._beside_playbooks[real] = VarsDirs(directory or ".", self.warn).layers
+        return self._beside_playbooks[real]
 
     def source_of(self, host: str, varname: str) -> Optional[str]:
         """"file:line" where the value host `host` gets for `varname` was set (None if unset)."""
@@ -403,10 +481,10 @@ class Inventory:
                     raise InventoryError(where[0], where[1], f"ansible_group_priority of group {entity!r} "
                                          f"must be an integer, not {shown(value)}") from None
                 return
-            self._set(group.vars, group.var_where, key, value, where)
+            self._set(group.vars, group.var_where, key, value, where, group.nictune_earlier)
         elif entity in self.hosts:
             host = self.hosts[entity]
-            self._set(host.inline, host.inline_where, key, value, where)
+            self._set(host.inline, host.inline_where, key, value, where, host.nictune_earlier)
         else:
             raise InventoryError(where[0], where[1], f"{entity!r} is not a known host or group")
 
@@ -414,9 +492,12 @@ class Inventory:
         self.warnings.append(f"{where_text(where)}: {message}")
 
     @staticmethod
-    def _set(values: Dict[str, Any], wheres: Dict[str, Where], key: Any, value: Any, where: Where) -> None:
+    def _set(values: Dict[str, Any], wheres: Dict[str, Where], key: Any, value: Any, where: Where,
+             nictune_earlier: Optional[List[Tuple[Any, Where]]] = None) -> None:
         if not isinstance(key, str):
             raise InventoryError(where[0], where[1], f"variable name {shown(key)} is not text")
+        if key == NICTUNE_VAR and key in values and nictune_earlier is not None:
+            nictune_earlier.append((values[key], wheres[key]))  # each one is a layer (Host.precedence)
         values[key] = value
         wheres[key] = where
 
