@@ -661,7 +661,7 @@ def main(argv=None) -> int:
 
         try:
             exporter = metrics.start(lambda: agent.status, args.metrics_address or None,
-                                     args.metrics_textfile)
+                                     args.metrics_textfile, log=agent.log)
         except (OSError, ValueError) as e:
             raise NictuneError(f"metrics on {args.metrics_address}: {e}") from None
         agent.log(f"started (state directory {args.state_dir}, every {args.interval:g} s"
