@@ -17,7 +17,8 @@ A state directory holds:
     desired.json        the profile of the last committed apply ({"path", "doc",
                         "sources", "apply": its id}): the host's desired state,
                         which the resident agent keeps (host/resident.py).
-                        That apply's record keeps the one before it
+                        Written after its copy desired.json.copy, which
+                        stands in for a damaged desired.json.  That apply's record keeps the one before it
                         ("desired_before"), which its rollback puts back.
                         The resident agent's own applies (its restores and
                         re-tunes of that state) are journaled too, as
@@ -81,6 +82,8 @@ SPACE_MARGIN = 64 << 10
 INODES_NEEDED = 8
 
 DESIRED = "desired.json"
+# desired.json's copy, beside it: written first, it stands in for a damaged one.
+DESIRED_COPY = "desired.json.copy"
 
 APPLYING = "applying"
 COMMITTED = "committed"
@@ -183,6 +186,8 @@ class Journal:
         self.confirm: Optional[dict] = None
         # What the last load() worked around (a damaged journal.json).
         self.warnings: list = []
+        # ... and the last load_desired() (a damaged desired.json).
+        self.desired_warnings: list = []
         # The status journal.json last got from this object, for messages
         # about a write that failed after it.
         self.saved: Optional[str] = None
@@ -377,39 +382,48 @@ class Journal:
 
     def load_desired(self) -> Optional[dict]:
         """desired.json, or None when no apply has stored one.  Refused like a
-        journal that is not nictune's (StateDirError), or damaged (JournalDamaged)."""
+        journal that is not nictune's (StateDirError).  A damaged one gives
+        way to its copy (DESIRED_COPY, written before it), with a
+        warning in self.desired_warnings; JournalDamaged when that is not
+        usable either."""
+        self.desired_warnings = []
         path = os.path.join(self.dir, DESIRED)
         with self._state(create=False) as fd:
             if fd is None:
                 return None
             try:
-                fd_file = _open_checked(path, "desired state", os.O_RDONLY, dir_fd=fd)
+                return _read_desired(fd, DESIRED, path)
             except FileNotFoundError:
                 return None
+            except JournalDamaged as damaged:
+                return self._desired_copy(fd, damaged)
+
+    def _desired_copy(self, fd: int, damaged: JournalDamaged) -> dict:
+        path = os.path.join(self.dir, DESIRED_COPY)
         try:
-            data = os.read(fd_file, MAX_RECORD + 1)
-        finally:
-            os.close(fd_file)
-        try:
-            desired = json.loads(data)
-        except (ValueError, RecursionError) as e:
-            raise JournalDamaged(f"the desired state {path} is not JSON ({e}): apply the "
-                                 "profile again to store it") from None
-        if not (isinstance(desired, dict) and isinstance(desired.get("doc"), dict)
-                and isinstance(desired.get("sources", {}), dict)):
-            raise JournalDamaged(f"the desired state {path} is not a stored profile (doc, "
-                                 "sources): apply the profile again to store it")
-        return desired
+            copy = _read_desired(fd, DESIRED_COPY, path)
+        except (FileNotFoundError, StateDirError) as e:
+            why = getattr(e, "message", None) or f"{path} does not exist"
+            raise JournalDamaged(f"{damaged.message}; its copy is not usable either ({why}): "
+                                 "apply the profile again to store it") from None
+        self.desired_warnings.append(f"{damaged.message}; using its copy {path} "
+                                     f"(apply {copy.get('apply')})")
+        return copy
 
     def save_desired(self, desired: Optional[dict]) -> None:
-        """Replace desired.json whole (0600), or remove it for None."""
+        """Replace desired.json whole (0600), or remove it for None.  Its
+        copy is written first and removed last, so it is never older than
+        desired.json: it stands in for a damaged one (load_desired)."""
         try:
             with self._state(create=True) as fd:
                 if desired is None:
-                    with suppress(FileNotFoundError):
-                        os.unlink(DESIRED, dir_fd=fd)
+                    for name in (DESIRED, DESIRED_COPY):
+                        with suppress(FileNotFoundError):
+                            os.unlink(name, dir_fd=fd)
                 else:
-                    _replace(fd, DESIRED, json.dumps(desired, sort_keys=True))
+                    text = json.dumps(desired, sort_keys=True)
+                    _replace(fd, DESIRED_COPY, text)
+                    _replace(fd, DESIRED, text)
         except OSError as e:
             raise StateDirError(f"cannot store the desired state in the state directory "
                                 f"{self.dir}: {e.strerror or e}") from None
@@ -640,6 +654,27 @@ def _read_record(dir_fd: int, name: str, path: str) -> dict:
     if isinstance(problem, str):
         raise JournalDamaged(f"the journal {path} is damaged: {problem}")
     return problem
+
+
+def _read_desired(dir_fd: int, name: str, path: str) -> dict:
+    """The stored profile in `name`: FileNotFoundError, StateDirError (not
+    ours) or JournalDamaged (not a stored profile)."""
+    fd = _open_checked(path, "desired state", os.O_RDONLY, dir_fd=dir_fd)
+    try:
+        data = os.read(fd, MAX_RECORD + 1)
+    except OSError as e:
+        raise JournalDamaged(f"the desired state {path} cannot be read: "
+                             f"{e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    try:
+        desired = json.loads(data)
+    except (ValueError, RecursionError) as e:
+        raise JournalDamaged(f"the desired state {path} is not JSON ({e})") from None
+    if not (isinstance(desired, dict) and isinstance(desired.get("doc"), dict)
+            and isinstance(desired.get("sources", {}), dict)):
+        raise JournalDamaged(f"the desired state {path} is not a stored profile (doc, sources)")
+    return desired
 
 
 def _parse_problem(data: bytes):

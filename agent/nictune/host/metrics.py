@@ -16,6 +16,7 @@ its whole shape; format 1).  What is read of it, each part optional:
      "reapplies": int,             # re-applies since the agent started
      "last_verify": float | None,  # unix seconds of the last verify
      "last_verify_ok": float | None,  # ... of the last that left no drift
+     "desired_state": {"ok": bool, "reason": str | None, "from_copy": bool},
      "interfaces": [str]}          # whose counters to show; absent (as
                                    # resident.py has it): every netdev but lo
 
@@ -70,6 +71,12 @@ CATALOG: dict = {
     "nictune_drift_restores_total": (COUNTER, "Times the agent put the drifted key back."),
     "nictune_drift_left_alone": (GAUGE, "1 when the key drifted too often and is left alone (flapping)."),
     "nictune_drifted_keys": (GAUGE, "Keys of the desired state that differ from it now."),
+    "nictune_desired_state_ok": (
+        GAUGE, "1 when the stored desired state was read (or none is stored); 0 when it cannot be "
+               "and the agent keeps nothing: reason damaged (desired.json and its copy are not a "
+               "stored profile) or refused (not nictune's: owner, mode, a link)."),
+    "nictune_desired_state_from_copy": (
+        GAUGE, "1 when desired.json is damaged and its copy (written before it) stands in."),
     "nictune_reapplies_total": (COUNTER, "Re-applies of the desired state since the agent started."),
     "nictune_last_verify_timestamp_seconds": (GAUGE, "Unix time of the last verify."),
     "nictune_last_successful_verify_timestamp_seconds": (
@@ -261,7 +268,14 @@ def status_samples(status: dict) -> list:
         out.append(("nictune_drift_events_total", labels, int(rec.get("drifts") or 0)))
         out.append(("nictune_drift_restores_total", labels, int(rec.get("restores") or 0)))
         out.append(("nictune_drift_left_alone", labels, bool(rec.get("left_alone"))))
-    if "keys" in status:
+    desired = status.get("desired_state")
+    if isinstance(desired, dict):
+        ok = bool(desired.get("ok"))
+        out.append(("nictune_desired_state_ok",
+                    {} if ok else {"reason": str(desired.get("reason") or "unknown")}, ok))
+        out.append(("nictune_desired_state_from_copy", {}, bool(desired.get("from_copy"))))
+    # Without a readable desired state no key was compared: no count, not 0.
+    if "keys" in status and (not isinstance(desired, dict) or desired.get("ok")):
         out.append(("nictune_drifted_keys", {}, sum(1 for _, r in keys if r.get("drifted"))))
     if "reapplies" in status:
         out.append(("nictune_reapplies_total", {}, int(status["reapplies"] or 0)))
