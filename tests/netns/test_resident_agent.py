@@ -297,4 +297,7 @@ def test_a_damaged_desired_state_gives_way_to_its_copy(lab, agent):
     assert found["idle"] is None and found["desired_state"]["from_copy"], found
     must(lab, "ip", "link", "set", "ntv0", "mtu", "1500")
     assert wait_for(lambda: mtu(lab) == 9000, 10), a.stop()
+    text = CliRunner().invoke(app, ["agent", "status", "--netns", lab.ns_a,
+                                    "--state-dir", str(lab.state)]).stdout
+    assert "desired state: the desired state" in text and "using its copy" in text
     assert "using its copy" in a.stop()

@@ -347,6 +347,16 @@ def test_a_desired_state_that_cannot_be_read_is_a_series_not_zero_drift(cx7, mon
     names = {(n, tuple(labels.items())): v for n, labels, v in metrics.status_samples(agent.status)}
     assert names[("nictune_desired_state_ok", (("reason", "damaged"),))] is False
     assert ("nictune_drifted_keys", ()) not in names  # never compared: no count at all
+    # `nictune agent status` shows the agent and why it idles, not only an error.
+    from typer.testing import CliRunner
+
+    from nictune.cli.app import app
+
+    agent.write_status()
+    result = CliRunner().invoke(app, ["agent", "status", "--state-dir", state])
+    assert result.exit_code == 0, result.output
+    assert "desired profile: CANNOT BE READ: the desired state" in result.stdout
+    assert "idle: the desired state cannot be read" in result.stdout
     # Not nictune's (group-writable): refused, another reason.
     os.chmod(os.path.join(state, "desired.json"), 0o666)
     agent.refresh_desired()
