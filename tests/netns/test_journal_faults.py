@@ -219,3 +219,50 @@ def test_an_apply_awaiting_confirmation_holds_the_namespace_for_other_state_dirs
     # Confirmed: the namespace is free again, from any state directory.
     assert _run(veth_pair, _request(tmp_path / "state-b", mtu=5000))["exit_code"] == 0
     assert _mtu(veth_pair) == 5000
+
+
+# -- an agent killed before it reported ------------------------------------------------
+
+def _netns_target(pair, tmp_path, *fault: str):
+    from nictune.control.targets import NetnsTarget
+
+    target = NetnsTarget(pair.ns_a, str(tmp_path / "state"))
+    target.argv = lambda: _argv(pair, *fault)
+    return target
+
+
+def test_a_killed_apply_says_what_its_journal_holds_and_how_to_undo_it(veth_pair, tmp_path):
+    from nictune.host.errors import Interrupted
+
+    request = json.loads(_request(tmp_path / "unused"))
+    with pytest.raises(Interrupted) as e:
+        _netns_target(veth_pair, tmp_path, "kill", "after").run(request)
+    message = str(e.value)
+    assert _mtu(veth_pair) == 4000  # partly changed: written, never committed
+    record = json.loads((tmp_path / "state" / "netns" / veth_pair.ns_a / "journal.json").read_text())
+    assert record["status"] == "applying"
+    assert "the agent was killed by signal 9 (SIGKILL) before it reported" in message
+    assert f"in the middle of apply {record['id']}" in message
+    assert "1 before-value(s)" in message and "link mtu on ntv0" in message
+    rollback = f"nictune rollback --netns {veth_pair.ns_a} --state-dir {tmp_path / 'state'}"
+    assert f"`{rollback}` restores them" in message
+    assert e.value.as_dict()["kind"] == "interrupted"
+    # What it says to run does undo it.
+    from nictune.cli.app import app
+    from typer.testing import CliRunner
+
+    args = rollback.split()[1:]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert _mtu(veth_pair) == 1500
+
+
+def test_an_apply_killed_before_its_journal_says_nothing_was_written(veth_pair, tmp_path):
+    from nictune.host.errors import TransportError
+
+    request = json.loads(_request(tmp_path / "unused"))
+    with pytest.raises(TransportError) as e:
+        _netns_target(veth_pair, tmp_path, "kill", "before").run(request)
+    assert "killed by signal 9 (SIGKILL)" in str(e.value)
+    assert "it journaled nothing" in str(e.value) and "the host is as it was" in str(e.value)
+    assert _mtu(veth_pair) == 1500
