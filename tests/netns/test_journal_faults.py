@@ -266,3 +266,42 @@ def test_an_apply_killed_before_its_journal_says_nothing_was_written(veth_pair, 
     assert "killed by signal 9 (SIGKILL)" in str(e.value)
     assert "it journaled nothing" in str(e.value) and "the host is as it was" in str(e.value)
     assert _mtu(veth_pair) == 1500
+
+
+# -- the per-namespace lock files in /run/nictune ----------------------------------------
+
+def _lock_path(pair) -> str:
+    r = subprocess.run(["ip", "netns", "exec", pair.ns_a, sys.executable, "-c",
+                        "from nictune.host.journal import target_lock; print(target_lock())"],
+                       capture_output=True, text=True, env=_env())
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def test_a_settled_apply_leaves_no_lock_file_behind(veth_pair, tmp_path):
+    lock = _lock_path(veth_pair)
+    assert lock.startswith("/run/nictune/net") and not os.path.exists(lock)
+    assert _run(veth_pair, _request(tmp_path / "state"))["exit_code"] == 0
+    assert _mtu(veth_pair) == 4000
+    assert not os.path.exists(lock)  # one file per namespace made, hundreds left: no more
+    assert _run(veth_pair, _request(tmp_path / "state", command="rollback"))["exit_code"] == 0
+    assert not os.path.exists(lock) and _mtu(veth_pair) == 1500
+
+
+def test_the_lock_file_stays_while_it_says_something_then_goes(veth_pair, tmp_path):
+    lock = _lock_path(veth_pair)
+    state_a = tmp_path / "state-a"
+    # Killed mid-apply: the file keeps naming state-a, so state-b still waits.
+    proc = subprocess.run(_argv(veth_pair, "kill", "after"), input=_request(state_a),
+                          capture_output=True, env=_env(), timeout=120)
+    assert proc.returncode == -9 and _mtu(veth_pair) == 4000
+    with open(lock) as f:
+        assert json.load(f) == {"state_dir": str(state_a)}
+    second = _run(veth_pair, _request(tmp_path / "state-b", mtu=5000))
+    assert second["error"]["kind"] == "interrupted" and str(state_a) in second["error"]["message"]
+    assert os.path.exists(lock)
+    # Rolled back, it says nothing any more.
+    assert _run(veth_pair, _request(state_a, command="rollback"))["exit_code"] == 0
+    assert _mtu(veth_pair) == 1500 and not os.path.exists(lock)
+    assert _run(veth_pair, _request(tmp_path / "state-b", mtu=5000))["exit_code"] == 0
+    assert not os.path.exists(lock)

@@ -31,6 +31,8 @@ An apply or rollback also locks its target, outside any state directory
 namespace with different state directories must not interleave either.
 That file also names the state directory of the namespace's last apply, so
 that an apply from another one still waits for it to finish or be confirmed.
+Once that apply has settled, the file is removed as the lock is released
+(see "target lock files" below): it no longer says anything.
 
 Root restores whatever a journal says, so nothing here may come from
 another user.  Directories are created 0700 whatever the umask; every
@@ -56,7 +58,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
     from typing import Optional
 
-from nictune.host.errors import JournalDamaged, Locked, StateDirError
+from nictune.host.errors import JournalDamaged, Locked, NictuneError, StateDirError
 from nictune.host.validate import check_path
 
 DEFAULT_STATE_DIR = "/var/lib/nictune"
@@ -217,29 +219,29 @@ class Journal:
         path = target_lock()
         dir_fd = _open_dir(os.path.dirname(path), "lock directory", create=True)
         try:
-            fd = _open_checked(path, "target lock", os.O_RDWR | os.O_CREAT, dir_fd=dir_fd)
+            fd = _lock_file(dir_fd, path, wait, f"another nictune apply or rollback is running on "
+                                                f"this network namespace (it holds {path}), perhaps "
+                                                f"with another state directory than {self.dir}")
+            try:
+                self._target_fd = fd
+                yield
+            finally:
+                self._target_fd = None
+                # Hundreds of namespaces come and go (one file each): a file
+                # that no longer records anything another state directory
+                # must wait for goes with the lock.
+                with suppress(OSError, NictuneError, ValueError):
+                    _drop_if_settled(dir_fd, os.path.basename(path), fd)
+                os.close(fd)
         finally:
             os.close(dir_fd)
-        try:
-            _flock(fd, wait, f"another nictune apply or rollback is running on this network "
-                             f"namespace (it holds {path}), perhaps with another state directory "
-                             f"than {self.dir}")
-            self._target_fd = fd
-            yield
-        finally:
-            self._target_fd = None
-            os.close(fd)
 
     def other_state_dir(self) -> Optional[str]:
         """Under lock(): the state directory of the last apply on this
         target, when it is not this one (the target lock file records it)."""
         if self._target_fd is None:
             return None
-        try:
-            other = json.loads(os.pread(self._target_fd, 8192, 0)).get("state_dir")
-            other = check_path(other, "state directory")
-        except (ValueError, AttributeError):  # empty (never claimed) or not ours
-            return None
+        other = _claimed_state_dir(self._target_fd)
         return None if other == self.dir else other
 
     def _claim_target(self) -> None:
@@ -631,6 +633,67 @@ def _flock(fd: int, wait: bool, held: str) -> None:
         if e.errno in (errno.EAGAIN, errno.EACCES):
             raise Locked(held) from None
         raise
+
+
+# -- target lock files -----------------------------------------------------------
+# One file per network namespace in TARGET_LOCK_DIR.  A file is removed only
+# by a process that holds its flock (unlink while holding), and whoever
+# takes a lock checks, once it holds it, that the path still names the
+# inode it locked, else opens the path again: a process that opened the
+# file just before it was removed, and got the lock once it was, never
+# holds a lock nobody else can find.  (flock(2) locks the inode, not the
+# name.)
+_LOCK_ATTEMPTS = 100
+
+
+def _lock_file(dir_fd: int, path: str, wait: bool, held: str) -> int:
+    name = os.path.basename(path)
+    for _ in range(_LOCK_ATTEMPTS):
+        fd = _open_checked(path, "target lock", os.O_RDWR | os.O_CREAT, dir_fd=dir_fd)
+        try:
+            _flock(fd, wait, held)
+            if _still_named(dir_fd, name, fd):
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # removed (or replaced) while we waited: lock the new one
+    raise StateDirError(f"the target lock {path} was removed {_LOCK_ATTEMPTS} times while "
+                        "nictune waited for it: something other than nictune is removing it")
+
+
+def _still_named(dir_fd: int, name: str, fd: int) -> bool:
+    try:
+        now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
+
+
+def _claimed_state_dir(fd: int) -> Optional[str]:
+    """The state directory a target lock file records (_claim_target), or
+    None when it records none (empty: never claimed) or is not ours."""
+    try:
+        other = json.loads(os.pread(fd, 8192, 0)).get("state_dir")
+        return check_path(other, "state directory")
+    except (ValueError, AttributeError):
+        return None
+
+
+def _drop_if_settled(dir_fd: int, name: str, fd: int) -> bool:
+    """Holding `fd`'s flock: remove the file when the apply it records has
+    settled (finished, and not awaiting a confirmation), so that no other
+    state directory's apply has to wait for it.  True when removed."""
+    if os.pread(fd, 1, 0):
+        claimed = _claimed_state_dir(fd)
+        if claimed is None:
+            return False  # something we cannot read: keep it
+        record = Journal(claimed).load()  # a damaged one raises: kept
+        if record is not None and (record["status"] == APPLYING or unconfirmed(record)):
+            return False
+    os.unlink(name, dir_fd=dir_fd)
+    return True
 
 
 # -- reading and writing records ------------------------------------------------
