@@ -301,3 +301,19 @@ def test_a_damaged_desired_state_gives_way_to_its_copy(lab, agent):
                                     "--state-dir", str(lab.state)]).stdout
     assert "desired state: the desired state" in text and "using its copy" in text
     assert "using its copy" in a.stop()
+
+
+def test_a_link_whose_name_is_not_utf8_stops_neither_the_agent_nor_its_metrics(lab, agent):
+    # Linux takes any bytes but '/', ':', whitespace and NUL in a name.
+    must(lab, "ip", "link", "add", b"nt\xff\xfe", "type", "veth", "peer", "name", "ntraw0")
+    apply(lab, "restore")
+    textfile = lab.dir / "nictune.prom"
+    a = agent("--metrics-address", "127.0.0.1:9463", "--metrics-textfile", str(textfile))
+    must(lab, "ip", "link", "set", "ntv0", "mtu", "1500")
+    assert wait_for(lambda: mtu(lab) == 9000, 10), a.stop()
+    assert a.status()["agent"]["error"] is None
+    r = lab.run(lab.ns_a, [sys.executable, "-c", "import urllib.request; print(urllib.request"
+                           ".urlopen('http://127.0.0.1:9463/metrics', timeout=5).status)"])
+    assert r.stdout.strip() == "200", r.stderr
+    assert wait_for(lambda: textfile.exists() and 'interface="nt:xff:xfe"' in textfile.read_text(),
+                    10), a.stop()
