@@ -310,6 +310,11 @@ def test_the_first_start_since_boot_applies_the_whole_desired_state(cx7, monkeyp
     assert again.refresh_desired() and not again.first_start_since_boot()
     again.take_up("start", at_start=True)
     assert host.kernel.links[P1].mtu == 1500
+    # Nor one whose previous agent's start looks older than the boot (the
+    # clock stepped forward since): the boot id says it was this boot.
+    again.status["started"] = booted - 3600
+    again.write_status()
+    assert not _agent(host, state, monkeypatch, booted=booted).first_start_since_boot()
     # Nor is one whose boot time is unknown.
     assert not _agent(host, state, monkeypatch, booted=0.0).first_start_since_boot()
 

@@ -57,6 +57,7 @@ stable; fields are only ever added):
 
     {"nictune_agent_status": 1,
      "pid": int, "started": float, "updated": float,   # unix times
+     "boot_id": str | None,         # the kernel's boot id when it started
      "stopped": float | None,                          # set on a clean exit
      "interval": float, "flap_limit": int, "flap_window": float,
      "desired": {"path": str | None, "apply": str | None, "stored": float} | None,
@@ -359,6 +360,15 @@ def boot_time() -> float:
     return 0.0
 
 
+def boot_id():
+    """This boot's random id (/proc/sys/kernel/random/boot_id), or None."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip() or None
+    except (OSError, ValueError):
+        return None
+
+
 def status_path(state_dir: str) -> str:
     return os.path.join(state_dir, STATUS_FILE)
 
@@ -402,14 +412,14 @@ class Resident:
             "updated": None, "stopped": None, "interval": interval, "flap_limit": flap_limit,
             "flap_window": flap_window, "desired": None, "idle": None, "reapplies": 0,
             "last_reapply": None, "last_verify": None, "last_verify_ok": None, "error": None,
-            "ethtool_monitor": None, "desired_state": None, "keys": {},
+            "ethtool_monitor": None, "desired_state": None, "boot_id": boot_id(), "keys": {},
         }
         # The last agent's status, read before this one replaces it: was
         # there an agent since the kernel booted (first_start_since_boot)?
         try:
             self._previous_status = load_status(state_dir)
         except (NictuneError, ValueError, OSError):
-            self._previous_status = {"started": float("inf")}  # unknown: not a first start
+            self._previous_status = {"started": float("inf"), "boot_id": "?"}  # unknown
 
     # -- the desired state ------------------------------------------------------
 
@@ -464,11 +474,11 @@ class Resident:
         agent's start all come from before the kernel booted.  When
         unsure (nothing read), no: writing is what is to be avoided."""
         booted = boot_time()
-        if not booted:
-            return False
+        before = self._previous_status
+        if not booted or (before or {}).get("boot_id") in (self.status["boot_id"], "?"):
+            return False  # unknown, or an agent already ran in this boot (the clock may step)
         try:
             last = self.journal.load()
-            before = self._previous_status
         except (NictuneError, ValueError):
             return False
         times = [(self.desired or {}).get("stored"), (last or {}).get("started"),
