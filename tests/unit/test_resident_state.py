@@ -297,6 +297,14 @@ def test_the_first_start_since_boot_applies_the_whole_desired_state(cx7, monkeyp
     time.sleep(0.01)
     booted = time.time()
     time.sleep(0.01)
+    # An agent that ran in this boot (its boot id) before the clock stepped
+    # forward looks older than the boot: the boot id says otherwise.
+    stepped = _agent(host, state, monkeypatch, booted=booted)
+    assert stepped.refresh_desired()
+    stepped._previous_status = {"started": booted - 3600, "boot_id": stepped.status["boot_id"]}
+    assert stepped.status["boot_id"] and not stepped.first_start_since_boot()
+    stepped._previous_status["boot_id"] = "another boot"
+    assert stepped.first_start_since_boot()
     agent = _agent(host, state, monkeypatch, booted=booted)
     assert agent.refresh_desired() and agent.first_start_since_boot()
     agent.take_up("start", at_start=True)
@@ -310,11 +318,6 @@ def test_the_first_start_since_boot_applies_the_whole_desired_state(cx7, monkeyp
     assert again.refresh_desired() and not again.first_start_since_boot()
     again.take_up("start", at_start=True)
     assert host.kernel.links[P1].mtu == 1500
-    # Nor one whose previous agent's start looks older than the boot (the
-    # clock stepped forward since): the boot id says it was this boot.
-    again.status["started"] = booted - 3600
-    again.write_status()
-    assert not _agent(host, state, monkeypatch, booted=booted).first_start_since_boot()
     # Nor is one whose boot time is unknown.
     assert not _agent(host, state, monkeypatch, booted=0.0).first_start_since_boot()
 
