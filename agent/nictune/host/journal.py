@@ -18,7 +18,8 @@ A state directory holds:
                         "sources", "apply": its id}): the host's desired state,
                         which the resident agent keeps (host/resident.py).
                         Written after its copy desired.json.copy, which
-                        stands in for a damaged desired.json.  That apply's record keeps the one before it
+                        stands in for a damaged desired.json.  That
+                        apply's record keeps the one before it
                         ("desired_before"), which its rollback puts back.
                         The resident agent's own applies (its restores and
                         re-tunes of that state) are journaled too, as

@@ -440,7 +440,8 @@ class Resident:
                                         "`nictune apply` commits a profile")
             if self.journal.desired_warnings:
                 state.update(from_copy=True, message="; ".join(self.journal.desired_warnings))
-        if state["from_copy"] and state["message"] != (self.status["desired_state"] or {}).get("message"):
+        said = (self.status["desired_state"] or {}).get("message")
+        if state["from_copy"] and state["message"] != said:  # once, not every turn
             self.log(state["message"])
         self.status["desired_state"] = state
         new = desired_stamp(desired) != desired_stamp(self.desired)
