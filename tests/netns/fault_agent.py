@@ -11,12 +11,16 @@ request on stdin and answers like `python -m nictune.host.agent`, except:
     block GATE  the link family's write first creates GATE.entered, then
                 waits (at most 60 s) for GATE to exist: the apply holds its
                 locks meanwhile
+    kill after  SIGKILL itself right after the link family's write (the
+                host is then partly changed, its journal still "applying")
+    kill before SIGKILL itself before reading the request: nothing written
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import signal
 import sys
 import time
 
@@ -58,6 +62,8 @@ def faulty_apply(self, items):
             time.sleep(0.02)
     real_apply(self, items)
     written.append(items)
+    if MODE == "kill" and ARG == "after":
+        os.kill(os.getpid(), signal.SIGKILL)
     if MODE == "fill":
         fill(ARG)
 
@@ -71,6 +77,8 @@ def eio_after_the_kernel_write(write):
 
 
 LinkFamily.apply = faulty_apply
+if MODE == "kill" and ARG == "before":
+    os.kill(os.getpid(), signal.SIGKILL)
 if MODE == "eio":
     journal._replace = eio_after_the_kernel_write(journal._replace)
 sys.exit(main())

@@ -219,3 +219,89 @@ def test_an_apply_awaiting_confirmation_holds_the_namespace_for_other_state_dirs
     # Confirmed: the namespace is free again, from any state directory.
     assert _run(veth_pair, _request(tmp_path / "state-b", mtu=5000))["exit_code"] == 0
     assert _mtu(veth_pair) == 5000
+
+
+# -- an agent killed before it reported ------------------------------------------------
+
+def _netns_target(pair, tmp_path, *fault: str):
+    from nictune.control.targets import NetnsTarget
+
+    target = NetnsTarget(pair.ns_a, str(tmp_path / "state"))
+    target.argv = lambda: _argv(pair, *fault)
+    return target
+
+
+def test_a_killed_apply_says_what_its_journal_holds_and_how_to_undo_it(veth_pair, tmp_path):
+    from nictune.host.errors import Interrupted
+
+    request = json.loads(_request(tmp_path / "unused"))
+    with pytest.raises(Interrupted) as e:
+        _netns_target(veth_pair, tmp_path, "kill", "after").run(request)
+    message = str(e.value)
+    assert _mtu(veth_pair) == 4000  # partly changed: written, never committed
+    record = json.loads((tmp_path / "state" / "netns" / veth_pair.ns_a / "journal.json").read_text())
+    assert record["status"] == "applying"
+    assert "the agent was killed by signal 9 (SIGKILL) before it reported" in message
+    assert f"in the middle of apply {record['id']}" in message
+    assert "1 before-value(s)" in message and "link mtu on ntv0" in message
+    rollback = f"nictune rollback --netns {veth_pair.ns_a} --state-dir {tmp_path / 'state'}"
+    assert f"`{rollback}` restores them" in message
+    assert e.value.as_dict()["kind"] == "interrupted"
+    # What it says to run does undo it.
+    from nictune.cli.app import app
+    from typer.testing import CliRunner
+
+    args = rollback.split()[1:]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert _mtu(veth_pair) == 1500
+
+
+def test_an_apply_killed_before_its_journal_says_nothing_was_written(veth_pair, tmp_path):
+    from nictune.host.errors import TransportError
+
+    request = json.loads(_request(tmp_path / "unused"))
+    with pytest.raises(TransportError) as e:
+        _netns_target(veth_pair, tmp_path, "kill", "before").run(request)
+    assert "killed by signal 9 (SIGKILL)" in str(e.value)
+    assert "it journaled nothing" in str(e.value) and "the host is as it was" in str(e.value)
+    assert _mtu(veth_pair) == 1500
+
+
+# -- the per-namespace lock files in /run/nictune ----------------------------------------
+
+def _lock_path(pair) -> str:
+    r = subprocess.run(["ip", "netns", "exec", pair.ns_a, sys.executable, "-c",
+                        "from nictune.host.journal import target_lock; print(target_lock())"],
+                       capture_output=True, text=True, env=_env())
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def test_a_settled_apply_leaves_no_lock_file_behind(veth_pair, tmp_path):
+    lock = _lock_path(veth_pair)
+    assert lock.startswith("/run/nictune/net") and not os.path.exists(lock)
+    assert _run(veth_pair, _request(tmp_path / "state"))["exit_code"] == 0
+    assert _mtu(veth_pair) == 4000
+    assert not os.path.exists(lock)  # one file per namespace made, hundreds left: no more
+    assert _run(veth_pair, _request(tmp_path / "state", command="rollback"))["exit_code"] == 0
+    assert not os.path.exists(lock) and _mtu(veth_pair) == 1500
+
+
+def test_the_lock_file_stays_while_it_says_something_then_goes(veth_pair, tmp_path):
+    lock = _lock_path(veth_pair)
+    state_a = tmp_path / "state-a"
+    # Killed mid-apply: the file keeps naming state-a, so state-b still waits.
+    proc = subprocess.run(_argv(veth_pair, "kill", "after"), input=_request(state_a),
+                          capture_output=True, env=_env(), timeout=120)
+    assert proc.returncode == -9 and _mtu(veth_pair) == 4000
+    with open(lock) as f:
+        assert json.load(f) == {"state_dir": str(state_a)}
+    second = _run(veth_pair, _request(tmp_path / "state-b", mtu=5000))
+    assert second["error"]["kind"] == "interrupted" and str(state_a) in second["error"]["message"]
+    assert os.path.exists(lock)
+    # Rolled back, it says nothing any more.
+    assert _run(veth_pair, _request(state_a, command="rollback"))["exit_code"] == 0
+    assert _mtu(veth_pair) == 1500 and not os.path.exists(lock)
+    assert _run(veth_pair, _request(tmp_path / "state-b", mtu=5000))["exit_code"] == 0
+    assert not os.path.exists(lock)

@@ -147,6 +147,27 @@ def test_the_endpoint_in_a_namespace_serves_the_status_and_only_get_metrics(veth
         _stop(proc)
 
 
+def test_an_interface_name_that_is_not_utf8_leaves_every_scrape_answered(veth_pair, tmp_path):
+    # The kernel takes any bytes but '/', ':', whitespace and NUL in a name:
+    # one such link used to turn every scrape into HTTP 500.
+    status_file = tmp_path / "status.json"
+    status_file.write_text(json.dumps(STATUS))
+    r = veth_pair.run(veth_pair.ns_a, ["ip", "link", "add", b"nt\xff\xfe", "type", "veth",
+                                       "peer", "name", "ntraw0"])
+    assert r.returncode == 0, r.stderr
+    proc, port = _start_exporter(veth_pair.ns_a, "127.0.0.1:0", status_file)
+    try:
+        code, body = _get(veth_pair.ns_a, f"http://127.0.0.1:{port}/metrics")
+        assert code == 200
+        got = _samples(body)
+        for name in ("nt:xff:xfe", "ntraw0"):  # down: nothing counted yet
+            assert got[("nictune_netdev_rx_packets_total", frozenset({"interface": name}.items()))] == 0
+        assert ("nictune_netdev_rx_packets_total", frozenset({"interface": "ntv0"}.items())) in got
+        assert got[("nictune_reapplies_total", frozenset())] == 2
+    finally:
+        _stop(proc)
+
+
 def test_veth_counters_appear_with_the_values_the_kernel_counts(veth_pair, tmp_path):
     _quiet(veth_pair)
     status_file = tmp_path / "status.json"

@@ -270,3 +270,50 @@ def test_rollback_while_the_agent_runs_restores_the_users_last_apply(lab, agent)
     assert wait_for(lambda: mtu(lab) == 9000, 10), a.stop()
     time.sleep(2 * INTERVAL)
     assert mtu(lab) == 9000
+
+
+def test_a_restarted_agent_reports_what_an_operator_changed_and_leaves_it(lab, agent):
+    # on_drift: report (the default): a restart must not undo the change
+    # an operator is looking into; it is reported as drift.
+    apply(lab, "report")
+    first = agent()
+    must(lab, "ip", "link", "set", "ntv0", "mtu", "1500")
+    assert wait_for(lambda: first.key("link:ntv0:mtu").get("drifts") == 1, 10), first.stop()
+    first.stop()
+    second = agent()
+    assert wait_for(lambda: second.key("link:ntv0:mtu").get("drifted"), 10), second.stop()
+    time.sleep(3 * INTERVAL)
+    assert mtu(lab) == 1500
+    found = second.status()["agent"]
+    assert found["reapplies"] == 0 and found["keys"]["link:ntv0:mtu"]["on_drift"] == "report"
+
+
+def test_a_damaged_desired_state_gives_way_to_its_copy(lab, agent):
+    apply(lab, "restore")
+    state = lab.state / "netns" / lab.ns_a
+    (state / "desired.json").write_bytes(b'{"doc": {"nictune": 1, "interf')  # torn
+    a = agent()
+    found = a.status()["agent"]
+    assert found["idle"] is None and found["desired_state"]["from_copy"], found
+    must(lab, "ip", "link", "set", "ntv0", "mtu", "1500")
+    assert wait_for(lambda: mtu(lab) == 9000, 10), a.stop()
+    text = CliRunner().invoke(app, ["agent", "status", "--netns", lab.ns_a,
+                                    "--state-dir", str(lab.state)]).stdout
+    assert "desired state: the desired state" in text and "using its copy" in text
+    assert "using its copy" in a.stop()
+
+
+def test_a_link_whose_name_is_not_utf8_stops_neither_the_agent_nor_its_metrics(lab, agent):
+    # Linux takes any bytes but '/', ':', whitespace and NUL in a name.
+    must(lab, "ip", "link", "add", b"nt\xff\xfe", "type", "veth", "peer", "name", "ntraw0")
+    apply(lab, "restore")
+    textfile = lab.dir / "nictune.prom"
+    a = agent("--metrics-address", "127.0.0.1:9463", "--metrics-textfile", str(textfile))
+    must(lab, "ip", "link", "set", "ntv0", "mtu", "1500")
+    assert wait_for(lambda: mtu(lab) == 9000, 10), a.stop()
+    assert a.status()["agent"]["error"] is None
+    r = lab.run(lab.ns_a, [sys.executable, "-c", "import urllib.request; print(urllib.request"
+                           ".urlopen('http://127.0.0.1:9463/metrics', timeout=5).status)"])
+    assert r.stdout.strip() == "200", r.stderr
+    assert wait_for(lambda: textfile.exists() and 'interface="nt:xff:xfe"' in textfile.read_text(),
+                    10), a.stop()

@@ -61,11 +61,28 @@ def test_the_unit_passes_systemd_analyze_verify(tmp_path):
     assert verify(str(missing)).returncode != 0
 
 
+def test_the_unit_lets_the_agent_write_every_owned_file_the_profile_may_name_by_default():
+    from nictune.host.validate import OWNED_FILE_DIRS, check_owned_path, within
+
+    d = directives(agent_install.unit_text("/usr/bin/python3", "/var/lib/nictune"))
+    writable = [w.lstrip("-") for w in d["ReadWritePaths"][0].split()]
+    # The families' default paths, and one in each default directory (an
+    # owned file is replaced by rename: its directory must be writable).
+    paths = ["/etc/nccl.conf", "/etc/ucx/ucx.conf", "/usr/local/etc/nccl.conf"]
+    paths += [d + "/x.conf" for d in OWNED_FILE_DIRS]
+    assert len(OWNED_FILE_DIRS) >= 2
+    for path in paths:
+        check_owned_path(path, [], "test path")  # no allowed_dirs needed
+        assert any(within(os.path.dirname(path), w) for w in writable), path
+    # Nothing else: exactly the state directory and those directories.
+    assert sorted(writable) == sorted(["/var/lib/nictune", *OWNED_FILE_DIRS])
+
+
 def test_the_unit_is_hardened_but_can_still_tune():
     d = directives(agent_install.unit_text("/usr/bin/python3", "/var/lib/nictune"))
     assert d["ProtectSystem"] == ["strict"] and d["PrivateTmp"] == ["yes"]
     assert d["NoNewPrivileges"] == ["yes"] and d["Restart"] == ["on-failure"]
-    assert d["ReadWritePaths"] == ["/var/lib/nictune -/etc"]
+    assert d["ReadWritePaths"] == ["/var/lib/nictune -/etc -/usr/local/etc"]
     # /run is read-only under ProtectSystem=strict: the target locks' directory.
     assert (d["RuntimeDirectory"], d["RuntimeDirectoryMode"], d["RuntimeDirectoryPreserve"]) == (
         ["nictune"], ["0700"], ["yes"])

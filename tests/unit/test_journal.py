@@ -374,3 +374,51 @@ def test_a_state_directory_of_another_user_is_refused(tmp_path):
         box.apply()
     assert str(box.state) in refused.value.message and "uid 65534" in refused.value.message
     assert box.kernel.writes == []
+
+
+# -- target lock files: removed while held, never lost to a waiter -----------------------
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="target locks live in TARGET_LOCK_DIR as root")
+def test_a_waiter_on_a_lock_file_removed_meanwhile_locks_the_new_one(tmp_path, monkeypatch):
+    import threading
+
+    locks = tmp_path / "locks"
+    monkeypatch.setattr(journal, "TARGET_LOCK_DIR", str(locks))
+    real_flock, waiting, calls = journal._flock, threading.Event(), []
+
+    def flock(fd, wait, held):
+        if threading.current_thread().name == "waiter" and "network namespace" in held:
+            calls.append(os.fstat(fd).st_ino)  # the target lock's, not the state directory's
+            waiting.set()
+        real_flock(fd, wait, held)
+
+    monkeypatch.setattr(journal, "_flock", flock)
+    seen = {}
+
+    def waiter():
+        with journal.Journal(str(tmp_path / "b"), root="/").lock(wait=True):
+            path = journal.target_lock()
+            seen["exists"] = os.path.exists(path)
+            seen["path"] = os.stat(path).st_ino
+
+    first = journal.Journal(str(tmp_path / "a"), root="/")
+    holding = first.lock()
+    holding.__enter__()
+    path = journal.target_lock()
+    old_inode = os.stat(path).st_ino
+    thread = threading.Thread(target=waiter, name="waiter")
+    try:
+        thread.start()
+        assert waiting.wait(10)  # the waiter opened the file and blocks in flock
+        thread.join(0.2)
+        assert thread.is_alive()
+    finally:
+        holding.__exit__(None, None, None)  # settled (it never claimed): removed, then released
+    thread.join(10)
+    assert not thread.is_alive()
+    # It first waited on the old inode, found it gone once it got it, and
+    # locked the file now at the path instead.
+    # (An inode number may come again once its file is gone: the count tells.)
+    assert len(calls) == 2 and calls[0] == old_inode, calls
+    assert seen["exists"] and seen["path"] == calls[1]
+    assert not os.path.exists(path)  # and it, too, removed its file on the way out

@@ -383,3 +383,74 @@ def test_the_textfile_is_rewritten_every_interval_until_stopped(tmp_path):
     finally:
         exporter.stop()
     assert exporter.server is None and not any(t.is_alive() for t in exporter._threads)
+
+
+# -- names that are not UTF-8, and a textfile writer that outlives failures ---------
+
+def _with_raw_interface(tmp_path: Path) -> Path:
+    """The fixture tree plus an interface whose name is the bytes nt\\xff\\xfe
+    (the kernel takes them: only '/', ':', whitespace and NUL are refused)."""
+    root = _fixture_root(tmp_path)
+    stats = os.path.join(os.fsencode(root), b"sys/class/net", b"nt\xff\xfe", b"statistics")
+    os.makedirs(stats)
+    with open(os.path.join(stats, b"rx_packets"), "w") as f:
+        f.write("5\n")
+    return root
+
+
+def test_an_interface_name_that_is_not_utf8_is_a_lossless_utf8_label(tmp_path):
+    root = _with_raw_interface(tmp_path)
+    status = {"keys": {"link:nt\udcff\udcfe:mtu": {"drifted": True}}}
+    body = metrics.collect(status, Host(str(root))).encode("utf-8")  # strict: what is served
+    got = parsed(body.decode("utf-8"))
+    assert got[_key("nictune_netdev_rx_packets_total", interface="nt:xff:xfe")] == 5
+    assert got[_key("nictune_netdev_rx_bytes_total", interface="rail0")] == 123456789
+    assert got[_key("nictune_drift", family="link", target="nt:xff:xfe", name="mtu")] == 1
+
+
+def test_name_labels_keep_utf8_and_tell_every_byte_string_apart():
+    names = [b"rail0", b"q\"t\\x", "ünï".encode(), b"nt\xff", b"nt\xfe", b"nt\xc3", b"\xc3\xbc",
+             b"a\\xff"]
+    labels = [metrics.name_label(os.fsdecode(n)) for n in names]
+    assert labels[:3] == ["rail0", 'q"t\\x', "ünï"]
+    assert labels[3:6] == ["nt:xff", "nt:xfe", "nt:xc3"] and labels[6] == "ü"
+    assert len(set(labels)) == len(names) == 8
+    for label in labels:
+        label.encode("utf-8")  # strict
+
+
+def test_http_answers_a_scrape_with_a_non_utf8_interface(tmp_path):
+    exporter = metrics.start(lambda: {"reapplies": 2}, "127.0.0.1:0",
+                             host=Host(str(_with_raw_interface(tmp_path))))
+    try:
+        with _OPENER.open("http://%s:%d/metrics" % exporter.address, timeout=10) as r:
+            got = parsed(r.read().decode("utf-8"))
+        assert got[_key("nictune_netdev_rx_packets_total", interface="nt:xff:xfe")] == 5
+    finally:
+        exporter.stop()
+
+
+def test_the_textfile_writer_outlives_a_failure_and_logs_it_once(tmp_path):
+    root = _fixture_root(tmp_path)
+    target = tmp_path / "nictune.prom"
+    failures = {"left": 6}
+    lines = []
+
+    def status() -> dict:
+        if failures["left"]:
+            failures["left"] -= 1
+            raise UnicodeEncodeError("utf-8", "\udcff", 0, 1, "surrogates not allowed")
+        return {"reapplies": 3}
+
+    exporter = metrics.start(status, None, textfile=str(target), interval=0.02,
+                             host=Host(str(root)), log=lines.append)
+    try:
+        deadline = time.monotonic() + 10
+        while not target.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert parsed(target.read_text())[_key("nictune_reapplies_total")] == 3
+    finally:
+        exporter.stop()
+    assert failures["left"] == 0 and exporter.textfile_error is None
+    assert len(lines) == 2, lines  # the failure once (not six times), then its end
+    assert "not written (UnicodeEncodeError" in lines[0] and "written again" in lines[1]

@@ -10,6 +10,7 @@ import json
 import os
 import stat
 import struct
+import time
 
 import pytest
 
@@ -115,11 +116,45 @@ def test_a_desired_state_that_is_not_ours_is_refused(cx7):
     os.chmod(path, 0o600)
     with open(path, "w") as f:
         f.write("[1, 2]")
-    with pytest.raises(JournalDamaged, match="not a stored profile"):
+    # A damaged one gives way to its copy (written before it)...
+    journal = Journal(state)
+    assert journal.load_desired()["path"] == CX7.path
+    assert "not a stored profile" in journal.desired_warnings[0]
+    assert "desired.json.copy" in journal.desired_warnings[0]
+    # ...but not when the copy is damaged too, or not nictune's.
+    with open(path + ".copy", "w") as f:
+        f.write('{"doc": ')
+    with pytest.raises(JournalDamaged, match="not a stored profile.*copy is not usable either"
+                                             ".*not JSON"):
+        Journal(state).load_desired()
+    os.remove(path + ".copy")
+    with pytest.raises(JournalDamaged, match="copy is not usable either.*does not exist"):
         Journal(state).load_desired()
     # A damaged one does not block the next apply, which replaces it.
     assert Engine(host, state).apply(other_doc(), CX7.sources, "other.yaml").error is None
     assert desired_file(state)["path"] == "other.yaml"
+
+
+def test_the_desired_state_copy_follows_every_store_and_removal(cx7):
+    host, state = cx7
+    copy = os.path.join(state, "desired.json.copy")
+    assert Engine(host, state).apply(CX7.doc, CX7.sources, CX7.path).error is None
+    with open(copy) as f:
+        assert json.load(f) == desired_file(state)
+    assert stat.S_IMODE(os.stat(copy).st_mode) == 0o600
+    assert Engine(host, state).apply(other_doc(), CX7.sources, "other.yaml").error is None
+    with open(copy) as f:
+        assert json.load(f)["path"] == "other.yaml"
+    with open(os.path.join(state, "desired.json"), "wb") as f:
+        f.write(b"\x00\xff torn")
+    assert Journal(state).load_desired()["path"] == "other.yaml"
+    # A rollback puts the one before back, copy first; the first apply's
+    # rollback removes both, so no stale copy stands in for nothing.
+    assert Engine(host, state).rollback().error is None
+    with open(copy) as f:
+        assert json.load(f)["path"] == CX7.path
+    Journal(state).save_desired(None)
+    assert not os.path.exists(copy) and Journal(state).load_desired() is None
 
 
 def test_the_flap_limiter_leaves_a_key_alone_at_its_limit_within_the_window():
@@ -193,3 +228,144 @@ def test_a_desired_state_that_is_not_a_file_refuses_the_apply_before_any_write(c
     with pytest.raises(StateDirError, match="not a regular file"):
         Engine(host, state).apply(CX7.doc, CX7.sources, CX7.path)
     assert host.kernel.snapshot() == before
+
+
+# -- the agent's start and its re-reads of the desired state ------------------------
+
+def _agent(host, state, monkeypatch, booted: float = 0.0):
+    """A Resident on the fake host, no socket; boot_time() says `booted`."""
+    from nictune.host import resident
+
+    monkeypatch.setattr(resident, "boot_time", lambda: booted)
+    lines = []
+    agent = resident.Resident(state, log=lines.append, listen=False)
+    agent.host = host
+    agent.lines = lines
+    return agent
+
+
+def _applied_then_drifted(cx7, on_drift=None) -> tuple:
+    host, state = cx7
+    doc = copy.deepcopy(CX7.doc)
+    if on_drift:
+        doc["on_drift"] = on_drift
+    assert Engine(host, state).apply(doc, CX7.sources, CX7.path).error is None
+    assert host.kernel.links[P1].mtu == 9000
+    host.kernel.links[P1].mtu = 1500  # an operator's change, being looked into
+    return host, state
+
+
+def test_a_restart_reports_report_only_keys_and_writes_nothing(cx7, monkeypatch):
+    host, state = _applied_then_drifted(cx7)
+    agent = _agent(host, state, monkeypatch)
+    assert agent.refresh_desired()
+    agent.take_up("start", at_start=True)
+    assert host.kernel.links[P1].mtu == 1500
+    rec = agent.status["keys"][f"link:{P1}:mtu"]
+    assert rec["drifted"] and rec["drifts"] == 1 and rec["on_drift"] == "report"
+    assert agent.status["reapplies"] == 0 and agent.status["last_reapply"] is None
+    assert agent.status["last_verify"] is not None
+
+
+def test_a_restart_puts_back_restore_keys_as_drift(cx7, monkeypatch):
+    host, state = _applied_then_drifted(cx7, on_drift="restore")
+    agent = _agent(host, state, monkeypatch)
+    assert agent.refresh_desired()
+    agent.take_up("start", at_start=True)
+    assert host.kernel.links[P1].mtu == 9000
+    rec = agent.status["keys"][f"link:{P1}:mtu"]
+    assert rec["drifts"] == 1 and rec["restores"] == 1 and not rec["drifted"]
+    assert agent.status["last_reapply"]["reason"] == f"start: restore link:{P1}:mtu"
+
+
+def test_a_new_desired_state_read_while_running_is_not_written_over_report_keys(cx7, monkeypatch):
+    host, state = cx7
+    agent = _agent(host, state, monkeypatch)
+    assert not agent.refresh_desired()  # nothing stored yet
+    host_doc = copy.deepcopy(CX7.doc)
+    assert Engine(host, state).apply(host_doc, CX7.sources, CX7.path).error is None
+    host.kernel.links[P1].mtu = 1500
+    agent.cycle([], due=False)  # reads the new desired state, as each turn does
+    assert host.kernel.links[P1].mtu == 1500
+    assert agent.status["keys"][f"link:{P1}:mtu"]["drifted"] and agent.status["reapplies"] == 0
+
+
+def test_the_first_start_since_boot_applies_the_whole_desired_state(cx7, monkeypatch):
+    host, state = _applied_then_drifted(cx7)
+    # The kernel booted after the apply and no agent ran since: its
+    # defaults are back, nobody is looking into anything.
+    time.sleep(0.01)
+    booted = time.time()
+    time.sleep(0.01)
+    # An agent that ran in this boot (its boot id) before the clock stepped
+    # forward looks older than the boot: the boot id says otherwise.
+    stepped = _agent(host, state, monkeypatch, booted=booted)
+    assert stepped.refresh_desired()
+    stepped._previous_status = {"started": booted - 3600, "boot_id": stepped.status["boot_id"]}
+    assert stepped.status["boot_id"] and not stepped.first_start_since_boot()
+    stepped._previous_status["boot_id"] = "another boot"
+    assert stepped.first_start_since_boot()
+    agent = _agent(host, state, monkeypatch, booted=booted)
+    assert agent.refresh_desired() and agent.first_start_since_boot()
+    agent.take_up("start", at_start=True)
+    assert host.kernel.links[P1].mtu == 9000
+    assert agent.status["last_reapply"]["reason"] == "boot"
+    assert not agent.status["keys"][f"link:{P1}:mtu"]["drifted"]
+    # A second agent of the same boot (a restart) is not a first start.
+    agent.write_status()
+    host.kernel.links[P1].mtu = 1500
+    again = _agent(host, state, monkeypatch, booted=booted)
+    assert again.refresh_desired() and not again.first_start_since_boot()
+    again.take_up("start", at_start=True)
+    assert host.kernel.links[P1].mtu == 1500
+    # Nor is one whose boot time is unknown.
+    assert not _agent(host, state, monkeypatch, booted=0.0).first_start_since_boot()
+
+
+def test_a_damaged_desired_state_gives_way_to_its_copy_and_says_so(cx7, monkeypatch):
+    from nictune.host import metrics
+
+    host, state = _applied_then_drifted(cx7)
+    with open(os.path.join(state, "desired.json"), "w") as f:
+        f.write('{"doc": [')
+    agent = _agent(host, state, monkeypatch)
+    assert agent.refresh_desired() and agent.status["idle"] is None
+    agent.take_up("start", at_start=True)
+    assert agent.status["desired_state"]["ok"] and agent.status["desired_state"]["from_copy"]
+    assert agent.status["keys"][f"link:{P1}:mtu"]["drifted"]
+    assert any("using its copy" in line for line in agent.lines)
+    samples = {(n, tuple(sorted(labels.items()))): v
+               for n, labels, v in metrics.status_samples(agent.status)}
+    assert samples[("nictune_desired_state_ok", ())] is True
+    assert samples[("nictune_desired_state_from_copy", ())] is True
+    assert samples[("nictune_drifted_keys", ())] >= 1
+
+
+def test_a_desired_state_that_cannot_be_read_is_a_series_not_zero_drift(cx7, monkeypatch):
+    from nictune.host import metrics
+
+    host, state = _applied_then_drifted(cx7)
+    for name in ("desired.json", "desired.json.copy"):
+        with open(os.path.join(state, name), "w") as f:
+            f.write("not json")
+    agent = _agent(host, state, monkeypatch)
+    assert not agent.refresh_desired()
+    assert agent.status["idle"].startswith("the desired state cannot be read")
+    assert agent.status["desired_state"]["reason"] == "damaged"
+    names = {(n, tuple(labels.items())): v for n, labels, v in metrics.status_samples(agent.status)}
+    assert names[("nictune_desired_state_ok", (("reason", "damaged"),))] is False
+    assert ("nictune_drifted_keys", ()) not in names  # never compared: no count at all
+    # `nictune agent status` shows the agent and why it idles, not only an error.
+    from typer.testing import CliRunner
+
+    from nictune.cli.app import app
+
+    agent.write_status()
+    result = CliRunner().invoke(app, ["agent", "status", "--state-dir", state])
+    assert result.exit_code == 0, result.output
+    assert "desired profile: CANNOT BE READ: the desired state" in result.stdout
+    assert "idle: the desired state cannot be read" in result.stdout
+    # Not nictune's (group-writable): refused, another reason.
+    os.chmod(os.path.join(state, "desired.json"), 0o666)
+    agent.refresh_desired()
+    assert agent.status["desired_state"]["reason"] == "refused"

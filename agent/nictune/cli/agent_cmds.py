@@ -211,13 +211,20 @@ def status(
     where = _state_dir(state_dir, netns)
     try:
         found = resident.load_status(where)
-        desired = Journal(where).load_desired()
     except (NictuneError, ValueError, OSError) as e:
         sys.stderr.write(f"nictune agent status: {e}\n")
         raise typer.Exit(EXIT_ERROR)
+    # A desired state that cannot be read is part of the status, not a
+    # reason to show none of it (the agent idles then: say why).
+    journal, desired_error = Journal(where), None
+    try:
+        desired = journal.load_desired()
+    except NictuneError as e:
+        desired, desired_error = None, str(e)
     report = {"state_dir": where, "running": _running(found),
               "service": agent_install.service_status(where, unit_dir or agent_install.UNIT_DIR),
               "desired": desired and {k: desired.get(k) for k in ("path", "apply", "stored")},
+              "desired_error": desired_error or "; ".join(journal.desired_warnings) or None,
               "agent": found}
     if as_json:
         sys.stdout.write(json.dumps(report, indent=2, sort_keys=True) + "\n")
@@ -244,11 +251,15 @@ def _when(t) -> str:
 
 def _lines(report: dict) -> list:
     found, desired = report["agent"], report["desired"]
+    error = report.get("desired_error")
     lines = [f"state directory: {report['state_dir']}",
              "service: " + _unit_words(report["service"]),
              "desired profile: " + (f"{desired['path']} (apply {desired['apply'] or '-'}, "
                                     f"stored {_when(desired['stored'])})" if desired else
+                                    f"CANNOT BE READ: {error}" if error else
                                     "none: no apply has committed a profile here")]
+    if desired and error:  # its copy stood in for a damaged desired.json
+        lines.append(f"desired state: {error}")
     if not found:
         return lines + ["agent: has not run with this state directory"]
     state = ("running" if report["running"] else

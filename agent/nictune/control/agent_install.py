@@ -37,6 +37,7 @@ from typing import List, Optional
 
 from nictune.control import agentzip
 from nictune.host.errors import InvalidInput, NictuneError, TransportError
+from nictune.host.validate import OWNED_FILE_DIRS
 
 UNIT_NAME = "nictune-agent.service"
 UNIT_DIR = "/etc/systemd/system"
@@ -106,16 +107,19 @@ ExecStart={exec_start}
 Restart=on-failure
 RestartSec=5s
 # Everything read-only but the API file systems (/proc, /sys, /dev), the state
-# directory and /etc.  /proc/sys and /sys stay writable as long as
-# ProtectKernelTunables= is off, and it must stay off: it remounts /proc/sys
-# and /sys read-only, which forbids every sysctl and sysfs write the agent
-# makes (configfs rdma_cm is /sys/kernel/config).  /etc: the owned files
-# (nccl.conf, openmpi-mca-params.conf, ...) are written at profile-chosen
-# paths and replaced by rename, which needs their directory writable; /usr,
-# /boot, /opt, /home and /root stay read-only ('-': /etc need not exist in an
-# image that builds it later).
+# directory and the directories owned files may be in by default
+# ({", ".join(OWNED_FILE_DIRS)}: host/validate.py OWNED_FILE_DIRS).  /proc/sys
+# and /sys stay writable as long as ProtectKernelTunables= is off, and it must
+# stay off: it remounts /proc/sys and /sys read-only, which forbids every
+# sysctl and sysfs write the agent makes (configfs rdma_cm is
+# /sys/kernel/config).  The owned files (nccl.conf, openmpi-mca-params.conf,
+# ...) are replaced by rename, which needs their directory writable; the rest
+# of /usr, /boot, /opt, /home and /root stay read-only ('-': a directory need
+# not exist in an image that builds it later).  A directory a profile adds
+# with allowed_dirs is read-only here too: add it with a drop-in
+# (systemctl edit nictune-agent: ReadWritePaths=-DIR).
 ProtectSystem=strict
-ReadWritePaths={state_dir} -/etc
+ReadWritePaths={state_dir} {" ".join("-" + d for d in OWNED_FILE_DIRS)}
 # /run is read-only under ProtectSystem=strict, and the agent locks each
 # target in /run/nictune (host/journal.py TARGET_LOCK_DIR) as every nictune
 # does: systemd makes it writable, root's alone, and keeps it when the

@@ -595,7 +595,8 @@ class SshTarget:
         try:
             report = json.loads(line)
         except ValueError:
-            raise self._failed(chan, "the agent sent no report") from None
+            raise self._failed(chan, "the agent sent no report",
+                               self._left_behind(request["command"], confirm)) from None
         if learn is not None and isinstance(report, dict):
             learn[0].learned(learn[1], report.pop("questions", None))
         report = hostreport.accept(report, self.label, request["command"])
@@ -691,10 +692,35 @@ class SshTarget:
         state = answer.get("nictune_confirm") if isinstance(answer, dict) else None
         return state if state in ("confirmed", "expired") else ""
 
-    def _failed(self, chan, what: str) -> TransportError:
+    def _failed(self, chan, what: str, after: str = "") -> TransportError:
         deadline = time.monotonic() + 2
         while not chan.exit_status_ready() and time.monotonic() < deadline:
             time.sleep(0.01)
         status = chan.recv_exit_status() if chan.exit_status_ready() else None
         tail = _stderr_tail(chan) or "no error output"
-        return TransportError(f"{self.label}: {what} (exit {status}): {tail}")
+        # -1: no exit-status came (paramiko leaves exit-signal, which sshd
+        # sends for a killed command, unread)
+        how = ("no exit status: killed by a signal, or the session was cut" if status == -1
+               else f"exit {status}")
+        return TransportError(f"{self.label}: {what} ({how}): {tail}{after}")
+
+    def _left_behind(self, command: str, confirm: bool) -> str:
+        """What an apply or rollback that ended without its report may have
+        left on the host, and what undoes it.  Not asked of the host (a
+        second session to a host whose agent just died): what the journal
+        and the watchdog guarantee."""
+        where = f"{self.host.state_dir}/journal.json"
+        again = f"`nictune rollback -i INVENTORY --limit {self.label}`"
+        if command == "rollback":
+            return (f"; the rollback may have stopped part-way: {again} restores the "
+                    f"before-values in {where} again")
+        if command != "apply":
+            return ""
+        if confirm:
+            return (f"; if it had begun writing, the host's watchdog restores the before-values "
+                    f"it journaled in {where} (confirmed commit: at once when the apply was cut "
+                    f"off mid-write, {self.options.confirm_timeout:g} s after it finished "
+                    "otherwise, as nothing confirms it)")
+        return (f"; if it had begun writing, the host may be partly changed: {where} holds the "
+                f"before-values, and {again} restores them (an apply there is refused until "
+                "then)")

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from typing import Optional, Protocol, runtime_checkable
 
 import nictune
-from nictune.host.errors import TransportError
-from nictune.host.journal import DEFAULT_STATE_DIR
+from nictune.host.errors import Interrupted, NictuneError, TransportError
+from nictune.host.journal import (APPLYING, COMMITTED, DEFAULT_STATE_DIR, ROLLED_BACK, Journal)
 from nictune.host.validate import NETNS, matches
 
 AGENT_TIMEOUT = 300
@@ -86,6 +88,8 @@ class NetnsTarget:
         self.label = f"netns:{name}"
         # Each namespace is a host of its own: its own journal and lock.
         self.state_dir = os.path.join(state_dir, "netns", name)
+        self.rollback_command = f"nictune rollback --netns {name}" + (
+            f" --state-dir {state_dir}" if state_dir != DEFAULT_STATE_DIR else "")
 
     def argv(self) -> list:
         return ["ip", "netns", "exec", self.name, sys.executable, "-m", "nictune.host.agent"]
@@ -97,6 +101,7 @@ class NetnsTarget:
                                   netns=self.name))
         package_root = os.path.dirname(os.path.dirname(nictune.__file__))
         env = dict(os.environ, PYTHONPATH=package_root, LANG="C")
+        since = time.time()
         try:
             proc = subprocess.run(self.argv(), input=payload, capture_output=True, text=True,
                                   timeout=AGENT_TIMEOUT, env=env)
@@ -106,7 +111,65 @@ class NetnsTarget:
             return json.loads(proc.stdout)
         except ValueError:
             tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise TransportError(f"{self.label}: the agent failed (exit {proc.returncode}): {tail}")
+            # The namespace's journal is on this machine: say what it holds.
+            raise ended_without_report(f"{self.label}: {_how_it_ended(proc.returncode, tail)}",
+                                       request["command"], Journal(self.state_dir), since,
+                                       self.rollback_command) from None
+
+
+def _how_it_ended(returncode: int, tail: str) -> str:
+    if returncode < 0:  # subprocess: killed by that signal
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "an unknown signal"
+        return f"the agent was killed by signal {-returncode} ({name}) before it reported"
+    return f"the agent failed (exit {returncode}) before it reported: {tail}"
+
+
+def ended_without_report(what: str, command: str, journal: Journal, since: float,
+                         rollback: str) -> NictuneError:
+    """The error of an apply or rollback whose agent ended without a report
+    (killed, crashed): what its journal, read here, says was left behind.
+    `since` is when the agent was started; `rollback` the command to run.
+    An apply cut off mid-write is Interrupted (the host was reached and
+    may be partly changed), the rest TransportError."""
+    if command not in ("apply", "rollback"):
+        return TransportError(what)
+    try:
+        record = journal.load()
+    except NictuneError as e:
+        return TransportError(f"{what}; its journal in {journal.dir} cannot be read ({e}): the "
+                              f"host may be partly changed: look at the journal, then `{rollback}`")
+    mine = record is not None and record.get("started", 0) >= since
+    if command == "rollback":
+        if record is not None and record["status"] == ROLLED_BACK and record.get("finished", 0) >= since:
+            return TransportError(f"{what}, after its journal recorded apply {record['id']} as "
+                                  "rolled back: the host has its before-values")
+        return TransportError(f"{what}; the journal in {journal.dir} does not record the rollback "
+                              "as done, so the host may be partly restored: `"
+                              f"{rollback}` restores the before-values again")
+    if not mine:
+        return TransportError(f"{what}; it journaled nothing in {journal.dir}, so it wrote "
+                              "nothing: the host is as it was")
+    changes = record.get("changes") or []
+    if record["status"] == APPLYING:
+        return Interrupted(f"{what}, in the middle of apply {record['id']}: the host may be "
+                           f"partly changed; the journal in {journal.dir} holds the "
+                           f"{len(changes)} before-value(s) it was writing over "
+                           f"({_keys_of(changes)}): `{rollback}` restores them (until then "
+                           "every apply there is refused)")
+    if record["status"] == COMMITTED:
+        return TransportError(f"{what}, after its apply {record['id']} committed: the host has "
+                              f"the profile ({len(changes)} change(s)); `{rollback}` undoes it")
+    return TransportError(f"{what}, after its apply {record['id']} failed (its journal in "
+                          f"{journal.dir} says {record['status']})")
+
+
+def _keys_of(changes: list, shown: int = 5) -> str:
+    names = [f"{c['key'].get('family')} {c['key'].get('name')} on {c['key'].get('target')}"
+             for c in changes[:shown] if isinstance(c, dict) and isinstance(c.get("key"), dict)]
+    return ", ".join(names) + (f" and {len(changes) - shown} more" if len(changes) > shown else "")
 
 
 def target_for(netns: Optional[str], state_dir: str = DEFAULT_STATE_DIR) -> Target:

@@ -17,7 +17,9 @@ A state directory holds:
     desired.json        the profile of the last committed apply ({"path", "doc",
                         "sources", "apply": its id}): the host's desired state,
                         which the resident agent keeps (host/resident.py).
-                        That apply's record keeps the one before it
+                        Written after its copy desired.json.copy, which
+                        stands in for a damaged desired.json.  That
+                        apply's record keeps the one before it
                         ("desired_before"), which its rollback puts back.
                         The resident agent's own applies (its restores and
                         re-tunes of that state) are journaled too, as
@@ -30,6 +32,8 @@ An apply or rollback also locks its target, outside any state directory
 namespace with different state directories must not interleave either.
 That file also names the state directory of the namespace's last apply, so
 that an apply from another one still waits for it to finish or be confirmed.
+Once that apply has settled, the file is removed as the lock is released
+(see "target lock files" below): it no longer says anything.
 
 Root restores whatever a journal says, so nothing here may come from
 another user.  Directories are created 0700 whatever the umask; every
@@ -55,7 +59,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
     from typing import Optional
 
-from nictune.host.errors import JournalDamaged, Locked, StateDirError
+from nictune.host.errors import JournalDamaged, Locked, NictuneError, StateDirError
 from nictune.host.validate import check_path
 
 DEFAULT_STATE_DIR = "/var/lib/nictune"
@@ -81,6 +85,8 @@ SPACE_MARGIN = 64 << 10
 INODES_NEEDED = 8
 
 DESIRED = "desired.json"
+# desired.json's copy, beside it: written first, it stands in for a damaged one.
+DESIRED_COPY = "desired.json.copy"
 
 APPLYING = "applying"
 COMMITTED = "committed"
@@ -183,6 +189,8 @@ class Journal:
         self.confirm: Optional[dict] = None
         # What the last load() worked around (a damaged journal.json).
         self.warnings: list = []
+        # ... and the last load_desired() (a damaged desired.json).
+        self.desired_warnings: list = []
         # The status journal.json last got from this object, for messages
         # about a write that failed after it.
         self.saved: Optional[str] = None
@@ -212,29 +220,29 @@ class Journal:
         path = target_lock()
         dir_fd = _open_dir(os.path.dirname(path), "lock directory", create=True)
         try:
-            fd = _open_checked(path, "target lock", os.O_RDWR | os.O_CREAT, dir_fd=dir_fd)
+            fd = _lock_file(dir_fd, path, wait, f"another nictune apply or rollback is running on "
+                                                f"this network namespace (it holds {path}), perhaps "
+                                                f"with another state directory than {self.dir}")
+            try:
+                self._target_fd = fd
+                yield
+            finally:
+                self._target_fd = None
+                # Hundreds of namespaces come and go (one file each): a file
+                # that no longer records anything another state directory
+                # must wait for goes with the lock.
+                with suppress(OSError, NictuneError, ValueError):
+                    _drop_if_settled(dir_fd, os.path.basename(path), fd)
+                os.close(fd)
         finally:
             os.close(dir_fd)
-        try:
-            _flock(fd, wait, f"another nictune apply or rollback is running on this network "
-                             f"namespace (it holds {path}), perhaps with another state directory "
-                             f"than {self.dir}")
-            self._target_fd = fd
-            yield
-        finally:
-            self._target_fd = None
-            os.close(fd)
 
     def other_state_dir(self) -> Optional[str]:
         """Under lock(): the state directory of the last apply on this
         target, when it is not this one (the target lock file records it)."""
         if self._target_fd is None:
             return None
-        try:
-            other = json.loads(os.pread(self._target_fd, 8192, 0)).get("state_dir")
-            other = check_path(other, "state directory")
-        except (ValueError, AttributeError):  # empty (never claimed) or not ours
-            return None
+        other = _claimed_state_dir(self._target_fd)
         return None if other == self.dir else other
 
     def _claim_target(self) -> None:
@@ -377,39 +385,48 @@ class Journal:
 
     def load_desired(self) -> Optional[dict]:
         """desired.json, or None when no apply has stored one.  Refused like a
-        journal that is not nictune's (StateDirError), or damaged (JournalDamaged)."""
+        journal that is not nictune's (StateDirError).  A damaged one gives
+        way to its copy (DESIRED_COPY, written before it), with a
+        warning in self.desired_warnings; JournalDamaged when that is not
+        usable either."""
+        self.desired_warnings = []
         path = os.path.join(self.dir, DESIRED)
         with self._state(create=False) as fd:
             if fd is None:
                 return None
             try:
-                fd_file = _open_checked(path, "desired state", os.O_RDONLY, dir_fd=fd)
+                return _read_desired(fd, DESIRED, path)
             except FileNotFoundError:
                 return None
+            except JournalDamaged as damaged:
+                return self._desired_copy(fd, damaged)
+
+    def _desired_copy(self, fd: int, damaged: JournalDamaged) -> dict:
+        path = os.path.join(self.dir, DESIRED_COPY)
         try:
-            data = os.read(fd_file, MAX_RECORD + 1)
-        finally:
-            os.close(fd_file)
-        try:
-            desired = json.loads(data)
-        except (ValueError, RecursionError) as e:
-            raise JournalDamaged(f"the desired state {path} is not JSON ({e}): apply the "
-                                 "profile again to store it") from None
-        if not (isinstance(desired, dict) and isinstance(desired.get("doc"), dict)
-                and isinstance(desired.get("sources", {}), dict)):
-            raise JournalDamaged(f"the desired state {path} is not a stored profile (doc, "
-                                 "sources): apply the profile again to store it")
-        return desired
+            copy = _read_desired(fd, DESIRED_COPY, path)
+        except (FileNotFoundError, StateDirError) as e:
+            why = getattr(e, "message", None) or f"{path} does not exist"
+            raise JournalDamaged(f"{damaged.message}; its copy is not usable either ({why}): "
+                                 "apply the profile again to store it") from None
+        self.desired_warnings.append(f"{damaged.message}; using its copy {path} "
+                                     f"(apply {copy.get('apply')})")
+        return copy
 
     def save_desired(self, desired: Optional[dict]) -> None:
-        """Replace desired.json whole (0600), or remove it for None."""
+        """Replace desired.json whole (0600), or remove it for None.  Its
+        copy is written first and removed last, so it is never older than
+        desired.json: it stands in for a damaged one (load_desired)."""
         try:
             with self._state(create=True) as fd:
                 if desired is None:
-                    with suppress(FileNotFoundError):
-                        os.unlink(DESIRED, dir_fd=fd)
+                    for name in (DESIRED, DESIRED_COPY):
+                        with suppress(FileNotFoundError):
+                            os.unlink(name, dir_fd=fd)
                 else:
-                    _replace(fd, DESIRED, json.dumps(desired, sort_keys=True))
+                    text = json.dumps(desired, sort_keys=True)
+                    _replace(fd, DESIRED_COPY, text)
+                    _replace(fd, DESIRED, text)
         except OSError as e:
             raise StateDirError(f"cannot store the desired state in the state directory "
                                 f"{self.dir}: {e.strerror or e}") from None
@@ -619,6 +636,67 @@ def _flock(fd: int, wait: bool, held: str) -> None:
         raise
 
 
+# -- target lock files -----------------------------------------------------------
+# One file per network namespace in TARGET_LOCK_DIR.  A file is removed only
+# by a process that holds its flock (unlink while holding), and whoever
+# takes a lock checks, once it holds it, that the path still names the
+# inode it locked, else opens the path again: a process that opened the
+# file just before it was removed, and got the lock once it was, never
+# holds a lock nobody else can find.  (flock(2) locks the inode, not the
+# name.)
+_LOCK_ATTEMPTS = 100
+
+
+def _lock_file(dir_fd: int, path: str, wait: bool, held: str) -> int:
+    name = os.path.basename(path)
+    for _ in range(_LOCK_ATTEMPTS):
+        fd = _open_checked(path, "target lock", os.O_RDWR | os.O_CREAT, dir_fd=dir_fd)
+        try:
+            _flock(fd, wait, held)
+            if _still_named(dir_fd, name, fd):
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # removed (or replaced) while we waited: lock the new one
+    raise StateDirError(f"the target lock {path} was removed {_LOCK_ATTEMPTS} times while "
+                        "nictune waited for it: something other than nictune is removing it")
+
+
+def _still_named(dir_fd: int, name: str, fd: int) -> bool:
+    try:
+        now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
+
+
+def _claimed_state_dir(fd: int) -> Optional[str]:
+    """The state directory a target lock file records (_claim_target), or
+    None when it records none (empty: never claimed) or is not ours."""
+    try:
+        other = json.loads(os.pread(fd, 8192, 0)).get("state_dir")
+        return check_path(other, "state directory")
+    except (ValueError, AttributeError):
+        return None
+
+
+def _drop_if_settled(dir_fd: int, name: str, fd: int) -> bool:
+    """Holding `fd`'s flock: remove the file when the apply it records has
+    settled (finished, and not awaiting a confirmation), so that no other
+    state directory's apply has to wait for it.  True when removed."""
+    if os.pread(fd, 1, 0):
+        claimed = _claimed_state_dir(fd)
+        if claimed is None:
+            return False  # something we cannot read: keep it
+        record = Journal(claimed).load()  # a damaged one raises: kept
+        if record is not None and (record["status"] == APPLYING or unconfirmed(record)):
+            return False
+    os.unlink(name, dir_fd=dir_fd)
+    return True
+
+
 # -- reading and writing records ------------------------------------------------
 
 def _read_record(dir_fd: int, name: str, path: str) -> dict:
@@ -640,6 +718,27 @@ def _read_record(dir_fd: int, name: str, path: str) -> dict:
     if isinstance(problem, str):
         raise JournalDamaged(f"the journal {path} is damaged: {problem}")
     return problem
+
+
+def _read_desired(dir_fd: int, name: str, path: str) -> dict:
+    """The stored profile in `name`: FileNotFoundError, StateDirError (not
+    ours) or JournalDamaged (not a stored profile)."""
+    fd = _open_checked(path, "desired state", os.O_RDONLY, dir_fd=dir_fd)
+    try:
+        data = os.read(fd, MAX_RECORD + 1)
+    except OSError as e:
+        raise JournalDamaged(f"the desired state {path} cannot be read: "
+                             f"{e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    try:
+        desired = json.loads(data)
+    except (ValueError, RecursionError) as e:
+        raise JournalDamaged(f"the desired state {path} is not JSON ({e})") from None
+    if not (isinstance(desired, dict) and isinstance(desired.get("doc"), dict)
+            and isinstance(desired.get("sources", {}), dict)):
+        raise JournalDamaged(f"the desired state {path} is not a stored profile (doc, sources)")
+    return desired
 
 
 def _parse_problem(data: bytes):

@@ -16,6 +16,7 @@ its whole shape; format 1).  What is read of it, each part optional:
      "reapplies": int,             # re-applies since the agent started
      "last_verify": float | None,  # unix seconds of the last verify
      "last_verify_ok": float | None,  # ... of the last that left no drift
+     "desired_state": {"ok": bool, "reason": str | None, "from_copy": bool},
      "interfaces": [str]}          # whose counters to show; absent (as
                                    # resident.py has it): every netdev but lo
 
@@ -32,7 +33,8 @@ value in a label: a drifted key is nictune_drift{family,target,name} 1,
 not a label holding its value (a value may be a secret, and each change
 would make a new series).  Sources the host lacks (no mlx5 ethtool
 statistics on a veth, no RDMA device, no tls module) leave their series
-out rather than show zeros that were never read.
+out rather than show zeros that were never read.  Label values are UTF-8:
+an interface name's bytes that are not are written ':xNN' (name_label).
 """
 
 from __future__ import annotations
@@ -69,6 +71,12 @@ CATALOG: dict = {
     "nictune_drift_restores_total": (COUNTER, "Times the agent put the drifted key back."),
     "nictune_drift_left_alone": (GAUGE, "1 when the key drifted too often and is left alone (flapping)."),
     "nictune_drifted_keys": (GAUGE, "Keys of the desired state that differ from it now."),
+    "nictune_desired_state_ok": (
+        GAUGE, "1 when the stored desired state was read (or none is stored); 0 when it cannot be "
+               "and the agent keeps nothing: reason damaged (desired.json and its copy are not a "
+               "stored profile) or refused (not nictune's: owner, mode, a link)."),
+    "nictune_desired_state_from_copy": (
+        GAUGE, "1 when desired.json is damaged and its copy (written before it) stands in."),
     "nictune_reapplies_total": (COUNTER, "Re-applies of the desired state since the agent started."),
     "nictune_last_verify_timestamp_seconds": (GAUGE, "Unix time of the last verify."),
     "nictune_last_successful_verify_timestamp_seconds": (
@@ -174,6 +182,32 @@ def escape_label(value) -> str:
     return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+def name_label(name) -> str:
+    """A name (an interface's above all) as a label value, which must be
+    UTF-8.  The kernel's interface names are bytes: Linux refuses only '/',
+    ':', whitespace and NUL in them (net/core/dev.c dev_valid_name), and
+    Python hands the bytes that are not UTF-8 over as lone surrogates (PEP
+    383), which no UTF-8 encoder takes.  Each such byte becomes ':x' and
+    its two hex digits (b'nt\\xff' is 'nt:xff'): no interface name or key
+    target holds a colon, so the label still names exactly one interface,
+    and a name that is UTF-8 is left as it is."""
+    text = str(name)
+    if not _SURROGATE.search(text):
+        return text
+    return _SURROGATE.sub(_byte_escape, text)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _byte_escape(match) -> str:
+    char = match.group()
+    if "\udc80" <= char <= "\udcff":  # the byte 0x80-0xff that was not UTF-8
+        return f":x{ord(char) - 0xDC00:02x}"
+    # Not from a name the kernel gave (no decoder makes these): its bytes.
+    return "".join(f":x{b:02x}" for b in char.encode("utf-8", "surrogatepass"))
+
+
 def _escape_help(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
@@ -208,7 +242,7 @@ def render(samples) -> str:
         lines.append(f"# HELP {metric} {_escape_help(text)}")
         lines.append(f"# TYPE {metric} {kind}")
         for labels, value in by_metric[metric].items():
-            inner = ",".join(f'{k}="{escape_label(v)}"' for k, v in labels)
+            inner = ",".join(f'{k}="{escape_label(name_label(v))}"' for k, v in labels)
             lines.append(f"{metric}{{{inner}}} {format_value(value)}" if inner
                          else f"{metric} {format_value(value)}")
     return "\n".join(lines) + "\n"
@@ -234,7 +268,14 @@ def status_samples(status: dict) -> list:
         out.append(("nictune_drift_events_total", labels, int(rec.get("drifts") or 0)))
         out.append(("nictune_drift_restores_total", labels, int(rec.get("restores") or 0)))
         out.append(("nictune_drift_left_alone", labels, bool(rec.get("left_alone"))))
-    if "keys" in status:
+    desired = status.get("desired_state")
+    if isinstance(desired, dict):
+        ok = bool(desired.get("ok"))
+        out.append(("nictune_desired_state_ok",
+                    {} if ok else {"reason": str(desired.get("reason") or "unknown")}, ok))
+        out.append(("nictune_desired_state_from_copy", {}, bool(desired.get("from_copy"))))
+    # Without a readable desired state no key was compared: no count, not 0.
+    if "keys" in status and (not isinstance(desired, dict) or desired.get("ok")):
         out.append(("nictune_drifted_keys", {}, sum(1 for _, r in keys if r.get("drifted"))))
     if "reapplies" in status:
         out.append(("nictune_reapplies_total", {}, int(status["reapplies"] or 0)))
@@ -411,11 +452,13 @@ class Exporter:
     """The HTTP endpoint and the textfile writer of one resident agent."""
 
     def __init__(self, status, address: str = DEFAULT_ADDRESS, textfile=None,
-                 interval: float = DEFAULT_INTERVAL, host=None):
+                 interval: float = DEFAULT_INTERVAL, host=None, log=None):
         self._status = status
         self._host = host
         self.textfile = textfile
         self.interval = interval
+        self.log = log or (lambda line: None)
+        self.textfile_error = None  # why the last textfile write failed, or None
         self._stop = threading.Event()
         self._threads: list = []
         self.server = None
@@ -448,12 +491,27 @@ class Exporter:
 
     def _textfile_loop(self) -> None:
         while True:
-            try:
-                self.write_textfile()
-            except OSError:
-                pass  # a full or read-only disk: the next interval tries again
+            self._write_textfile_once()
             if self._stop.wait(self.interval):
                 return
+
+    def _write_textfile_once(self) -> None:
+        """One write; whatever fails (a full or read-only disk, a value the
+        text cannot hold) is logged when it first appears and when it is
+        over, never each interval, and the next interval tries again: the
+        writer outlives any one failure."""
+        try:
+            self.write_textfile()
+        except Exception as e:  # noqa: BLE001 - the writer must not die of one write
+            why = f"{type(e).__name__}: {e}"
+            if why != self.textfile_error:
+                self.log(f"metrics textfile {self.textfile} not written ({why}); "
+                         f"trying again every {self.interval:g} s")
+            self.textfile_error = why
+            return
+        if self.textfile_error is not None:
+            self.log(f"metrics textfile {self.textfile} written again")
+        self.textfile_error = None
 
     def stop(self) -> None:
         self._stop.set()
@@ -465,11 +523,12 @@ class Exporter:
 
 
 def start(status, address: str = DEFAULT_ADDRESS, textfile=None,
-          interval: float = DEFAULT_INTERVAL, host=None) -> Exporter:
+          interval: float = DEFAULT_INTERVAL, host=None, log=None) -> Exporter:
     """Serve `status()` (a callable returning the dict above) and the
     kernel's counters on `address` (None: no HTTP), and write them to
-    `textfile` every `interval` seconds when given."""
-    return Exporter(status, address, textfile, interval, host).start()
+    `textfile` every `interval` seconds when given; `log(line)` hears of
+    textfile writes that fail."""
+    return Exporter(status, address, textfile, interval, host, log).start()
 
 
 def _status_file(path):

@@ -5,8 +5,12 @@ the state directory (journal.py desired.json).  Run in the foreground, as a
 systemd unit's ExecStart would (`python3 -m nictune.host.resident
 --state-dir DIR`, or `nictune agent run`), it
 
-- at start, plans and applies the desired state through the same Engine as
-  `nictune apply` (journal, read-back, rollback on failure);
+- at start, verifies the desired state: keys that differ are drift, put
+  back or only reported as on_drift says (below), so a restart never
+  undoes what an operator is looking into.  Only its first start since the
+  kernel booted, before anything of this boot applied that state, applies
+  all of it through the same Engine as `nictune apply` (journal,
+  read-back, rollback on failure): the kernel's defaults are back;
 - listens to rtnetlink link notifications (RTMGRP_LINK): a matched
   interface that appears with a new ifindex (deleted and made again, a
   driver reload) is re-tuned at once, whatever on_drift says, and any
@@ -53,10 +57,17 @@ stable; fields are only ever added):
 
     {"nictune_agent_status": 1,
      "pid": int, "started": float, "updated": float,   # unix times
+     "boot_id": str | None,         # the kernel's boot id when it started
      "stopped": float | None,                          # set on a clean exit
      "interval": float, "flap_limit": int, "flap_window": float,
      "desired": {"path": str | None, "apply": str | None, "stored": float} | None,
      "idle": str | None,            # why nothing is kept (no desired state ...)
+     "desired_state": {"ok": bool,  # False: desired.json and its copy unusable
+                       "reason": "damaged" | "refused" | None,  # refused: not
+                                    # nictune's (owner, mode, a link)
+                       "message": str | None,  # the error, or what the copy
+                                               # stood in for
+                       "from_copy": bool} | None,  # its copy stands in
      "ethtool_monitor": str | None, # "subscribed", or why ethtool changes wait
                                     # for the poll (None before the agent ran)
      "reapplies": int,              # applies this agent made that wrote something
@@ -84,7 +95,7 @@ import time
 
 from nictune.host import model as m
 from nictune.host.engine import Engine, Policy, Superseded, _path_of
-from nictune.host.errors import NictuneError
+from nictune.host.errors import JournalDamaged, NictuneError
 from nictune.host.journal import (
     DEFAULT_STATE_DIR,
     Journal,
@@ -336,6 +347,28 @@ def _shown(key, value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def boot_time() -> float:
+    """When the kernel booted, in unix seconds (/proc/stat btime,
+    fs/proc/stat.c), or 0.0 when it cannot be read."""
+    try:
+        with open("/proc/stat", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0.0
+
+
+def boot_id():
+    """This boot's random id (/proc/sys/kernel/random/boot_id), or None."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip() or None
+    except (OSError, ValueError):
+        return None
+
+
 def status_path(state_dir: str) -> str:
     return os.path.join(state_dir, STATUS_FILE)
 
@@ -379,20 +412,38 @@ class Resident:
             "updated": None, "stopped": None, "interval": interval, "flap_limit": flap_limit,
             "flap_window": flap_window, "desired": None, "idle": None, "reapplies": 0,
             "last_reapply": None, "last_verify": None, "last_verify_ok": None, "error": None,
-            "ethtool_monitor": None, "keys": {},
+            "ethtool_monitor": None, "desired_state": None, "boot_id": boot_id(), "keys": {},
         }
+        # The last agent's status, read before this one replaces it: was
+        # there an agent since the kernel booted (first_start_since_boot)?
+        try:
+            self._previous_status = load_status(state_dir)
+        except (NictuneError, ValueError, OSError):
+            self._previous_status = {"started": float("inf"), "boot_id": "?"}  # unknown
 
     # -- the desired state ------------------------------------------------------
 
     def refresh_desired(self) -> bool:
-        """Re-read desired.json; True when a (new) desired state is there."""
+        """Re-read desired.json; True when a (new) desired state is there.
+        A damaged one gives way to its copy (journal.load_desired); when
+        neither can be read, the agent idles and status["desired_state"]
+        says why (the metrics' nictune_desired_state_ok 0)."""
+        state = {"ok": True, "reason": None, "message": None, "from_copy": False}
         try:
             desired = self.journal.load_desired()
         except NictuneError as e:
             desired, why = None, f"the desired state cannot be read: {e}"
+            state.update(ok=False, message=str(e),
+                         reason="damaged" if isinstance(e, JournalDamaged) else "refused")
         else:
             why = None if desired else ("no desired state: nothing to keep until "
                                         "`nictune apply` commits a profile")
+            if self.journal.desired_warnings:
+                state.update(from_copy=True, message="; ".join(self.journal.desired_warnings))
+        said = (self.status["desired_state"] or {}).get("message")
+        if state["from_copy"] and state["message"] != said:  # once, not every turn
+            self.log(state["message"])
+        self.status["desired_state"] = state
         new = desired_stamp(desired) != desired_stamp(self.desired)
         if new:
             self.desired = desired
@@ -405,6 +456,36 @@ class Resident:
             self.log(why)
         self.status["idle"] = why
         return bool(new and desired)
+
+    def take_up(self, cause: str, at_start: bool = False) -> None:
+        """Keep a desired state just read (at start, or a new one): its
+        keys are verified, report-only ones (on_drift: report, the
+        default) reported and restore ones put back, as any drift: a
+        restart or a re-read never undoes what an operator is looking into.
+        Only the first start since the kernel booted, when nothing of this
+        boot has applied that state yet (its settings are the kernel's
+        defaults again), applies the whole of it, as `nictune apply`."""
+        if at_start and self.first_start_since_boot():
+            self.reapply("boot")
+        self.verify(cause)
+        self._verified, self.verify_at = time.monotonic(), float("inf")
+
+    def first_start_since_boot(self) -> bool:
+        """Whether the desired state, the last journaled apply and the last
+        agent's start all come from before the kernel booted.  When
+        unsure (nothing read), no: writing is what is to be avoided."""
+        booted = boot_time()
+        before = self._previous_status
+        if not booted or (before or {}).get("boot_id") in (self.status["boot_id"], "?"):
+            return False  # unknown, or an agent already ran in this boot (the clock may step)
+        try:
+            last = self.journal.load()
+        except (NictuneError, ValueError):
+            return False
+        times = [(self.desired or {}).get("stored"), (last or {}).get("started"),
+                 (before or {}).get("started")]
+        return all(t is None or (isinstance(t, (int, float)) and t < booted) for t in times) \
+            and times[0] is not None
 
     # -- applying ------------------------------------------------------------------
 
@@ -455,8 +536,9 @@ class Resident:
 
     # -- watching ------------------------------------------------------------------
 
-    def verify(self) -> None:
-        """Read every key; count new drift; put back what on_drift says."""
+    def verify(self, cause: str = "") -> None:
+        """Read every key; count new drift; put back what on_drift says
+        (the re-apply's reason starts with `cause` when given)."""
         d = self.desired
         engine = self._engine()
         try:
@@ -497,7 +579,7 @@ class Resident:
         self.status["last_verify"] = now
         ok = not differ
         if restore:
-            out = self.reapply("restore " + ", ".join(restore),
+            out = self.reapply((f"{cause}: " if cause else "") + "restore " + ", ".join(restore),
                                only=lambda key: str(key) in restore)
             back = {str(c.key) for c in (out.changes if out else ()) if c.status == m.APPLIED}
             for name in restore:
@@ -550,8 +632,10 @@ class Resident:
             appeared, check = self.on_links([e for mon in monitors for e in mon.read()])
         # Every turn: an apply or a rollback that replaced the desired state
         # is followed from the next event on, not fought until the next poll.
+        verified = False
         if self.refresh_desired():
-            self.reapply("desired state changed")
+            self.take_up("desired state changed")
+            verified = True
         if not self.desired:
             self.verify_at = float("inf")
             return
@@ -560,7 +644,7 @@ class Resident:
                          name_targets=True)
         if check:
             self.verify_at = min(self.verify_at, self._verified + MIN_GAP)
-        if due or time.monotonic() >= self.verify_at:
+        if (due or time.monotonic() >= self.verify_at) and not verified:
             self.verify()
             self._verified, self.verify_at = time.monotonic(), float("inf")
 
@@ -589,9 +673,7 @@ class Resident:
             try:
                 self.learn_links()
                 if self.refresh_desired():
-                    self.reapply("start")
-                    self.verify()
-                    self._verified = time.monotonic()
+                    self.take_up("start", at_start=True)
             except Exception as e:  # noqa: BLE001 - the next turn tries again
                 self._failed(f"start: {type(e).__name__}: {e}")
             self.write_status()
@@ -661,7 +743,7 @@ def main(argv=None) -> int:
 
         try:
             exporter = metrics.start(lambda: agent.status, args.metrics_address or None,
-                                     args.metrics_textfile)
+                                     args.metrics_textfile, log=agent.log)
         except (OSError, ValueError) as e:
             raise NictuneError(f"metrics on {args.metrics_address}: {e}") from None
         agent.log(f"started (state directory {args.state_dir}, every {args.interval:g} s"

@@ -133,7 +133,7 @@ def test_second_boot_the_agent_reapplies_and_retunes(device_available):
             after = {name: ethtool_state(name) for name in dev.ifnames}
             assert after == {name: {**fresh[name], **WANT} for name in dev.ifnames}, stop(agent)
             status = load_status(STATE)
-            assert status["reapplies"] == 1 and status["last_reapply"]["reason"] == "start", status
+            assert status["reapplies"] == 1 and status["last_reapply"]["reason"] == "boot", status
             assert status["last_reapply"]["error"] is None and status["pid"] == agent.pid
         except BaseException:
             stop(agent)
