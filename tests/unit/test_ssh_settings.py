@@ -6,7 +6,8 @@ import paramiko
 import pytest
 
 from nictune.control import ssh
-from nictune.control.fleet import ssh_args_options, ssh_host
+from nictune.control import sshargs
+from nictune.control.fleet import ssh_host
 from nictune.host.errors import TransportError
 
 CONFIG = """\
@@ -37,7 +38,9 @@ def test_ssh_config_fills_what_the_inventory_leaves_open():
 def test_inventory_values_win_over_ssh_config():
     ep = ssh._endpoint(config(), "198.18.1.3", port=22, user="root", key_files=["/k"],
                        known_hosts=["/run/kh"])
-    assert (ep.port, ep.user, ep.key_files, ep.known_hosts) == (22, "root", ["/k"], ["/run/kh"])
+    assert (ep.port, ep.user, ep.known_hosts) == (22, "root", ["/run/kh"])
+    # ssh tries every IdentityFile, the command line's first, then ssh config's.
+    assert ep.key_files[0] == "/k" and ep.key_files[1].endswith("/.ssh/rails_ed25519")
 
 
 def test_proxyjump_and_its_hops():
@@ -48,18 +51,24 @@ def test_proxyjump_and_its_hops():
 
 
 def test_ansible_ssh_args_are_read_as_words_never_run():
-    opts = ssh_args_options("-o UserKnownHostsFile=/run/lab/kh -oIdentitiesOnly=yes "
-                            "-J jump@198.18.0.1 -o 'ProxyCommand=nc %h %p; rm -rf /'")
-    assert opts["userknownhostsfile"] == "/run/lab/kh"
-    assert opts["identitiesonly"] == "yes" and opts["proxyjump"] == "jump@198.18.0.1"
-    # Read, but ssh_host() never passes ProxyCommand on: only ssh config's is used.
-    assert ssh_args_options("-o 'unbalanced") == {}
+    line = sshargs.resolve([("args", sshargs.parse(
+        "-o UserKnownHostsFile=/run/lab/kh -oIdentitiesOnly=yes -J jump@198.18.0.1"))])
+    assert line.known_hosts == ["/run/lab/kh"]
+    assert line.identities_only and line.proxy_jump == "jump@198.18.0.1"
+    # A ProxyCommand ssh's shell would read otherwise than nictune's argv is refused.
+    with pytest.raises(sshargs.SshArgsError, match="plain command"):
+        sshargs.parse("-o 'ProxyCommand=nc %h %p; rm -rf /'")
+    with pytest.raises(sshargs.SshArgsError, match="cannot be split"):
+        sshargs.parse("-o 'unbalanced")
 
 
 class InvHost:
     def __init__(self, **vars):
         self.name, self.vars = "gpu01", vars
         self.address, self.port, self.user, self.key_file = "198.18.1.1", None, None, None
+
+    def where_of(self, name):
+        return ("hosts.yml", 3) if name in self.vars else None
 
 
 def test_inventory_variables_become_connection_settings():
