@@ -27,7 +27,7 @@ from nictune.control import sshargs
 from nictune.inventory.errors import InventoryError, shown
 
 # ansible_connection values that run `ssh`, and those that run paramiko
-# (tests/unit/test_connection_vars.py asks ansible-core which do).
+# (tests/inventory/test_connection_oracle.py asks ansible-core which do).
 SSH_TRANSPORTS = ("ssh", "smart", "ansible.builtin.ssh", "ansible.legacy.ssh")
 PARAMIKO_TRANSPORTS = ("paramiko", "paramiko_ssh", "ansible.builtin.paramiko_ssh", "ansible.legacy.paramiko_ssh")
 SUDO = ("sudo", "ansible.builtin.sudo", "ansible.legacy.sudo")
@@ -154,12 +154,13 @@ def host_key_note(host, line: sshargs.Settings) -> str:
             return _note(host, name, f"{name}={value}")
     opt = line.host_key_checking
     if opt is not None and opt.value.lower() in ("no", "false", "off", "accept-new"):
-        return _note(host, line.where.get("stricthostkeychecking", "ansible_ssh_common_args"), opt.word)
+        name = line.where.get("stricthostkeychecking", "ansible_ssh_common_args")
+        return _note(host, name, f"{opt.word} in {name}")
     return ""
 
 
 def _note(host, name: str, what: str) -> str:
     file, line = _where(host, name)
     where = "" if file is None else f" ({file}:{line})" if line is not None else f" ({file})"
-    return (f"{what} in {name}{where} is not honoured: nictune checks host keys unless you run it with "
+    return (f"{what}{where} is not honoured: nictune checks host keys unless you run it with "
             "--accept-new-host-keys, and never accepts a changed one")

@@ -70,7 +70,6 @@ _HOST_KEY_CHECKING = {"yes", "true", "no", "false", "off", "ask", "accept-new"}
 _PLAIN_COMMAND = re.compile(r"^[A-Za-z0-9_@%+,./:= -]+$")
 # ProxyCommand's tokens (ssh_config(5)); ssh refuses any other.
 _PROXY_TOKENS = {"%": "%", "h": "hostname", "n": "original", "p": "port", "r": "user"}
-_TEMPLATE = ("{{", "{%", "{#")
 
 SUPPORTED = ("nictune honours HostName, User (-l), Port (-p), IdentityFile (-i), ProxyJump (-J), ProxyCommand, "
              "UserKnownHostsFile and IdentitiesOnly there, and ignores options that do not change the connection "
@@ -108,9 +107,8 @@ class Settings:
 
 
 def parse(text: str) -> List[Option]:
-    """The options of one args variable, in order; raises SshArgsError."""
-    if any(t in text for t in _TEMPLATE):
-        raise SshArgsError("is a Jinja template, which nictune does not render")
+    """The options of one args variable, in order; raises SshArgsError.
+    (A template is refused before: connection.command_line.)"""
     try:
         words = [w.strip() for w in shlex.split(text) if w.strip()]  # Ansible's _split_ssh_args
     except ValueError as e:
