@@ -77,6 +77,7 @@ cfg3  ansible_host=cfg-three ansible_ssh_common_args="-o ProxyCommand=none"
 cfg4  ansible_host=cfg-four ansible_ssh_private_key_file={keys}/k1 ansible_ssh_common_args="-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"
 cmd1  ansible_host=cmd-one ansible_ssh_common_args="-o ProxyJump=none" ansible_ssh_extra_args="-o User=u1"
 cmd2  ansible_host=cmd-two ansible_ssh_common_args="-J j2@198.18.0.32:2022,j3@198.18.0.33"
+early ansible_host=198.18.0.8 ansible_port=2200 ansible_user=ops ansible_ssh_args="-C -o Port=2400 -o User=early" ansible_ssh_common_args="-p 2500"
 """
 
 # ansible_connection values, each on its own loopback address with a port
@@ -168,8 +169,8 @@ def test_ssh_settings_are_the_ones_ssh_takes_from_ansibles_command_line(world, n
 
 def test_the_ssh_args_cases_are_all_there(world):
     # The parametrized test above runs one case per inventory line: none lost.
-    assert len(re.findall(r"^(\w+) ", SSH_HOSTS, re.M)) == 9
-    assert len(world["argv"]) >= 9
+    assert len(re.findall(r"^(\w+) ", SSH_HOSTS, re.M)) == 10
+    assert len(world["argv"]) >= 10
 
 
 def _plugin_of(output: str, address: str) -> str:
@@ -188,7 +189,7 @@ def test_hosts_are_taken_exactly_when_ansible_reaches_them_over_ssh(world, numbe
         with pytest.raises(InventoryError) as refused:
             fleet.ssh_host(host)
         message = str(refused.value)
-        assert message.startswith(f"{world['tmp']}/hosts.ini:{10 + number}: ansible_connection of host "
+        assert message.startswith(f"{world['tmp']}/hosts.ini:{11 + number}: ansible_connection of host "
                                   f"'conn{number}' is "), message
 
 
@@ -247,6 +248,8 @@ ARGS = [
     ("-o HostName=198.18.0.9 -o hostname=198.18.0.10", TAKEN),
     ("-o ProxyJump=a@198.18.0.1 -o ProxyCommand=nc", TAKEN),
     ("-o ProxyJump=none -o ProxyCommand='nc %h %p'", TAKEN),
+    # deepops' example inventory, as written there.
+    ("-o ProxyCommand=\"ssh -W %h:%p -q ubuntu@10.0.0.1\"", TAKEN),
     ("-o ProxyCommand=none -o ProxyJump=a", TAKEN),
     ("-o IdentitiesOnly=yes -o IdentitiesOnly=no", TAKEN),
     ("-o ControlMaster=auto -o ControlPersist=60s -o ServerAliveInterval=30 -vvv -tt -A", TAKEN),
@@ -259,6 +262,7 @@ ARGS = [
     ("-p 22x", SSH_REFUSES),
     ("-o IdentitiesOnly=maybe", SSH_REFUSES),
     ("-o", SSH_REFUSES),
+    ("-o Port 2222", SSH_REFUSES),
     ("-o Nonsense=1", SSH_REFUSES),
     ("-Z", SSH_REFUSES),
     ("-L 8080:localhost:80", NICTUNE_REFUSES),

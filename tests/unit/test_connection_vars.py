@@ -125,6 +125,24 @@ def test_a_proxy_command_whose_host_is_not_plain_is_refused():
         ssh._endpoint(paramiko.SSHConfig(), "a;reboot", proxy_command="nc %h 22")
 
 
+def test_ansible_ssh_args_come_before_ansibles_own_options(tmp_path):
+    path = write(tmp_path, "hosts.ini", 'h ansible_port=2200 ansible_ssh_args="-o Port=2400 -C" '
+                                        'ansible_ssh_common_args="-p 2500"\n')
+    assert job_of(path).target.host.port == 2400
+
+
+@pytest.mark.parametrize("line,name", [
+    ("ansible_ssh_executable=/usr/local/bin/ssh-wrapper", "ansible_ssh_executable"),
+    ("ansible_ssh_private_key='-----BEGIN OPENSSH PRIVATE KEY-----'", "ansible_ssh_private_key"),
+    ("ansible_private_key='-----BEGIN OPENSSH PRIVATE KEY-----'", "ansible_private_key"),
+    ("ansible_ssh_pkcs11_provider=/usr/lib/opensc-pkcs11.so", "ansible_ssh_pkcs11_provider"),
+])
+def test_other_ways_to_tell_ansibles_ssh_how_to_connect_are_refused(tmp_path, line, name):
+    path = write(tmp_path, "hosts.ini", f"h {line}\n")
+    message = refusal(path)
+    assert message.startswith(f"{path}:1: {name} of host 'h' ") and "BEGIN" not in message
+
+
 # -- StrictHostKeyChecking ----------------------------------------------------------
 
 def test_strict_host_key_checking_no_is_named_when_a_host_key_is_refused(tmp_path):

@@ -12,8 +12,10 @@ host with variables nictune must not ignore:
   neither does nictune.
 - become: nictune becomes root with sudo and no password; another
   become_user, become_method or become_exe, or a become password, is refused.
-- `ansible_ssh_common_args` / `ansible_ssh_extra_args`: after Ansible's own
-  -o Port/IdentityFile/User, first value wins (control/sshargs.py).
+- `ansible_ssh_args`, then Ansible's own -o Port/IdentityFile/User, then
+  `ansible_ssh_common_args`, then `ansible_ssh_extra_args`: ssh's first
+  value of each option wins (control/sshargs.py).  A key given as content,
+  a PKCS#11 provider or another ssh executable is refused.
 
 Every refusal is an InventoryError naming the variable, the host and the
 file:line that set it, raised before anything connects.
@@ -124,22 +126,47 @@ def _own_sources(host) -> List[Tuple[str, List[sshargs.Option]]]:
     return out
 
 
-def command_line(host, common: Any, extra: Any) -> sshargs.Settings:
-    """Ansible's own options, then ansible_ssh_common_args, then
-    ansible_ssh_extra_args, ssh's first value of each."""
-    sources = _own_sources(host)
-    for name in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
-        text = _text(host, name)
-        if text is None or not text.strip():
-            continue
-        try:
-            sources.append((name, sshargs.parse(text)))
-        except sshargs.SshArgsError as e:
-            raise _refuse(host, name, str(e)) from None
+def command_line(host) -> sshargs.Settings:
+    """ssh's command line as Ansible builds it: ansible_ssh_args (in place of
+    ansible.cfg's ssh_args), its own options, ansible_ssh_common_args,
+    ansible_ssh_extra_args; ssh's first value of each option."""
+    _refuse_unsupported(host)
+    sources = _args_sources(host, "ansible_ssh_args") + _own_sources(host)
+    sources += _args_sources(host, "ansible_ssh_common_args") + _args_sources(host, "ansible_ssh_extra_args")
     try:
         return sshargs.resolve(sources)
     except sshargs.SshArgsError as e:
         raise _refuse(host, e.label or "ansible_ssh_common_args", str(e)) from None
+
+
+def _args_sources(host, name: str) -> List[Tuple[str, List[sshargs.Option]]]:
+    text = _text(host, name)
+    if text is None or not text.strip():
+        return []
+    try:
+        return [(name, sshargs.parse(text))]
+    except sshargs.SshArgsError as e:
+        raise _refuse(host, name, str(e)) from None
+
+
+# Other ways Ansible's ssh connection is told how to connect, which nictune does not take.
+_UNSUPPORTED = {
+    "ansible_private_key": "gives a private key's content; nictune reads keys from files: use "
+                           "ansible_ssh_private_key_file",
+    "ansible_ssh_private_key": "gives a private key's content; nictune reads keys from files: use "
+                               "ansible_ssh_private_key_file",
+    "ansible_ssh_pkcs11_provider": "asks for a PKCS#11 key, which nictune does not use",
+}
+
+
+def _refuse_unsupported(host) -> None:
+    for name, why in _UNSUPPORTED.items():
+        if host.vars.get(name) not in (None, ""):
+            raise _refuse(host, name, why)
+    exe = _text(host, "ansible_ssh_executable")
+    if exe not in (None, "ssh"):
+        raise _refuse(host, "ansible_ssh_executable", f"is {shown(exe)}: nictune connects with its own SSH "
+                                                      "client, as `ssh` would, never through another program")
 
 
 def host_key_note(host, line: sshargs.Settings) -> str:

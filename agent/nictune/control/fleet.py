@@ -51,7 +51,7 @@ def ssh_host(host) -> SshHost:
     if python in _DISCOVER:
         python = "python3"
     if transport == "ssh":
-        line = connection.command_line(host, v["ansible_ssh_common_args"], v["ansible_ssh_extra_args"])
+        line = connection.command_line(host)
     else:  # Ansible's paramiko connection reads neither the ssh args nor ~/.ssh/config
         line = connection.own_options(host)
     return SshHost(

@@ -1,8 +1,9 @@
 """`ansible_ssh_common_args` and `ansible_ssh_extra_args`, read as OpenSSH reads them.
 
 Ansible's ssh connection (ansible-core plugins/connection/ssh.py
-`_build_command`) runs `ssh` with its own options first -- `-o Port=` from
-ansible_port, `-o IdentityFile=` from ansible_ssh_private_key_file,
+`_build_command`) runs `ssh` with the words of ansible_ssh_args (which
+replaces ansible.cfg's ssh_args) first, then its own options -- `-o Port=`
+from ansible_port, `-o IdentityFile=` from ansible_ssh_private_key_file,
 `-o User=` from ansible_user -- then the words of ansible_ssh_common_args,
 then those of ansible_ssh_extra_args (each split with shlex), then the
 host.  ssh keeps the FIRST value it is given of each option (command line
