@@ -188,7 +188,7 @@ def _checked(opt: Option) -> Option:
     if key == "port":
         if not re.fullmatch(r"[0-9]{1,5}", value) or not 0 < int(value) < 65536:
             raise SshArgsError(f"holds {opt.word!r}: not a port number (1-65535), which ssh would refuse")
-    elif key in ("identitiesonly",):
+    elif key == "identitiesonly":
         if value.lower() not in _YES_NO:
             raise SshArgsError(f"holds {opt.word!r}: IdentitiesOnly is yes or no")
     elif key == "stricthostkeychecking":
@@ -196,7 +196,7 @@ def _checked(opt: Option) -> Option:
             raise SshArgsError(f"holds {opt.word!r}, which ssh would refuse")
     elif key == "proxycommand":
         _check_command(opt)
-    elif "%" in value or value.lower() == "none" and key != "proxyjump":
+    elif "%" in value or (value.lower() == "none" and key != "proxyjump"):
         raise SshArgsError(f"holds {opt.word!r}: ssh would read %-tokens or 'none' in it, which nictune "
                            "does not; write the value out")
     if key not in ("proxycommand", "userknownhostsfile") and any(c.isspace() for c in value):
@@ -208,7 +208,7 @@ def _unquoted(opt: Option) -> str:
     value = opt.value
     if opt.key != "proxycommand" and len(value) >= 2 and value[0] == value[-1] == '"':
         value = value[1:-1]  # as ssh does with Ansible's own IdentityFile="..." and User="..."
-    if '"' in value or "'" in value and opt.key != "proxycommand":
+    if '"' in value or ("'" in value and opt.key != "proxycommand"):
         raise SshArgsError(f"holds {opt.word!r}: quotes inside a value, which nictune does not take")
     return value
 
