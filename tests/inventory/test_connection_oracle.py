@@ -133,8 +133,9 @@ def ssh_G(config: str, argv: List[str]) -> Dict[str, List[str]]:
 
 
 def _unbracketed(jump):
-    """ssh -G writes each jump host in brackets: j2@[198.18.0.32]:2022."""
-    return jump and re.sub(r"\[([^]]*)\]", r"\1", jump)
+    """ssh -G writes each jump host in brackets: j2@[198.18.0.32]:2022 (an
+    IPv6 address keeps them, as written)."""
+    return jump and re.sub(r"\[([^]:]*)\]", r"\1", jump)
 
 
 def _nictune_endpoint(world, name: str) -> ssh._Endpoint:
@@ -251,6 +252,7 @@ ARGS = [
     # deepops' example inventory, as written there.
     ("-o ProxyCommand=\"ssh -W %h:%p -q ubuntu@10.0.0.1\"", TAKEN),
     ("-o ProxyCommand=none -o ProxyJump=a", TAKEN),
+    ("-J u@[2001:db8::1]:2222,_x,u@h@x", TAKEN),
     ("-o IdentitiesOnly=yes -o IdentitiesOnly=no", TAKEN),
     ("-o ControlMaster=auto -o ControlPersist=60s -o ServerAliveInterval=30 -vvv -tt -A", TAKEN),
     ("-o StrictHostKeyChecking=no", TAKEN),
@@ -262,6 +264,10 @@ ARGS = [
     ("-p 22x", SSH_REFUSES),
     ("-o IdentitiesOnly=maybe", SSH_REFUSES),
     ("-o", SSH_REFUSES),
+    ("-J -Cp", SSH_REFUSES),
+    ("-J a@b:x", SSH_REFUSES),
+    ("-J a,-b", SSH_REFUSES),
+    ("-o ProxyJump=a:0", SSH_REFUSES),
     ("-o Port 2222", SSH_REFUSES),
     ("-o Nonsense=1", SSH_REFUSES),
     ("-Z", SSH_REFUSES),
@@ -318,3 +324,41 @@ def test_ssh_args_read_as_ssh_reads_them(args, answer):
 def test_the_args_table_has_every_answer():
     answers = [answer for _, answer in ARGS]
     assert answers.count(TAKEN) >= 15 and answers.count(SSH_REFUSES) >= 10 and answers.count(NICTUNE_REFUSES) >= 8
+
+
+# -- random args, seeded: nictune and ssh -G agree, or nictune refuses ------------
+
+PIECES = ["-o Port=2201", "-p 2202", "-p2203", "-o 'Port 2204'", "-oport=2205", "-l u1", "-o User=u2", "-lu3",
+          "-i /etc/hostname", "-o IdentityFile=/etc/passwd", "-o HostName=198.18.0.41", "-o hostname=198.18.0.42",
+          "-J j1@198.18.0.43", "-o ProxyJump=j2@198.18.0.44:2022", "-o ProxyJump=none", "-o ProxyCommand=none",
+          "-o 'ProxyCommand=nc %h %p'", "-o UserKnownHostsFile=/etc/kh1", "-o 'UserKnownHostsFile=/etc/kh2 /etc/kh3'",
+          "-o IdentitiesOnly=yes", "-o IdentitiesOnly=no", "-C", "-q", "-vv", "-tt", "-o ControlMaster=auto",
+          "-o StrictHostKeyChecking=no", "-o Port=0", "-p 70000", "-o SendEnv=X", "-L 1:h:2", "-o", "-J", "-Cp",
+          "198.18.0.45", "-o Nonsense=1", "-o IdentitiesOnly=perhaps"]
+
+
+def test_random_args_are_read_as_ssh_reads_them_or_refused():
+    import random
+
+    rng = random.Random(21)
+    counts = {"agreed": 0, "both refused": 0, "only nictune refused": 0}
+    for _ in range(300):
+        args = " ".join(rng.choice(PIECES) for _ in range(rng.randint(1, 5)))
+        theirs = _ssh_G_args(shlex.split(args))
+        try:
+            ours = sshargs.resolve([("args", sshargs.parse(args))])
+        except sshargs.SshArgsError:
+            counts["both refused" if not theirs else "only nictune refused"] += 1
+            continue
+        assert theirs, f"nictune took {args!r}, which ssh refuses"
+        expected = (theirs["port"][0], theirs["user"][0], theirs["hostname"][0],
+                    _unbracketed(theirs.get("proxyjump", [None])[0]), theirs.get("proxycommand", [None])[0])
+        jump = ours.proxy_jump if ours.proxy_jump not in (None, "none") else None
+        command = None if jump or ours.proxy_command in (None, "none") else ours.proxy_command
+        got = (str(ours.port or 22), ours.user or theirs["user"][0], ours.hostname or "h", jump, command)
+        assert got == expected, args
+        if ours.key_files:
+            assert ours.key_files == theirs["identityfile"], args
+        counts["agreed"] += 1
+    print(counts)
+    assert sum(counts.values()) == 300 and counts["agreed"] >= 30 and counts["both refused"] >= 30, counts

@@ -254,3 +254,23 @@ def test_refused_hosts_come_back_in_the_report_and_others_still_run(tmp_path):
     assert result.exit_code == 1
     messages = {h["host"]: h["error"]["message"] for h in report["hosts"]}
     assert "ansible_connection of host 'a'" in messages["a"] and "ansible_become_method of host 'b'" in messages["b"]
+
+
+def test_hostile_args_end_in_a_refusal_never_a_traceback():
+    import random
+
+    from nictune.control import sshargs
+
+    rng = random.Random(2119)
+    alphabet = ["-", "o", "J", "p", "i", "l", "=", " ", "'", '"', "%", "h", "\\", "\t", "\n", "\x00", "{", ":",
+                "[", "]", ",", "@", "Port", "ProxyCommand", "ProxyJump", "HostName", "none", "9", "é", ";"]
+    counts = {"taken": 0, "refused": 0}
+    for _ in range(3000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        try:
+            sshargs.resolve([("args", sshargs.parse(text))])
+            counts["taken"] += 1
+        except sshargs.SshArgsError:
+            counts["refused"] += 1
+    print(counts)
+    assert sum(counts.values()) == 3000 and counts["taken"] >= 10 and counts["refused"] >= 1000, counts

@@ -48,6 +48,9 @@ def test_proxyjump_and_its_hops():
     assert ep.hostname == "198.18.1.7" and ep.proxy_jump == "bastion@198.18.0.10:2200"
     hop = ssh._hop(config(), "bastion@198.18.0.10:2200")
     assert (hop.hostname, hop.port, hop.user) == ("198.18.0.10", 2200, "bastion")
+    hop = ssh._hop(config(), "bastion@[2001:db8::7]:2200")
+    assert (hop.hostname, hop.port, hop.user) == ("2001:db8::7", 2200, "bastion")
+    assert ssh._hop(config(), "[2001:db8::7]").hostname == "2001:db8::7"
 
 
 def test_ansible_ssh_args_are_read_as_words_never_run():

@@ -176,7 +176,8 @@ def _endpoint(config: paramiko.SSHConfig, address: str, port=None, user=None,
         hostname=hostname or o.get("hostname", address),
         port=int(port or o.get("port", 22)),
         user=user or o.get("user") or getpass.getuser(),
-        key_files=[os.path.expanduser(k) for k in list(key_files) + list(o.get("identityfile", []))],
+        key_files=list(dict.fromkeys(os.path.expanduser(k)  # each once, as ssh adds them
+                                     for k in list(key_files) + list(o.get("identityfile", [])))),
         known_hosts=known,
         proxy_jump=jump,
         proxy_command=command,
@@ -467,7 +468,8 @@ def _forward(jump: paramiko.SSHClient, nxt: _Endpoint, name: str, options: SshOp
 def _hop(config: paramiko.SSHConfig, hop: str) -> _Endpoint:
     """One ProxyJump element: [user@]host[:port]."""
     user, _, rest = hop.strip().rpartition("@")
-    name, _, port = rest.partition(":")
+    bracketed = re.fullmatch(r"\[([^]]*)\](?::(.*))?", rest)  # [2001:db8::1]:2222
+    name, port = (bracketed.group(1), bracketed.group(2) or "") if bracketed else rest.partition(":")[::2]
     return _endpoint(config, name, int(port) if port.isdigit() else None, user or None)
 
 

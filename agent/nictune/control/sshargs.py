@@ -196,12 +196,27 @@ def _checked(opt: Option) -> Option:
             raise SshArgsError(f"holds {opt.word!r}, which ssh would refuse")
     elif key == "proxycommand":
         _check_command(opt)
+    elif key == "proxyjump" and value.lower() != "none":
+        for hop in value.split(","):
+            _check_hop(opt, hop)
     elif "%" in value or (value.lower() == "none" and key != "proxyjump"):
         raise SshArgsError(f"holds {opt.word!r}: ssh would read %-tokens or 'none' in it, which nictune "
                            "does not; write the value out")
     if key not in ("proxycommand", "userknownhostsfile") and any(c.isspace() for c in value):
         raise SshArgsError(f"holds {opt.word!r}: a value with blanks, which nictune does not take here")
     return Option(key, value, opt.word, opt.flag)
+
+
+# One ProxyJump hop: [user@]host[:port], host a name or a bracketed IPv6 address.
+_HOP = re.compile(r"^(?:[^\s,]+@)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.][A-Za-z0-9_.-]*)(?::([0-9]{1,5}))?$")
+
+
+def _check_hop(opt: Option, hop: str) -> None:
+    """A hop ssh's parse_jump takes, and _hop (control/ssh.py) reads alike."""
+    found = _HOP.match(hop)
+    if not found or (found.group(2) is not None and not 0 < int(found.group(2)) < 65536):
+        raise SshArgsError(f"holds {opt.word!r}: {hop!r} is not a jump host ([user@]host[:port]), "
+                           "which ssh would refuse")
 
 
 def _unquoted(opt: Option) -> str:
@@ -255,7 +270,8 @@ def _take(got: Settings, opt: Option, label: str) -> None:
     if not key:
         return
     if key == "identityfile":
-        got.key_files.append(value)
+        if value not in got.key_files:  # ssh adds a file once
+            got.key_files.append(value)
         return
     if key in ("proxyjump", "proxycommand"):
         _take_proxy(got, opt, label)
