@@ -63,6 +63,11 @@ Host cfg-*
     IdentitiesOnly yes
 Host cmd-*
     ProxyCommand nc 198.18.0.31 22
+Host tok-*
+    HostName 198.18.0.35
+    Port 2201
+    User cfguser
+    ProxyCommand nc -X connect %h %p %r %n
 """
 
 # Hosts whose ssh settings both sides work out (the address is the
@@ -77,6 +82,7 @@ cfg3  ansible_host=cfg-three ansible_ssh_common_args="-o ProxyCommand=none"
 cfg4  ansible_host=cfg-four ansible_ssh_private_key_file={keys}/k1 ansible_ssh_common_args="-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"
 cmd1  ansible_host=cmd-one ansible_ssh_common_args="-o ProxyJump=none" ansible_ssh_extra_args="-o User=u1"
 cmd2  ansible_host=cmd-two ansible_ssh_common_args="-J j2@198.18.0.32:2022,j3@198.18.0.33"
+tok1  ansible_host=tok-one ansible_port=2200 ansible_ssh_extra_args="-l argsuser"
 early ansible_host=198.18.0.8 ansible_port=2200 ansible_user=ops ansible_ssh_args="-C -o Port=2400 -o User=early" ansible_ssh_common_args="-p 2500"
 """
 
@@ -170,8 +176,8 @@ def test_ssh_settings_are_the_ones_ssh_takes_from_ansibles_command_line(world, n
 
 def test_the_ssh_args_cases_are_all_there(world):
     # The parametrized test above runs one case per inventory line: none lost.
-    assert len(re.findall(r"^(\w+) ", SSH_HOSTS, re.M)) == 10
-    assert len(world["argv"]) >= 10
+    assert len(re.findall(r"^(\w+) ", SSH_HOSTS, re.M)) == 11
+    assert len(world["argv"]) >= 11
 
 
 def _plugin_of(output: str, address: str) -> str:
@@ -190,7 +196,7 @@ def test_hosts_are_taken_exactly_when_ansible_reaches_them_over_ssh(world, numbe
         with pytest.raises(InventoryError) as refused:
             fleet.ssh_host(host)
         message = str(refused.value)
-        assert message.startswith(f"{world['tmp']}/hosts.ini:{11 + number}: ansible_connection of host "
+        assert message.startswith(f"{world['tmp']}/hosts.ini:{12 + number}: ansible_connection of host "
                                   f"'conn{number}' is "), message
 
 

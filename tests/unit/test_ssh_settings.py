@@ -43,6 +43,15 @@ def test_inventory_values_win_over_ssh_config():
     assert ep.key_files[0] == "/k" and ep.key_files[1].endswith("/.ssh/rails_ed25519")
 
 
+def test_ssh_configs_proxy_command_gets_the_inventorys_port_and_user():
+    # ssh fills %p and %r with the settings it connects with (the command
+    # line's first); paramiko filled them with the config's own.
+    cfg = paramiko.SSHConfig.from_text("Host x\n  HostName 198.18.0.1\n  Port 2201\n  User ops\n"
+                                       "  ProxyCommand nc -q0 %h %p %r %%\n")
+    assert ssh._endpoint(cfg, "x", port=2200, user="root").proxy_command == "nc -q0 198.18.0.1 2200 root %"
+    assert ssh._endpoint(cfg, "x").proxy_command == "nc -q0 198.18.0.1 2201 ops %"
+
+
 def test_proxyjump_and_its_hops():
     ep = ssh._endpoint(config(), "gpu07")
     assert ep.hostname == "198.18.1.7" and ep.proxy_jump == "bastion@198.18.0.10:2200"

@@ -188,7 +188,22 @@ def _endpoint(config: paramiko.SSHConfig, address: str, port=None, user=None,
             ep.proxy_command = sshargs.expand_proxy_command(command, ep.hostname, ep.port, ep.user, address)
         except ValueError as e:
             raise TransportError(f"{address}: {e}") from None
+    elif command:
+        ep.proxy_command = _config_proxy_command(config, address, ep) or command
     return ep
+
+
+def _config_proxy_command(config: paramiko.SSHConfig, address: str, ep: _Endpoint) -> Optional[str]:
+    """ssh config's ProxyCommand with %h %p %r %n filled in from the final
+    settings, as ssh does: paramiko fills them from the config's own Port and
+    User, not the inventory's.  None (paramiko's then) when the raw text is
+    out of reach or holds another token."""
+    lookup = getattr(config, "_lookup", None)  # paramiko's lookup before expansion (3.x-5.x)
+    try:
+        raw = lookup(hostname=address).get("proxycommand") if lookup else None
+        return sshargs.expand_tokens(raw, ep.hostname, ep.port, ep.user, address) if raw else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _proxy(o: dict, jump: Optional[str], command: Optional[str]) -> tuple:

@@ -241,11 +241,24 @@ def _check_command(opt: Option) -> None:
             raise SshArgsError(f"holds {opt.word!r}: %{token} is not a ProxyCommand token (%h, %p, %r, %n, %%)")
 
 
-def expand_proxy_command(command: str, hostname: str, port: int, user: str, original: str) -> str:
-    """A ProxyCommand's tokens, as ssh expands them, checked again: the
-    values come from the inventory, and the command must stay plain."""
+def expand_tokens(command: str, hostname: str, port: int, user: str, original: str) -> str:
+    """A ProxyCommand's tokens (%h %p %r %n %%) filled in as ssh fills them,
+    with the host's final settings; ValueError on any other token."""
     values = {"hostname": hostname, "port": str(port), "user": user, "original": original}
-    out = re.sub(r"%(.)", lambda m: "%" if m.group(1) == "%" else values[_PROXY_TOKENS[m.group(1)]], command)
+
+    def one(found) -> str:
+        token = found.group(1)
+        if token not in _PROXY_TOKENS:
+            raise ValueError(f"%{token}")
+        return "%" if token == "%" else values[_PROXY_TOKENS[token]]
+
+    return re.sub(r"%(.?)", one, command)
+
+
+def expand_proxy_command(command: str, hostname: str, port: int, user: str, original: str) -> str:
+    """An args ProxyCommand's tokens filled in, checked again: the values
+    come from the inventory, and the command must stay plain."""
+    out = expand_tokens(command, hostname, port, user, original)
     if not _PLAIN_COMMAND.match(out):
         raise ValueError(f"the ProxyCommand {out!r}, once its tokens are filled in, is not a plain command")
     return out
