@@ -6,7 +6,8 @@ import paramiko
 import pytest
 
 from nictune.control import ssh
-from nictune.control.fleet import ssh_args_options, ssh_host
+from nictune.control import sshargs
+from nictune.control.fleet import ssh_host
 from nictune.host.errors import TransportError
 
 CONFIG = """\
@@ -37,7 +38,18 @@ def test_ssh_config_fills_what_the_inventory_leaves_open():
 def test_inventory_values_win_over_ssh_config():
     ep = ssh._endpoint(config(), "198.18.1.3", port=22, user="root", key_files=["/k"],
                        known_hosts=["/run/kh"])
-    assert (ep.port, ep.user, ep.key_files, ep.known_hosts) == (22, "root", ["/k"], ["/run/kh"])
+    assert (ep.port, ep.user, ep.known_hosts) == (22, "root", ["/run/kh"])
+    # ssh tries every IdentityFile, the command line's first, then ssh config's.
+    assert ep.key_files[0] == "/k" and ep.key_files[1].endswith("/.ssh/rails_ed25519")
+
+
+def test_ssh_configs_proxy_command_gets_the_inventorys_port_and_user():
+    # ssh fills %p and %r with the settings it connects with (the command
+    # line's first); paramiko filled them with the config's own.
+    cfg = paramiko.SSHConfig.from_text("Host x\n  HostName 198.18.0.1\n  Port 2201\n  User ops\n"
+                                       "  ProxyCommand nc -q0 %h %p %r %%\n")
+    assert ssh._endpoint(cfg, "x", port=2200, user="root").proxy_command == "nc -q0 198.18.0.1 2200 root %"
+    assert ssh._endpoint(cfg, "x").proxy_command == "nc -q0 198.18.0.1 2201 ops %"
 
 
 def test_proxyjump_and_its_hops():
@@ -45,21 +57,30 @@ def test_proxyjump_and_its_hops():
     assert ep.hostname == "198.18.1.7" and ep.proxy_jump == "bastion@198.18.0.10:2200"
     hop = ssh._hop(config(), "bastion@198.18.0.10:2200")
     assert (hop.hostname, hop.port, hop.user) == ("198.18.0.10", 2200, "bastion")
+    hop = ssh._hop(config(), "bastion@[2001:db8::7]:2200")
+    assert (hop.hostname, hop.port, hop.user) == ("2001:db8::7", 2200, "bastion")
+    assert ssh._hop(config(), "[2001:db8::7]").hostname == "2001:db8::7"
 
 
 def test_ansible_ssh_args_are_read_as_words_never_run():
-    opts = ssh_args_options("-o UserKnownHostsFile=/run/lab/kh -oIdentitiesOnly=yes "
-                            "-J jump@198.18.0.1 -o 'ProxyCommand=nc %h %p; rm -rf /'")
-    assert opts["userknownhostsfile"] == "/run/lab/kh"
-    assert opts["identitiesonly"] == "yes" and opts["proxyjump"] == "jump@198.18.0.1"
-    # Read, but ssh_host() never passes ProxyCommand on: only ssh config's is used.
-    assert ssh_args_options("-o 'unbalanced") == {}
+    line = sshargs.resolve([("args", sshargs.parse(
+        "-o UserKnownHostsFile=/run/lab/kh -oIdentitiesOnly=yes -J jump@198.18.0.1"))])
+    assert line.known_hosts == ["/run/lab/kh"]
+    assert line.identities_only and line.proxy_jump == "jump@198.18.0.1"
+    # A ProxyCommand ssh's shell would read otherwise than nictune's argv is refused.
+    with pytest.raises(sshargs.SshArgsError, match="plain command"):
+        sshargs.parse("-o 'ProxyCommand=nc %h %p; rm -rf /'")
+    with pytest.raises(sshargs.SshArgsError, match="cannot be split"):
+        sshargs.parse("-o 'unbalanced")
 
 
 class InvHost:
     def __init__(self, **vars):
         self.name, self.vars = "gpu01", vars
         self.address, self.port, self.user, self.key_file = "198.18.1.1", None, None, None
+
+    def where_of(self, name):
+        return ("hosts.yml", 3) if name in self.vars else None
 
 
 def test_inventory_variables_become_connection_settings():

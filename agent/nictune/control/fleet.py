@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
+from nictune.control import connection
 from nictune.control.hostreport import ProtocolError
 from nictune.control.request import build_request
 from nictune.control.ssh import SshHost, SshOptions, SshTarget
@@ -39,26 +40,37 @@ class Job:
 
 def ssh_host(host) -> SshHost:
     """The connection settings of an inventory host (Ansible variable names),
-    as its play sees them when it comes from one (playbook.Play.host)."""
+    as its play sees them when it comes from one (playbook.Play.host).
+    Raises InventoryError, naming the variable and where it is set, for a
+    host nictune would otherwise reach otherwise than Ansible: another
+    connection plugin, another become, ssh args it cannot honour."""
     v = {name: _plain(host, name) for name in _READ_AS_IS}
+    transport = connection.transport(host)
+    connection.check_become(host)
     # ansible_python_interpreter only when used: nictune_python may stand in
     # for one written as a template ("{{ ansible_playbook_python }}").
     python = v["nictune_python"] or _plain(host, "ansible_python_interpreter") or "python3"
     if python in _DISCOVER:
         python = "python3"
-    opts = ssh_args_options(" ".join(str(v[k] or "") for k in
-                                     ("ansible_ssh_common_args", "ansible_ssh_extra_args")))
+    if transport == "ssh":
+        line = connection.command_line(host)
+    else:  # Ansible's paramiko connection reads neither the ssh args nor ~/.ssh/config
+        line = connection.own_options(host)
     return SshHost(
         label=host.name,
         address=host.address,
-        port=host.port,
-        user=host.user,
-        key_files=[host.key_file] if host.key_file else [],
+        port=line.port,
+        user=line.user,
+        key_files=line.key_files,
         python=str(python),
         state_dir=str(v["nictune_state_dir"] or DEFAULT_STATE_DIR),
-        known_hosts=opts.get("userknownhostsfile", "").split(),
-        proxy_jump=opts.get("proxyjump"),
-        identities_only=opts.get("identitiesonly", "").lower() == "yes",
+        known_hosts=line.known_hosts or [],
+        proxy_jump=line.proxy_jump,
+        identities_only=line.identities_only,
+        hostname=line.hostname,
+        proxy_command=line.proxy_command,
+        host_key_note=connection.host_key_note(host, line),
+        read_ssh_config=transport == "ssh",
     )
 
 
@@ -85,31 +97,6 @@ def _plain(host, name: str):
         advice = "; set nictune_python to the interpreter's path" if name == "ansible_python_interpreter" else ""
         raise InventoryError(file, line, f"{name} of host {host.name!r} {NOT_RENDERED}: {shown(value)}{advice}")
     return value
-
-
-def ssh_args_options(args: str) -> Dict[str, str]:
-    """The `-o Key=Value` and `-J jump` options of ansible_ssh_common_args that
-    nictune honours (lowercased keys), read as words: never run by a shell."""
-    import shlex
-
-    try:
-        words = shlex.split(args)
-    except ValueError:
-        return {}
-    out: Dict[str, str] = {}
-    for flag, value in zip(words, words[1:]):
-        if flag == "-o" and "=" in value:
-            key, _, val = value.partition("=")
-            out[key.strip().lower()] = val.strip()
-        elif flag == "-J":
-            out["proxyjump"] = value
-    for word in words:  # the glued forms -oKey=Value and -Jhost
-        if word.startswith("-o") and len(word) > 2 and "=" in word:
-            key, _, val = word[2:].partition("=")
-            out[key.strip().lower()] = val.strip()
-        elif word.startswith("-J") and len(word) > 2:
-            out["proxyjump"] = word[2:]
-    return out
 
 
 class Profiles:

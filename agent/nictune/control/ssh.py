@@ -21,11 +21,14 @@ archive or any error falls back to the exec channel above, silently but for
 the report's "via": "resident" | "zipapp".
 
 Connection settings follow OpenSSH and Ansible: inventory variables first
-(ansible_host, ansible_port, ansible_user, ansible_ssh_private_key_file),
-then ~/.ssh/config for the address (HostName, User, Port, IdentityFile,
-ProxyJump, ProxyCommand, UserKnownHostsFile), then defaults; keys from
-files and from ssh-agent.  Host keys are checked against known_hosts: an
-unknown key is refused unless the user opts in, a changed key always is.
+(ansible_host, ansible_port, ansible_user, ansible_ssh_private_key_file,
+then the options of ansible_ssh_common_args and ansible_ssh_extra_args,
+control/sshargs.py), then ~/.ssh/config for the address (HostName, User,
+Port, IdentityFile, ProxyJump, ProxyCommand, UserKnownHostsFile), then
+defaults, the first value of each winning as in ssh; keys from files and
+from ssh-agent.  Host keys are checked against known_hosts: an unknown key
+is refused unless the user opts in (--accept-new-host-keys; an inventory's
+StrictHostKeyChecking=no is not an opt-in), a changed key always is.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from paramiko.common import cMSG_CHANNEL_OPEN
 from paramiko.message import Message
 
 import nictune
-from nictune.control import agentzip, hostreport, probe
+from nictune.control import agentzip, hostreport, probe, sshargs
 from nictune.host import errors
 from nictune.host.errors import TransportError
 from nictune.host.journal import DEFAULT_STATE_DIR
@@ -98,7 +101,16 @@ class SshHost:
     state_dir: str = DEFAULT_STATE_DIR
     known_hosts: List[str] = field(default_factory=list)  # before ssh config's
     proxy_jump: Optional[str] = None
-    identities_only: bool = False
+    identities_only: Optional[bool] = None
+    # From ansible_ssh_common_args/extra_args (control/sshargs.py), first
+    # over ssh config's as on ssh's command line; "none" rules config's out.
+    hostname: Optional[str] = None
+    proxy_command: Optional[str] = None  # its %-tokens expanded when connecting
+    # Said when a host key is refused: why the inventory's
+    # StrictHostKeyChecking=no did not let it through.
+    host_key_note: str = ""
+    # Ansible's paramiko connection reads no ~/.ssh/config.
+    read_ssh_config: bool = True
 
 
 class HostKeyRefused(TransportError):
@@ -149,24 +161,66 @@ def _config(path: Optional[str]) -> paramiko.SSHConfig:
 
 
 def _endpoint(config: paramiko.SSHConfig, address: str, port=None, user=None,
-              key_files=(), known_hosts=(), proxy_jump=None, identities_only=False) -> _Endpoint:
+              key_files=(), known_hosts=(), proxy_jump=None, identities_only=None,
+              hostname=None, proxy_command=None) -> _Endpoint:
+    """Settings given here first (ssh's command line), then ssh config's for
+    what they leave open, as ssh keeps the first value of each option --
+    but IdentityFile, whose files it tries in order, config's after."""
     o = config.lookup(address)
-    if proxy_jump:
-        o["proxyjump"] = proxy_jump
-    if identities_only:
-        o["identitiesonly"] = "yes"
+    if identities_only is not None:
+        o["identitiesonly"] = "yes" if identities_only else "no"
     known = [os.path.expanduser(p) for p in list(known_hosts) or
              (o.get("userknownhostsfile") or "~/.ssh/known_hosts").split()]
-    return _Endpoint(
-        hostname=o.get("hostname", address),
+    jump, command, from_args = _proxy(o, proxy_jump, proxy_command)
+    ep = _Endpoint(
+        hostname=hostname or o.get("hostname", address),
         port=int(port or o.get("port", 22)),
         user=user or o.get("user") or getpass.getuser(),
-        key_files=[os.path.expanduser(k) for k in (list(key_files) or o.get("identityfile", []))],
+        key_files=list(dict.fromkeys(os.path.expanduser(k)  # each once, as ssh adds them
+                                     for k in list(key_files) + list(o.get("identityfile", [])))),
         known_hosts=known,
-        proxy_jump=o.get("proxyjump") if str(o.get("proxyjump", "none")).lower() != "none" else None,
-        proxy_command=o.get("proxycommand") if str(o.get("proxycommand", "none")).lower() != "none" else None,
+        proxy_jump=jump,
+        proxy_command=command,
         identities_only=str(o.get("identitiesonly", "no")).lower() == "yes",
     )
+    if command and from_args:
+        try:
+            ep.proxy_command = sshargs.expand_proxy_command(command, ep.hostname, ep.port, ep.user, address)
+        except ValueError as e:
+            raise TransportError(f"{address}: {e}") from None
+    elif command:
+        ep.proxy_command = _config_proxy_command(config, address, ep) or command
+    return ep
+
+
+def _config_proxy_command(config: paramiko.SSHConfig, address: str, ep: _Endpoint) -> Optional[str]:
+    """ssh config's ProxyCommand with %h %p %r %n filled in from the final
+    settings, as ssh does: paramiko fills them from the config's own Port and
+    User, not the inventory's.  None (paramiko's then) when the raw text is
+    out of reach or holds another token."""
+    lookup = getattr(config, "_lookup", None)  # paramiko's lookup before expansion (3.x-5.x)
+    try:
+        raw = lookup(hostname=address).get("proxycommand") if lookup else None
+        return sshargs.expand_tokens(raw, ep.hostname, ep.port, ep.user, address) if raw else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _proxy(o: dict, jump: Optional[str], command: Optional[str]) -> tuple:
+    """(ProxyJump, ProxyCommand, whether the command is the given one) as ssh
+    settles them (readconf.c): a ProxyJump rules out any later ProxyCommand
+    and ProxyJump, "ProxyJump none" only later ProxyJumps, a ProxyCommand
+    (none too) both."""
+    from_args = command is not None
+    if jump is None and command is None:
+        jump = o.get("proxyjump")
+    if command is None and (jump is None or str(jump).lower() == "none"):
+        command = o.get("proxycommand")
+    if jump is not None and str(jump).lower() != "none":
+        return jump, None, False
+    if command is None or str(command).lower() == "none":
+        return None, None, False
+    return None, command, from_args
 
 
 # -- host keys ----------------------------------------------------------------
@@ -283,16 +337,18 @@ class _HostKeyCheck(paramiko.MissingHostKeyPolicy):
     """Called for a host key paramiko found no match for: an unknown host,
     or a known host offering a key type we have no key of."""
 
-    def __init__(self, known: dict, accept_new: bool, remember_in: str):
+    def __init__(self, known: dict, accept_new: bool, remember_in: str, note: str = ""):
         self.known, self.accept_new, self.remember_in = known, accept_new, remember_in
+        self.note = note  # why the inventory's StrictHostKeyChecking did not apply
 
     def missing_host_key(self, client, host, key):
         if self.known:
-            raise _changed(host, next(iter(self.known.values())), key)
+            raise _changed(host, next(iter(self.known.values())), key, self.note)
         if not self.accept_new:
             raise HostKeyRefused(
                 f"{host}: unknown host key ({_fingerprint(key)}), refused. Check the "
-                "fingerprint and add it to known_hosts, or run again with --accept-new-host-keys")
+                "fingerprint and add it to known_hosts, or run again with --accept-new-host-keys"
+                + (f". {self.note}" if self.note else ""))
         # OpenSSH's accept-new: trust a first-seen key, and write it down.
         path = self.remember_in
         with _files_lock:
@@ -319,23 +375,24 @@ def _stamp(path: str) -> Optional[tuple]:
     return (st.st_mtime_ns, st.st_size)
 
 
-def _changed(host: str, expected, offered) -> HostKeyRefused:
+def _changed(host: str, expected, offered, note: str = "") -> HostKeyRefused:
     return HostKeyRefused(
         f"{host}: the host key has CHANGED (known: {_fingerprint(expected)}, offered: "
         f"{_fingerprint(offered)}). Refused: this may be an attack. If you know why it "
-        f"changed, remove the old key with `ssh-keygen -R {host}` and run again")
+        f"changed, remove the old key with `ssh-keygen -R {host}` and run again"
+        + (f". {note}" if note else ""))
 
 
 # -- connecting ---------------------------------------------------------------
 
-def _connect(ep: _Endpoint, options: SshOptions, sock=None) -> paramiko.SSHClient:
+def _connect(ep: _Endpoint, options: SshOptions, sock=None, note: str = "") -> paramiko.SSHClient:
     host = _host_id(ep.hostname, ep.port)
     known = _known_keys(ep.known_hosts, host)
     client = paramiko.SSHClient()
     for kind, key in known.items():  # only this host's: paramiko then asks for that key type
         client.get_host_keys().add(host, kind, key)
     client.set_missing_host_key_policy(
-        _HostKeyCheck(known, options.accept_new_host_keys, ep.known_hosts[0]))
+        _HostKeyCheck(known, options.accept_new_host_keys, ep.known_hosts[0], note))
     t = options.connect_timeout
     try:
         client.connect(ep.hostname, port=ep.port, username=ep.user,
@@ -350,7 +407,7 @@ def _connect(ep: _Endpoint, options: SshOptions, sock=None) -> paramiko.SSHClien
         raise
     except paramiko.BadHostKeyException as e:
         client.close()
-        raise _changed(host, e.expected_key, e.key) from None
+        raise _changed(host, e.expected_key, e.key, note) from None
     except paramiko.AuthenticationException:
         client.close()
         raise TransportError(f"{ep.user}@{ep.hostname}:{ep.port}: authentication failed "
@@ -382,9 +439,10 @@ def _why(e: BaseException) -> str:
 
 def _open(host: SshHost, options: SshOptions) -> tuple:
     """Connect, through the ProxyJump hops if configured.  Returns (client, hops)."""
-    config = _config(options.ssh_config)
+    config = _config(options.ssh_config if host.read_ssh_config else None)
     ep = _endpoint(config, host.address, host.port, host.user, host.key_files,
-                   host.known_hosts, host.proxy_jump, host.identities_only)
+                   host.known_hosts, host.proxy_jump, host.identities_only,
+                   host.hostname, host.proxy_command)
     names = [hop.strip() for hop in ep.proxy_jump.split(",")] if ep.proxy_jump else []
     chain = [_hop(config, name) for name in names]
     sock = None
@@ -397,7 +455,8 @@ def _open(host: SshHost, options: SshOptions) -> tuple:
             if clients:
                 sock = _forward(clients[-1], nxt, names[i - 1], options)
             try:
-                clients.append(_connect(nxt, options, sock))
+                clients.append(_connect(nxt, options, sock,
+                                        host.host_key_note if i == len(chain) else ""))
             except TransportError as e:
                 if i < len(chain):  # say which hop failed
                     raise type(e)(f"jump host {names[i]}: {e}") from None
@@ -424,7 +483,8 @@ def _forward(jump: paramiko.SSHClient, nxt: _Endpoint, name: str, options: SshOp
 def _hop(config: paramiko.SSHConfig, hop: str) -> _Endpoint:
     """One ProxyJump element: [user@]host[:port]."""
     user, _, rest = hop.strip().rpartition("@")
-    name, _, port = rest.partition(":")
+    bracketed = re.fullmatch(r"\[([^]]*)\](?::(.*))?", rest)  # [2001:db8::1]:2222
+    name, port = (bracketed.group(1), bracketed.group(2) or "") if bracketed else rest.partition(":")[::2]
     return _endpoint(config, name, int(port) if port.isdigit() else None, user or None)
 
 
