@@ -50,7 +50,8 @@ from nictune.inventory.patterns import split_pattern
 from nictune.profile import yamlpos
 from nictune.profile.check import check, locate
 from nictune.profile.errors import ProfileError, dotted
-from nictune.profile.loader import NOT_OVERRIDABLE, Profile, override_layer, sources_of
+from nictune.profile.loader import (NOT_OVERRIDABLE, Profile, merge_file_layer, override_layer,
+                                   sources_of)
 from nictune.profile.merge import Resolver, merge_layers
 from nictune.profile.schema import EXTENDS_PATH, register_words
 from nictune.profile.yamlpos import Parsed, Path
@@ -257,9 +258,9 @@ def play_profile(play: Play, inventory_layers: Sequence[Tuple[Any, str]] = ()) -
         play._base = _load_profiles(play)
     merged, files = play._base
     for mapping, where in inventory_layers:
-        merged = merge_layers(merged, override_layer(mapping, where))
+        merged = merge_file_layer(merged, override_layer(mapping, where))
     if play.overrides is not None:
-        merged = merge_layers(merged, play.overrides)
+        merged = merge_file_layer(merged, play.overrides, ("vars", "nictune"), "a play's vars")
     check(merged.doc, merged.positions, merged.plain)
     name = play.profiles[0] if len(play.profiles) == 1 else " + ".join(play.profiles)
     # A copy: the merged profiles are cached on the play and shared by its hosts.
