@@ -319,7 +319,12 @@ class OwnedFileFamily(Family):
             # The file as asked for, `auto` and all: read() answers
             # Unsupported for it, so on_unsupported decides, as for any key.
             self._unresolved[key] = e.message
-        self._wanted[key] = self.syntax.render(env)
+        try:
+            self._wanted[key] = self.syntax.render(env)
+        except InvalidInput as e:  # a request that did not come through the schema: say where
+            where = source(self.section, self.values_key)
+            raise InvalidInput(f"host.{self.section}.{self.values_key}" + (f" ({where})" if where else "")
+                               + f": {e.message}") from None
         return [Desired(key, Want(self._wanted[key]), source(self.section))]
 
     def _policy_of(self, section: dict, extra: tuple, source) -> _Policy:
