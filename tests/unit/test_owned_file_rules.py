@@ -62,6 +62,14 @@ def profile_error(text: str) -> ProfileError:
 
 # -- an inventory or a play never decides where files go ---------------------------------
 
+def test_the_loader_knows_every_owned_file_family():
+    from nictune.host.knobs import REGISTERED
+    from nictune.host.knobs.envfile import OwnedFileFamily
+    from nictune.profile.loader import FILE_POLICY
+
+    owned = {f.section for f in REGISTERED if issubclass(f, OwnedFileFamily)}
+    assert owned == set(SECTIONS) == {keys[1] for keys in FILE_POLICY}
+
 @pytest.fixture
 def profile(tmp_path):
     path = tmp_path / "p.yaml"

@@ -16,8 +16,8 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 from jsonschema.validators import extend
 
-from .errors import ProfileError, dotted, has_control, kind, show
 from ..host import validate as v
+from .errors import ProfileError, dotted, has_control, kind, show
 from .schema import SCHEMA, describe
 
 Path = Tuple[Any, ...]
@@ -186,6 +186,7 @@ def _host_rule(positions: Dict[Path, Tuple[str, int]], path: Path, rule: Any, *a
         raise ProfileError(*locate(positions, path), dotted(path), message) from None
 
 
+# The sections of the owned-file families (host/knobs/envfile.py).
 OWNED_SECTIONS = ("nccl", "ucx", "mpi", "nvshmem")
 
 
