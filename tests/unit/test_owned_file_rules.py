@@ -166,6 +166,13 @@ def test_the_profile_says_it_at_load_time_with_file_and_line(path, allowed, why)
     assert why in e.message and e.keypath.startswith("host.nccl.") and e.line
 
 
+def test_two_families_never_share_a_path():
+    section = "    path: /opt/site/x.conf\n    allowed_dirs: [/opt/site]\n"
+    e = profile_error(f"nictune: 1\nhost:\n  nccl:\n{section}  ucx:\n{section}")
+    assert e.message == "/opt/site/x.conf is host.nccl's file too: each family needs a file of its own"
+    assert (e.line, e.keypath) == (7, "host.ucx.path")
+
+
 def test_a_directory_the_profile_lists_may_hold_the_file(root):
     report = run(root, "apply", "ucx", {"path": "/opt/site/ucx.conf", "allowed_dirs": ["/opt/site"]})
     assert report["exit_code"] == 0

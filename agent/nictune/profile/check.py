@@ -158,10 +158,12 @@ def _check_owned_paths(doc: dict, positions: Dict[Path, Tuple[str, int]]) -> Non
     """The host's rules for the paths of owned files (host/validate.py
     check_owned_path, check_owned_dir), with the file and line: a path
     where a shell, the loader, cron... read, or neither the family's own
-    nor below allowed_dirs, is refused before anything is sent."""
+    nor below allowed_dirs, is refused before anything is sent; so is a
+    path two families would share."""
     from ..host import knobs
 
     host = doc.get("host") if isinstance(doc.get("host"), dict) else {}
+    owners: Dict[str, str] = {}
     for section in OWNED_SECTIONS:
         node = host.get(section)
         if not isinstance(node, dict):
@@ -171,9 +173,15 @@ def _check_owned_paths(doc: dict, positions: Dict[Path, Tuple[str, int]]) -> Non
         for i, value in enumerate(node.get("allowed_dirs") or ()):
             path = ("host", section, "allowed_dirs", i)
             dirs.append(_host_rule(positions, path, v.check_owned_dir, value, dotted(path)))
+        path = ("host", section, "path")
+        file = node.get("path", own)
         if "path" in node:
-            path = ("host", section, "path")
-            _host_rule(positions, path, v.check_owned_path, node["path"], own, dirs, dotted(path))
+            _host_rule(positions, path, v.check_owned_path, file, own, dirs, dotted(path))
+        if file in owners:
+            raise ProfileError(*locate(positions, path), dotted(path),
+                               f"{file} is host.{owners[file]}'s file too: each family needs a "
+                               "file of its own")
+        owners[file] = section
 
 
 def _host_rule(positions: Dict[Path, Tuple[str, int]], path: Path, rule: Any, *args: Any) -> Any:
