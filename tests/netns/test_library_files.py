@@ -28,15 +28,15 @@ def netns():
         pytest.skip("needs root and iproute2")
     name = f"nt{secrets.token_hex(3)}l"
     subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
-    made: list = []  # host files the test creates so that the namespace's bind over them
+    made: list = []  # empty host directories the test creates for the namespace to bind over
     try:
         yield name, made
     finally:
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
         shutil.rmtree(f"/etc/netns/{name}", ignore_errors=True)
         for path in made:
-            if os.path.lexists(path):
-                os.unlink(path)
+            if os.path.isdir(path) and not os.path.islink(path):
+                os.rmdir(path)
 
 
 def cli(ns: str, state, *args: str) -> tuple:
@@ -63,17 +63,16 @@ def ompi_reads(ns, conf):
 
 
 def sh_reads(ns, conf):
-    out = in_ns(ns, ["sh", "-c", f". {conf} 2>/dev/null; echo \"$NVSHMEM_IB_TRAFFIC_CLASS\""])
+    out = in_ns(ns, ["sh", "-c", f"! [ -e {conf} ] || . {conf}; echo \"$NVSHMEM_IB_TRAFFIC_CLASS\""])
     return out.strip()
 
 
-# section, values key, a file name in /etc (UCX reads only files named ucx.conf; the
-# others get the namespace's name in front),
+# section, values key, a file name (UCX reads only files named ucx.conf),
 # the wanted values, the reader, what the reader sees without the file and with it
 CASES = {
     "ucx": ("env", "ucx.conf", {"UCX_IB_TRAFFIC_CLASS": 106}, "ucx_info", ucx_reads, "auto", "106"),
-    "mpi": ("params", "-mca-params.conf", {"btl_tcp_if_include": "rail0"}, "ompi_info", ompi_reads, "", "rail0"),
-    "nvshmem": ("env", "-nvshmem.sh", {"NVSHMEM_IB_TRAFFIC_CLASS": 106}, "sh", sh_reads, "", "106"),
+    "mpi": ("params", "mca-params.conf", {"btl_tcp_if_include": "rail0"}, "ompi_info", ompi_reads, "", "rail0"),
+    "nvshmem": ("env", "nvshmem.sh", {"NVSHMEM_IB_TRAFFIC_CLASS": 106}, "sh", sh_reads, "", "106"),
 }
 
 
@@ -83,25 +82,28 @@ def test_plan_apply_verify_rollback_in_a_namespace(netns, tmp_path, section):
     key, name, values, tool, reads, before, after = CASES[section]
     if shutil.which(tool) is None:
         pytest.skip(f"{tool} is not installed")
-    conf = f"/etc/{name}" if name == "ucx.conf" else f"/etc/{ns}{name}"
-    own = f"/etc/netns/{ns}/{os.path.basename(conf)}"
-    if os.path.lexists(conf):
-        pytest.skip(f"{conf} exists on this host: the test makes it and removes it")
-    open(conf, "w").close()  # ip netns exec binds the namespace's file over it only if it exists
-    made.append(conf)
+    # A directory of the profile's (a file directly in /etc is NCCL's alone):
+    # the namespace's twin of it, which ip netns exec binds over the host's
+    # (only where that exists), is made as a user would, once.
+    directory = f"/etc/{ns}d"
+    conf, own = f"{directory}/{name}", f"/etc/netns/{ns}/{ns}d/{name}"
+    os.mkdir(directory)
+    made.append(directory)
+    os.makedirs(os.path.dirname(own))
     profile = tmp_path / "p.yaml"
-    profile.write_text(json.dumps({"nictune": 1, "host": {section: {"path": conf, key: values}}}))
+    profile.write_text(json.dumps({"nictune": 1, "host": {section: {
+        "path": conf, "allowed_dirs": [directory], key: values}}}))
     state = tmp_path / "state"
 
     code, host = cli(ns, state, "plan", str(profile))
     [change] = host["changes"]
-    assert code == 2 and f"the namespace's own file {own}, created" in change["note"]
+    assert code == 2 and f"the namespace's own file {own}, created" in change["note"], change
     assert reads(ns, conf) == before and not os.path.exists(own)
 
     code, host = cli(ns, state, "apply", str(profile))
     assert code == 0, host
     assert reads(ns, conf) == after
-    assert os.path.getsize(conf) == 0  # the host's own file is untouched
+    assert os.listdir(directory) == []  # the host's own directory is untouched
 
     code, host = cli(ns, state, "verify", str(profile))
     assert code == 0 and host["changes"][0]["status"] == "ok"

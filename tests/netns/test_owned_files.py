@@ -37,22 +37,34 @@ def _require_root() -> None:
         pytest.skip("needs root and iproute2")
 
 
+CONF = "/etc/nccl.conf"
+
+
 @pytest.fixture
 def netns(tmp_path):
-    """One namespace nt<tag>o and a file name /etc/nt<tag>.conf of the
-    test's own; the namespace, its /etc/netns directory and that file
-    are removed whatever happens."""
+    """One namespace nt<tag>o, and the host's /etc/nccl.conf (the only
+    file a namespace's own /etc file can stand for: a family writes its
+    own path or below a directory the profile lists, and only a file
+    directly in /etc/netns/NAME is created there) as it was: the
+    namespace and its /etc/netns directory are removed, and the host's
+    file put back (or removed), whatever happens."""
     _require_root()
     tag = secrets.token_hex(3)
-    name, conf = f"nt{tag}o", f"/etc/nt{tag}.conf"
+    name = f"nt{tag}o"
+    saved = open(CONF, "rb").read() if os.path.isfile(CONF) else None
     subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
     try:
-        yield name, conf
+        if saved is not None:
+            os.unlink(CONF)
+        yield name, CONF
     finally:
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
         shutil.rmtree(f"/etc/netns/{name}", ignore_errors=True)
-        if os.path.lexists(conf):
-            os.unlink(conf)
+        if saved is not None:
+            with open(CONF, "wb") as f:
+                f.write(saved)
+        elif os.path.lexists(CONF):
+            os.unlink(CONF)
 
 
 def cli(ns: str, state, *args: str) -> tuple:
@@ -95,8 +107,8 @@ def test_a_namespace_gets_its_own_file_and_the_hosts_is_untouched(netns, tmp_pat
 
 
 def test_a_namespace_file_that_would_hide_someone_elses_host_file_needs_adopt(netns, tmp_path):
-    # path: /etc/shadow under --netns would create /etc/netns/NS/shadow, which
-    # `ip netns exec` then binds over the host's /etc/shadow for every program
+    # The namespace's own /etc/netns/NS/nccl.conf, once created, is what
+    # `ip netns exec` binds over the host's /etc/nccl.conf for every program
     # in the namespace: it replaces, there, a file nictune did not write.
     ns, conf = netns
     own = f"/etc/netns/{ns}/{os.path.basename(conf)}"

@@ -86,7 +86,8 @@ def test_an_offline_plan_from_a_namespace_snapshot_is_the_live_plan(veth_pair, t
     # own) is not in the snapshot: Unsupported, where live reads it.
     other = tmp_path / "nccl.yaml"
     other.write_text(f"nictune: 1\non_unsupported: warn\nhost:\n  nccl:\n"
-                     f"    path: /etc/{ns}-nccl.conf\n    env: {{NCCL_IB_TC: 106}}\n")
+                     f"    path: /etc/{ns}/nccl.conf\n    allowed_dirs: [/etc/{ns}]\n"
+                     f"    env: {{NCCL_IB_TC: 106}}\n")
     code, off = cli("plan", str(other), "--netns", ns, "--from-snapshots", str(snaps))
     (row,) = off["hosts"][0]["changes"]
     assert row["status"] == "skipped" and row["note"].startswith(

@@ -62,27 +62,28 @@ def test_the_unit_passes_systemd_analyze_verify(tmp_path):
 
 
 def test_the_unit_lets_the_agent_write_every_owned_file_the_profile_may_name_by_default():
-    from nictune.host.validate import OWNED_FILE_DIRS, check_owned_path, within
+    from nictune.host import knobs
+    from nictune.host.validate import within
 
     d = directives(agent_install.unit_text("/usr/bin/python3", "/var/lib/nictune"))
     writable = [w.lstrip("-") for w in d["ReadWritePaths"][0].split()]
-    # The families' default paths, and one in each default directory (an
-    # owned file is replaced by rename: its directory must be writable).
-    paths = ["/etc/nccl.conf", "/etc/ucx/ucx.conf", "/usr/local/etc/nccl.conf"]
-    paths += [d + "/x.conf" for d in OWNED_FILE_DIRS]
-    assert len(OWNED_FILE_DIRS) >= 2
+    # Every family's default path: an owned file is replaced by rename (and
+    # its directory made when missing), so the directory above it must be writable.
+    paths = [knobs.load(s).default_path for s in agent_install.OWNED_SECTIONS]
+    assert sorted(paths) == ["/etc/nccl.conf", "/etc/openmpi/openmpi-mca-params.conf",
+                             "/etc/profile.d/nvshmem.sh", "/etc/ucx/ucx.conf"]
     for path in paths:
-        check_owned_path(path, [], "test path")  # no allowed_dirs needed
-        assert any(within(os.path.dirname(path), w) for w in writable), path
+        parent = os.path.dirname(os.path.dirname(path)) if path.count("/") > 2 else os.path.dirname(path)
+        assert any(within(parent, w) for w in writable), path
     # Nothing else: exactly the state directory and those directories.
-    assert sorted(writable) == sorted(["/var/lib/nictune", *OWNED_FILE_DIRS])
+    assert sorted(writable) == sorted(["/var/lib/nictune", *agent_install.owned_file_dirs()])
 
 
 def test_the_unit_is_hardened_but_can_still_tune():
     d = directives(agent_install.unit_text("/usr/bin/python3", "/var/lib/nictune"))
     assert d["ProtectSystem"] == ["strict"] and d["PrivateTmp"] == ["yes"]
     assert d["NoNewPrivileges"] == ["yes"] and d["Restart"] == ["on-failure"]
-    assert d["ReadWritePaths"] == ["/var/lib/nictune -/etc -/usr/local/etc"]
+    assert d["ReadWritePaths"] == ["/var/lib/nictune -/etc"]
     # /run is read-only under ProtectSystem=strict: the target locks' directory.
     assert (d["RuntimeDirectory"], d["RuntimeDirectoryMode"], d["RuntimeDirectoryPreserve"]) == (
         ["nictune"], ["0700"], ["yes"])

@@ -167,8 +167,8 @@ def test_nccl_render_exact_lines():
     assert text == (HEADER + "NCCL_IB_HCA==mlx5_0,mlx5_1\nNCCL_IB_TC=106\nNCCL_IB_PCI_RELAXED_ORDERING=1\n"
                     "NCCL_IB_SPLIT_DATA_ON_QPS=0\nNCCL_DEBUG=WARN\n")
     assert render({}) == HEADER
-    # Written verbatim, inner blanks included.
-    assert render({"NCCL_X": "a b"}).endswith("NCCL_X=a b\n")
+    # Written verbatim: only what NCCL and a shell sourcing the file both take literally.
+    assert render({"NCCL_X": "^=a,b:1/c+d@e%f-g.h_i"}).endswith("NCCL_X=^=a,b:1/c+d@e%f-g.h_i\n")
 
 
 @pytest.mark.parametrize("env", [

@@ -23,7 +23,7 @@ from fakes import FakeHost, load_state
 
 from nictune.host import agent
 from nictune.host.errors import InvalidInput
-from nictune.host.knobs.envfile import HEADER
+from nictune.host.knobs.envfile import header_of
 from nictune.host.knobs.mpi import McaSyntax
 from nictune.host.knobs.nccl import AutoUnresolved
 from nictune.host.knobs.nvshmem import NvshmemFamily, ShellSyntax
@@ -41,7 +41,7 @@ CASES = {
             "UCX_IB_TRAFFIC_CLASS=106\nUCX_TLS=rc,sm,self\n"),
     "mpi": ("params", "/etc/openmpi/openmpi-mca-params.conf",
             {"btl_tcp_if_include": "rail0", "mca_base_env_list": "UCX_IB_TRAFFIC_CLASS=106"},
-            "btl_tcp_if_include = rail0\nmca_base_env_list = UCX_IB_TRAFFIC_CLASS=106\n"),
+            "btl_tcp_if_include=rail0\nmca_base_env_list=UCX_IB_TRAFFIC_CLASS=106\n"),
     "nvshmem": ("env", "/etc/profile.d/nvshmem.sh",
                 {"NVSHMEM_IB_TRAFFIC_CLASS": 106, "NVSHMEM_ENABLE_NIC_PE_MAPPING": True},
                 "export NVSHMEM_IB_TRAFFIC_CLASS='106'\nexport NVSHMEM_ENABLE_NIC_PE_MAPPING='1'\n"),
@@ -93,9 +93,9 @@ def test_each_file_is_written_verified_and_rolled_back(root, section):
     report = run(root, "plan", section, values)
     change = only_change(report)
     assert report["exit_code"] == 2 and change["key"] == {"family": section, "target": HOST, "name": path}
-    assert change["after"] == HEADER + body and change["before"] is None
+    assert change["after"] == header_of(section) + body and change["before"] is None
     assert run(root, "apply", section, values)["exit_code"] == 0
-    assert file.read_text() == HEADER + body
+    assert file.read_text() == header_of(section) + body
     assert only_change(run(root, "verify", section, values))["status"] == "ok"
     report = run(root, "rollback")
     assert report["exit_code"] == 0 and only_change(report)["status"] == "reverted"
@@ -118,7 +118,7 @@ def test_someone_elses_file_is_refused_adopted_and_restored_without_leaving_the_
 
     report = run(root, "apply", section, values, section_extra={"adopt": True})
     assert report["exit_code"] == 0 and "hunter2" not in json.dumps(report)
-    assert file.read_text() == HEADER + body
+    assert file.read_text() == header_of(section) + body
     assert run(root, "rollback")["exit_code"] == 0 and file.read_text() == foreign
 
 
@@ -140,7 +140,7 @@ def test_someone_elses_file_with_the_same_settings_is_left_alone(root, section, 
 @pytest.mark.parametrize("section", sorted(CASES))
 def test_show_prints_a_section_that_verifies_clean(root, tmp_path, section):
     key, path, values, body = CASES[section]
-    (root / path.lstrip("/")).write_text(HEADER + body)
+    (root / path.lstrip("/")).write_text(header_of(section) + body)
     report = agent.run({"nictune_request": 1, "command": "show"}, host=Host(str(root)))
     shown = {"nictune": 1, "host": {section: report["profile"]["host"][section]}}
     doc = load_profile_text(yaml.safe_dump(shown), "shown.yaml").doc
@@ -159,7 +159,7 @@ def test_show_prints_a_section_that_verifies_clean(root, tmp_path, section):
 ])
 def test_a_rewrite_names_the_variables_that_change(root, section, body, note):
     key, path, values, _ = CASES[section]
-    (root / path.lstrip("/")).write_text(HEADER + body)
+    (root / path.lstrip("/")).write_text(header_of(section) + body)
     change = only_change(run(root, "plan", section, values))
     assert change["status"] == "pending" and change["note"].endswith(note)
 
@@ -171,11 +171,11 @@ def test_ucx_and_nvshmem_auto_resolve_from_the_rdma_ports(tmp_path):
     os.makedirs(host.path("etc/ucx"), exist_ok=True)
     [d] = UcxFamily(host).expand(HOST, {"ucx": {"env": {
         "UCX_NET_DEVICES": "auto", "UCX_IB_GID_INDEX": "auto", "UCX_IB_TRAFFIC_CLASS": 106}}}, no_source)
-    assert d.want.value == HEADER + "UCX_NET_DEVICES=mlx5_0:1,mlx5_1:1\nUCX_IB_GID_INDEX=3\nUCX_IB_TRAFFIC_CLASS=106\n"
+    assert d.want.value == header_of("ucx") + "UCX_NET_DEVICES=mlx5_0:1,mlx5_1:1\nUCX_IB_GID_INDEX=3\nUCX_IB_TRAFFIC_CLASS=106\n"
     fam = NvshmemFamily(host)
     [d] = fam.expand(HOST, {"nvshmem": {"env": {"NVSHMEM_HCA_LIST": "auto", "NVSHMEM_IB_GID_INDEX": "auto"}}},
                      no_source)
-    assert d.want.value == HEADER + ("export NVSHMEM_HCA_LIST='mlx5_0:1,mlx5_1:1'\n"
+    assert d.want.value == header_of("nvshmem") + ("export NVSHMEM_HCA_LIST='mlx5_0:1,mlx5_1:1'\n"
                                      "export NVSHMEM_IB_GID_INDEX='3'\n")
     note = fam.note(d.key)
     assert note.startswith("auto: mlx5_0 port 1 GID 3 (RoCE v2, 198.18.0.1)")
@@ -258,7 +258,7 @@ def _tool(name: str) -> str:
 
 def test_ucx_info_reads_what_parse_reads(tmp_path):
     ucx_info = _tool("ucx_info")
-    text = (HEADER + "UCX_IB_TRAFFIC_CLASS : 106 ; comment\nUCX_NET_DEVICES=mlx5_9:1\n"
+    text = (header_of("ucx") + "UCX_IB_TRAFFIC_CLASS : 106 ; comment\nUCX_NET_DEVICES=mlx5_9:1\n"
             "UCX_IB_SL=1\nUCX_IB_SL=3\n")
     (tmp_path / "ucx.conf").write_text(text)
     out = subprocess.run([ucx_info, "-c"], capture_output=True, text=True, check=True,

@@ -154,7 +154,7 @@ def test_an_mtu_that_caps_the_roce_mtu_is_a_warning():
 
 
 def test_nccl_ib_hca_syntax():
-    for bad in ("mlx5_0;mlx5_1", "=mlx5_0:x", "mlx5_0,,mlx5_1"):
+    for bad in ("mlx5_0:1:2:3:4", "=mlx5_0:x", "mlx5_0,,mlx5_1"):
         found = run(e=('NCCL_IB_HCA: "=mlx5_0:1,mlx5_1:1"', f'NCCL_IB_HCA: "{bad}"'))
         assert codes(found) == [("nccl-ib-hca-syntax", "error")], bad
     for good in ("^=mlx5_4", "mlx5", "auto", "=mlx5_0:1:0:0"):

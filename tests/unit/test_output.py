@@ -112,7 +112,9 @@ def test_nccl_file_is_a_unified_diff(cx7, capsys):
     assert diff[:2] == ["--- /etc/nccl.conf (before)", "+++ /etc/nccl.conf (after)"]
     assert diff[2].startswith("@@")
     assert "-NCCL_DEBUG=INFO" in diff and "-NCCL_IB_HCA=mlx5" in diff
-    assert "# Managed by nictune: edit the profile, not this file." in diff  # unchanged
+    # The file's header, from before headers named their family, is rewritten.
+    assert "-# Managed by nictune: edit the profile, not this file." in diff
+    assert "+# Managed by nictune (nccl): edit the profile, not this file." in diff
     assert "+NCCL_IB_HCA==mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7" in diff
     assert "+NCCL_IB_TC=106" in diff
 

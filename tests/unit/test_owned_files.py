@@ -99,22 +99,23 @@ def test_a_profile_widens_the_directories(root):
 
 
 @pytest.mark.parametrize("section", ["nccl", "ucx", "mpi", "nvshmem"])
-@pytest.mark.parametrize("override", [{"adopt": True}, {"allowed_dirs": ["/opt"]}])
+@pytest.mark.parametrize("override", [{"adopt": True}, {"allowed_dirs": ["/opt/x"]},
+                                      {"path": "/etc/nccl.conf"}, {"path": "/etc/profile.d/x.sh"}])
 def test_an_inventory_cannot_widen_what_nictune_may_replace(tmp_path, override, section):
+    # Not even a path: which files are written where is the profile's to say.
     profile = tmp_path / "p.yaml"
     profile.write_text("nictune: 1\nhost:\n  nccl: {env: {NCCL_IB_TC: 106}}\n")
     with pytest.raises(ProfileError) as e:
         load_profile(str(profile), [({"host": {section: override}}, "hosts.ini:7")])
     assert (e.value.file, e.value.line) == ("hosts.ini", 7)
     assert "cannot be set from an inventory" in e.value.message
-    # A path from the inventory is fine: the host decides what it may do there.
-    load_profile(str(profile), [({"host": {"nccl": {"path": "/etc/x.conf"}}}, "hosts.ini:7")])
+    assert e.value.keypath == f"nictune.host.{section}.{next(iter(override))}"
 
 
 def test_a_directory_that_resolves_elsewhere_is_refused(root):
     (root / "proc").mkdir()
     (root / "etc" / "nccl").symlink_to("../proc")
-    report = run(root, "plan", {"path": "/etc/nccl/nccl.conf"})
+    report = run(root, "plan", {"path": "/etc/nccl/nccl.conf", "allowed_dirs": ["/etc/nccl"]})
     change = nccl_change(report)
     assert change["status"] == "unsupported" and "its directory is /proc" in change["note"]
 
@@ -169,20 +170,23 @@ def test_the_same_variables_written_by_someone_else_are_as_wanted_and_left_alone
 
 
 def test_adopt_covers_only_a_path_its_own_file_names(root):
-    (root / "etc" / "shadow").write_text(SECRET)
-    sources = {"host/nccl/path": "hosts.ini:4", "host/nccl/adopt": "p.yaml:5"}
-    report = run(root, "apply", {"path": "/etc/shadow", "adopt": True}, sources)
+    # A child profile names the path (an inventory cannot, see above).
+    (root / "opt" / "site").mkdir(parents=True)
+    (root / "opt" / "site" / "nccl.conf").write_text(SECRET)
+    nccl = {"path": "/opt/site/nccl.conf", "allowed_dirs": ["/opt/site"], "adopt": True}
+    sources = {"host/nccl/path": "child.yaml:4", "host/nccl/adopt": "p.yaml:5"}
+    report = run(root, "apply", nccl, sources)
     change = nccl_change(report)
-    assert change["status"] == "unsupported" and "comes from hosts.ini:4" in change["note"]
-    assert (root / "etc" / "shadow").read_text() == SECRET
+    assert change["status"] == "unsupported" and "comes from child.yaml:4" in change["note"]
+    assert (root / "opt" / "site" / "nccl.conf").read_text() == SECRET
     # Named in the profile that adopts it, it is adopted.
     sources["host/nccl/path"] = "p.yaml:4"
-    assert run(root, "plan", {"path": "/etc/shadow", "adopt": True}, sources)["exit_code"] == 2
+    assert run(root, "plan", nccl, sources)["exit_code"] == 2
 
 
-def test_an_inventory_override_of_the_path_reaches_the_host_unadopted(root, tmp_path, monkeypatch):
+def test_an_inventory_override_of_the_path_is_refused_before_anything_is_sent(tmp_path, monkeypatch):
     # The profile adopts /etc/nccl.conf; a host's inventory entry points the
-    # file at /etc/shadow.  What that host is sent, it refuses.
+    # file at /etc/shadow.  No host is sent anything.
     sent = {}
     monkeypatch.setattr(SshTarget, "run", lambda self, req: sent.setdefault(self.label, req) and {
         "host": self.label, "command": req["command"], "ok": True, "exit_code": 0, "changed": False,
@@ -192,10 +196,9 @@ def test_an_inventory_override_of_the_path_reaches_the_host_unadopted(root, tmp_
     inventory = tmp_path / "hosts.yaml"
     inventory.write_text("all:\n  hosts:\n    gpu01:\n      ansible_host: 192.0.2.1\n"
                          "      nictune: {host: {nccl: {path: /etc/shadow}}}\n")
-    assert CliRunner().invoke(app, ["plan", str(profile), "-i", str(inventory), "--json"]).exit_code == 0
-    (root / "etc" / "shadow").write_text(SECRET)
-    report = agent.run(dict(sent["gpu01"], state_dir=str(tmp_path / "state")), host=Host(str(root)))
-    assert nccl_change(report)["status"] == "unsupported" and "hunter2" not in json.dumps(report)
+    result = CliRunner().invoke(app, ["plan", str(profile), "-i", str(inventory), "--json"])
+    assert result.exit_code != 0 and sent == {}
+    assert f"{inventory}:5" in result.output and "host.nccl.path cannot be set from an inventory" in result.output
 
 
 def test_show_file_content_travels_in_local_and_fleet_requests(monkeypatch, tmp_path):

@@ -37,7 +37,9 @@ from typing import List, Optional
 
 from nictune.control import agentzip
 from nictune.host.errors import InvalidInput, NictuneError, TransportError
-from nictune.host.validate import OWNED_FILE_DIRS
+from nictune.host import knobs
+from nictune.host.validate import within
+from nictune.profile.check import OWNED_SECTIONS
 
 UNIT_NAME = "nictune-agent.service"
 UNIT_DIR = "/etc/systemd/system"
@@ -47,6 +49,15 @@ ZIPAPP = os.path.join("resident", "nictune-agent.pyz")
 _PLAIN_PATH = re.compile(r"^/[A-Za-z0-9._+/-]{0,4095}$")
 _ADDRESS = re.compile(r"^$|^(\[[0-9A-Fa-f:.]{2,45}\]|[A-Za-z0-9.-]{1,253}):[0-9]{1,5}$")
 MIN_INTERVAL = 0.05
+
+
+def owned_file_dirs() -> List[str]:
+    """The directories the owned-file families write in without a profile's
+    allowed_dirs: those of their default paths, a directory below another
+    left out.  An owned file is replaced by rename, and a family creates its
+    file's directory when missing (/etc/ucx): the parent must be writable."""
+    dirs = sorted({os.path.dirname(knobs.load(s).default_path) for s in OWNED_SECTIONS})
+    return [d for d in dirs if not any(o != d and within(d, o) for o in dirs)]
 
 
 def check_path(value: str, what: str) -> str:
@@ -108,7 +119,7 @@ Restart=on-failure
 RestartSec=5s
 # Everything read-only but the API file systems (/proc, /sys, /dev), the state
 # directory and the directories owned files may be in by default
-# ({", ".join(OWNED_FILE_DIRS)}: host/validate.py OWNED_FILE_DIRS).  /proc/sys
+# ({", ".join(owned_file_dirs())}: the families' default paths).  /proc/sys
 # and /sys stay writable as long as ProtectKernelTunables= is off, and it must
 # stay off: it remounts /proc/sys and /sys read-only, which forbids every
 # sysctl and sysfs write the agent makes (configfs rdma_cm is
@@ -119,7 +130,7 @@ RestartSec=5s
 # with allowed_dirs is read-only here too: add it with a drop-in
 # (systemctl edit nictune-agent: ReadWritePaths=-DIR).
 ProtectSystem=strict
-ReadWritePaths={state_dir} {" ".join("-" + d for d in OWNED_FILE_DIRS)}
+ReadWritePaths={state_dir} {" ".join("-" + d for d in owned_file_dirs())}
 # /run is read-only under ProtectSystem=strict, and the agent locks each
 # target in /run/nictune (host/journal.py TARGET_LOCK_DIR) as every nictune
 # does: systemd makes it writable, root's alone, and keeps it when the

@@ -53,7 +53,8 @@ from nictune.inventory.templates import NOT_RENDERED, first_template
 from nictune.profile import yamlpos
 from nictune.profile.check import check, locate
 from nictune.profile.errors import ProfileError, dotted, show
-from nictune.profile.loader import NOT_OVERRIDABLE, Profile, override_layer, sources_of
+from nictune.profile.loader import (NOT_OVERRIDABLE, Profile, merge_file_layer, override_layer,
+                                    sources_of)
 from nictune.profile.merge import Resolver, merge_layers
 from nictune.profile.schema import EXTENDS_PATH, register_words
 from nictune.profile.yamlpos import Parsed, Path
@@ -280,9 +281,9 @@ def play_profile(play: Play, inventory_layers: Sequence[Tuple[Any, str]] = ()) -
         play._base = _load_profiles(play)
     merged, files = play._base
     for mapping, where in inventory_layers:
-        merged = merge_layers(merged, override_layer(mapping, where))
+        merged = merge_file_layer(merged, override_layer(mapping, where))
     if play.overrides is not None:
-        merged = merge_layers(merged, play.overrides)
+        merged = merge_file_layer(merged, play.overrides, ("vars", "nictune"), "a play's vars")
     check(merged.doc, merged.positions, merged.plain)
     name = play.profiles[0] if len(play.profiles) == 1 else " + ".join(play.profiles)
     # A copy: the merged profiles are cached on the play and shared by its hosts.

@@ -28,18 +28,25 @@ SYSCTL_VALUE = r"^[A-Za-z0-9_ \t.,:/+-]{0,256}$"
 # nictune takes NCCL_* and the CUDA_* ones images put there (azhpc-images
 # sets CUDA_DEVICE_ORDER in /etc/nccl.conf), never LD_* and the like.
 NCCL_NAME = r"^(NCCL|CUDA)_[A-Z0-9_]{1,64}$"
-# NCCL reads "NAME=VALUE" lines of at most 1023 bytes and trims nothing, so
-# leading or trailing blanks would become part of the value: refuse them.
-NCCL_VALUE = r"^([^\s\x00]([^\n\r\x00]{0,898}[^\s\x00])?)?$"
+# The values of the owned files (knobs/envfile.py): text that their reader
+# and a POSIX shell alike take literally.  NCCL (nccl.conf: NAME=VALUE,
+# nothing trimmed), UCX (inih: blanks trimmed, ';' and '#' comments) and
+# Open MPI (keyval_lex.l: the rest of the line, quotes kept) cannot quote
+# a value, and their NAME=VALUE lines are what job scripts source
+# (`set -a; . /etc/nccl.conf`): so no blank, quote, '$', '`', ';', '&',
+# '|', '<', '>', '(', ')', '\\', '#', '~', '*', '?', '[', '{', '!' and no
+# control character, only letters, digits and _ . , : / + = @ % ^ -.
+# NCCL reads lines of at most 1023 bytes.
+NCCL_VALUE = r"^[A-Za-z0-9_.,:/+=@%^-]{0,900}$"
 FEATURE_NAME = r"^[a-z0-9_-]{1,64}$"
-# UCX's ucx.conf (knobs/ucx.py): inih lines of at most 199 bytes, values
-# trimmed, ';' after a blank starts a comment: no blank at either end, no
-# ';', and short enough that UCX_NAME=VALUE fits in one line.
+# UCX's ucx.conf (knobs/ucx.py): inih lines of at most 199 bytes: the
+# literal characters of NCCL_VALUE, short enough that UCX_NAME=VALUE fits.
 UCX_NAME = r"^UCX_[A-Z0-9_]{1,60}$"
-UCX_VALUE = r"^([^\s;\x00]([^\n\r;\x00]{0,126}[^\s;\x00])?)?$"
+UCX_VALUE = r"^[A-Za-z0-9_.,:/+=@%^-]{0,128}$"
 # Open MPI's openmpi-mca-params.conf (knobs/mpi.py): MCA parameter names as
 # the file spells them, without the OMPI_MCA_ prefix of the environment;
-# values take NCCL_VALUE (one line, no blank at either end).
+# values take NCCL_VALUE.  A name is a shell identifier as well, so that
+# the name=value lines nictune writes only assign, even to a shell.
 MCA_NAME = r"^[a-z][a-z0-9_]{0,127}$"
 # NVSHMEM's variables, exported by a shell file (knobs/nvshmem.py): values
 # without blanks, quotes or any shell metacharacter, so that nothing in
@@ -80,9 +87,9 @@ WORDS = {
     IF_SYSCTL_KEY: "a per-interface sysctl name such as ipv4.rp_filter: ipv4. or ipv6. and then 1-64 letters, digits, '_' or '-'",
     SYSCTL_VALUE: "text of up to 256 letters, digits, spaces, tabs and _ . , : / + -",
     NCCL_NAME: "an NCCL variable name: NCCL_ (or CUDA_) and then 1-64 capital letters, digits or '_'",
-    NCCL_VALUE: "text of up to 900 characters on one line, with no blank at either end",
+    NCCL_VALUE: "up to 900 letters, digits and _ . , : / + = @ % ^ -: no blanks, quotes or shell metacharacters, which NCCL would take literally but a shell sourcing the file would not",
     UCX_NAME: "a UCX variable name: UCX_ and then 1-60 capital letters, digits or '_'",
-    UCX_VALUE: "text of up to 128 characters on one line, with no ';' and no blank at either end",
+    UCX_VALUE: "up to 128 letters, digits and _ . , : / + = @ % ^ -: no blanks, quotes, ';' or other shell metacharacters",
     MCA_NAME: "an Open MPI MCA parameter name as its file spells it, without the OMPI_MCA_ prefix: a lowercase letter and then up to 127 lowercase letters, digits or '_'",
     NVSHMEM_NAME: "an NVSHMEM variable name: NVSHMEM_ and then 1-60 capital letters, digits or '_'",
     SHELL_VALUE: "up to 256 letters, digits and _ . , : / + = @ % ^ -: no blanks, quotes or shell metacharacters",
@@ -131,11 +138,49 @@ def check_path(value: object, what: str = "path") -> str:
 # in them, whatever a profile says, and a path that resolves into them
 # (through a symlinked directory) is refused on the host.
 KERNEL_DIRS = ("/proc", "/sys", "/dev", "/run")
-# Where an owned file may be without the profile naming more: NCCL reads
-# /etc/nccl.conf, and site builds of NCCL (and HPC-X) under /usr/local keep
-# the file NCCL_CONF_FILE names in /usr/local/etc.  Home directories (NCCL's
-# ~/.nccl.conf) are left out: they hold keys and shell start-up files.
-OWNED_FILE_DIRS = ("/etc", "/usr/local/etc")
+# Paths whose content some program runs or obeys as root: a shell, the
+# dynamic loader, cron, sudo, PAM, sshd, systemd and init, udev, modprobe,
+# package managers, the boot loader.  An owned file is never at or below
+# one of them, whatever a profile says (except a family's own conventional
+# file, NVSHMEM's /etc/profile.d/nvshmem.sh), checked on the path as
+# written and again, on the host, on the path with symlinks resolved.
+# A name ending in '*' stands for every name that starts so (/etc/cron*:
+# /etc/crontab, /etc/cron.d, /etc/cron.daily...).  This list backs up the
+# positive rule (a family's own path, or a directory the profile lists),
+# which does most of the work.
+READERS = (
+    ("login and interactive shells read it as commands",
+     ("/etc/profile", "/etc/profile.d", "/etc/bash*", "/etc/zsh*", "/etc/zprofile", "/etc/zlogin",
+      "/etc/zlogout", "/etc/csh*", "/etc/ksh*", "/etc/fish", "/etc/environment",
+      "/etc/environment.d", "/etc/skel", "/etc/inputrc", "/etc/X11", "/etc/xdg",
+      "/etc/update-motd.d", "/root", "/home")),
+    ("the dynamic loader reads it (preloads and library paths)",
+     ("/etc/ld.so*", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr/bin",
+      "/usr/sbin", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libexec", "/usr/local/bin",
+      "/usr/local/sbin", "/usr/local/lib", "/usr/local/lib64", "/etc/python*")),
+    ("cron and at run what it says",
+     ("/etc/cron*", "/etc/anacrontab", "/etc/at.allow", "/etc/at.deny", "/var/spool")),
+    ("sudo, PAM, polkit or sshd read it to decide who may do what",
+     ("/etc/sudo*", "/etc/doas.conf", "/etc/polkit-1", "/etc/security", "/etc/pam.d",
+      "/etc/pam.conf", "/etc/ssh", "/etc/passwd", "/etc/shadow", "/etc/group", "/etc/gshadow",
+      "/etc/subuid", "/etc/subgid", "/etc/nsswitch.conf", "/etc/login.defs", "/etc/securetty",
+      "/etc/selinux", "/etc/apparmor*", "/etc/audit", "/etc/ssl", "/etc/pki",
+      "/etc/ca-certificates*")),
+    ("systemd, init, udev or the kernel's loaders run or obey it at boot and on events",
+     ("/etc/systemd", "/etc/init.d", "/etc/init", "/etc/rc*", "/etc/inittab", "/etc/xinetd*",
+      "/etc/tmpfiles.d", "/etc/binfmt.d", "/etc/modules", "/etc/modules-load.d", "/etc/modprobe*",
+      "/etc/sysctl*", "/etc/udev", "/etc/default", "/etc/sysconfig", "/etc/network",
+      "/etc/NetworkManager", "/etc/netplan", "/etc/dhcp", "/etc/ppp", "/etc/acpi", "/etc/kernel",
+      "/etc/initramfs-tools", "/etc/dracut*", "/etc/grub*", "/boot", "/etc/rsyslog*",
+      "/etc/logrotate*", "/etc/netns", "/var/lib/systemd")),
+    ("package managers and other tools run commands it names",
+     ("/etc/apt", "/etc/yum*", "/etc/dnf", "/etc/zypp", "/etc/gitconfig", "/etc/vim",
+      "/etc/needrestart", "/etc/containers", "/etc/docker")),
+)
+# Directories too broad to list in allowed_dirs: name the directory the
+# program reads its file from (/opt/hpcx/ucx/etc), not a whole tree.
+BROAD_DIRS = ("/etc", "/usr", "/usr/local", "/usr/share", "/usr/local/share", "/var", "/var/lib",
+              "/opt", "/srv", "/mnt", "/media", "/tmp", "/var/tmp")
 
 
 def within(path: str, directory: str) -> bool:
@@ -143,17 +188,48 @@ def within(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
-def check_owned_path(path: object, extra_dirs: list, what: str) -> str:
-    """A path nictune may own: normalised, outside KERNEL_DIRS, and in
-    OWNED_FILE_DIRS or one of `extra_dirs` (already checked with
-    check_owned_dir)."""
+def _under(path: str, entry: str) -> bool:
+    if not entry.endswith("*"):
+        return within(path, entry)
+    parent, _, stem = entry[:-1].rpartition("/")
+    rest = path[len(parent) + 1:] if path.startswith(parent + "/") else ""
+    return rest.split("/")[0].startswith(stem) if rest else False
+
+
+def reader_of(path: str) -> str:
+    """Why a program would run or obey what `path` says ("" if none we
+    know of): `path` is at or below one of READERS."""
+    for why, entries in READERS:
+        for entry in entries:
+            if _under(path, entry):
+                return f"{entry.rstrip('*') + ('...' if entry.endswith('*') else '')}: {why}"
+    return ""
+
+
+def check_owned_path(path: object, own: str, extra_dirs: list, what: str) -> str:
+    """A path a family may write: normalised, outside KERNEL_DIRS, never
+    where READERS are (unless it is `own`, the family's conventional
+    path), and either `own` or below one of `extra_dirs` (the profile's
+    allowed_dirs, already checked with check_owned_dir)."""
     path = check_path(check(OWNED_PATH, path, what), what)
-    allowed = list(OWNED_FILE_DIRS) + list(extra_dirs)
-    if not any(within(os.path.dirname(path), d) for d in allowed):
-        raise InvalidInput(f"invalid {what}: {path!r} is not in a directory nictune may write "
-                           f"({', '.join(allowed)}); a profile names more in allowed_dirs")
+    reader = reader_of(path)
+    if reader and path != own:
+        raise InvalidInput(f"invalid {what}: nictune never writes {path!r} ({reader})")
+    if path != own and not any(within(os.path.dirname(path), d) for d in extra_dirs):
+        dirs = f"nor below {', '.join(extra_dirs)}" if extra_dirs else "and the profile lists no allowed_dirs"
+        raise InvalidInput(f"invalid {what}: {path!r} is not this file's own path {own} {dirs}; "
+                           "a profile names the directories of other paths in allowed_dirs")
     return path
 
 
 def check_owned_dir(value: object, what: str) -> str:
-    return check_path(check(OWNED_DIR, value, what), what)
+    """A directory a profile lets a family's file be in: normalised, not
+    a whole system tree (BROAD_DIRS), not where READERS are."""
+    path = check_path(check(OWNED_DIR, value, what), what)
+    if path in BROAD_DIRS:
+        raise InvalidInput(f"invalid {what}: {path!r} is a whole system tree; name the directory the "
+                           "program reads its file from (such as /opt/hpcx/ucx/etc)")
+    reader = reader_of(path)
+    if reader:
+        raise InvalidInput(f"invalid {what}: nictune never writes below {path!r} ({reader})")
+    return path

@@ -16,6 +16,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 from jsonschema.validators import extend
 
+from ..host import validate as v
 from .errors import ProfileError, dotted, has_control, kind, show
 from .schema import SCHEMA, describe
 
@@ -70,6 +71,7 @@ def check(doc: Any, positions: Dict[Path, Tuple[str, int]], plain: Dict[Path, st
         if schema is None and not prefix:
             _check_vf_of(doc, positions)
             _check_policy_paths(doc, positions)
+            _check_owned_paths(doc, positions)
         return
     order = _doc_order(doc)
     problems.sort(key=lambda p: (_order_of(p.loc, order), p.rank))
@@ -150,6 +152,50 @@ def _check_policy_paths(doc: dict, positions: Dict[Path, Tuple[str, int]]) -> No
                 raise ProfileError(*locate(positions, path + (key,)), dotted(path + (key,)),
                                    f"{show(key)} names no setting here; the keys are default or "
                                    f"{where}")
+
+
+def _check_owned_paths(doc: dict, positions: Dict[Path, Tuple[str, int]]) -> None:
+    """The host's rules for the paths of owned files (host/validate.py
+    check_owned_path, check_owned_dir), with the file and line: a path
+    where a shell, the loader, cron... read, or neither the family's own
+    nor below allowed_dirs, is refused before anything is sent; so is a
+    path two families would share."""
+    from ..host import knobs
+
+    host = doc.get("host") if isinstance(doc.get("host"), dict) else {}
+    owners: Dict[str, str] = {}
+    for section in OWNED_SECTIONS:
+        node = host.get(section)
+        if not isinstance(node, dict):
+            continue
+        own = knobs.load(section).default_path
+        dirs = []
+        for i, value in enumerate(node.get("allowed_dirs") or ()):
+            path = ("host", section, "allowed_dirs", i)
+            dirs.append(_host_rule(positions, path, v.check_owned_dir, value, dotted(path)))
+        path = ("host", section, "path")
+        file = node.get("path", own)
+        if "path" in node:
+            _host_rule(positions, path, v.check_owned_path, file, own, dirs, dotted(path))
+        if file in owners:
+            raise ProfileError(*locate(positions, path), dotted(path),
+                               f"{file} is host.{owners[file]}'s file too: each family needs a "
+                               "file of its own")
+        owners[file] = section
+
+
+def _host_rule(positions: Dict[Path, Tuple[str, int]], path: Path, rule: Any, *args: Any) -> Any:
+    from ..host.errors import InvalidInput
+
+    try:
+        return rule(*args)
+    except InvalidInput as e:
+        message = e.message.partition(": ")[2] if e.message.startswith("invalid ") else e.message
+        raise ProfileError(*locate(positions, path), dotted(path), message) from None
+
+
+# The sections of the owned-file families (host/knobs/envfile.py).
+OWNED_SECTIONS = ("nccl", "ucx", "mpi", "nvshmem")
 
 
 # on_unsupported and on_drift take a word or such a mapping (schema.py).

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .check import check, locate
+from .check import OWNED_SECTIONS, check, locate
 from .errors import ProfileError, kind, show
 from .merge import Resolver, merge_layers
 from .yamlpos import Parsed, Path, parse_file, parse_text
@@ -70,7 +70,7 @@ def _finish(parsed: Parsed, name: str, base_dir: Optional[str], real: Optional[s
     merged = resolver.resolve(parsed, name, base_dir, [(name, real)])
     files = list(resolver.files)
     for doc, where in overrides:
-        merged = merge_layers(merged, override_layer(doc, where))
+        merged = merge_file_layer(merged, override_layer(doc, where))
         if where.rpartition(":")[0] not in files:
             files.append(where.rpartition(":")[0])
     check(merged.doc, merged.positions, merged.plain)
@@ -79,11 +79,14 @@ def _finish(parsed: Parsed, name: str, base_dir: Optional[str], real: Optional[s
 
 # Profile keys an override cannot carry: they are about files, not settings.
 NOT_OVERRIDABLE = ("extends", "nictune")
-# Keys that widen which files nictune may replace (knobs/nccl.py): a profile
-# sets them, an inventory never does.
-# Which files nictune may replace: a profile says, never an inventory.
-FILE_POLICY = tuple(("host", section, key) for section in ("nccl", "ucx", "mpi", "nvshmem")
-                    for key in ("adopt", "allowed_dirs"))
+# Which files nictune writes where, and which it may replace
+# (knobs/envfile.py): a profile says, never an inventory or a play's vars,
+# which can neither set these keys nor drop or replace what a profile set.
+FILE_POLICY = tuple(("host", section, key) for section in OWNED_SECTIONS
+                    for key in ("path", "adopt", "allowed_dirs"))
+_DECIDES = {"path": "which file nictune writes",
+            "adopt": "which files nictune may replace",
+            "allowed_dirs": "where nictune may write files"}
 
 
 def override_layer(mapping: Any, where: str) -> Parsed:
@@ -99,12 +102,6 @@ def override_layer(mapping: Any, where: str) -> Parsed:
         if key in mapping:
             raise ProfileError(*position, f"nictune.{key}",
                                f"{key} cannot be set from an inventory; profiles name their parents")
-    for keys in FILE_POLICY:
-        if _sets(mapping, keys):
-            dotted_keys = ".".join(keys)
-            raise ProfileError(*position, f"nictune.{dotted_keys}",
-                               f"{dotted_keys} cannot be set from an inventory: it decides which "
-                               "files nictune may replace, so only a profile sets it")
     positions: Dict[Path, Tuple[str, Optional[int]]] = {}
 
     def walk(path: Path, value: Any) -> None:
@@ -122,6 +119,47 @@ def override_layer(mapping: Any, where: str) -> Parsed:
 
     walk((), mapping)
     return Parsed(mapping, positions, {})
+
+
+def merge_file_layer(merged: Parsed, layer: Parsed, prefix: Tuple[str, ...] = ("nictune",),
+                     what: str = "an inventory") -> Parsed:
+    """merge_layers for a layer that is not a profile file (an inventory's
+    `nictune:` variable, a play's vars.nictune): it may not set, drop or
+    replace FILE_POLICY keys.  prefix names where the layer sits (keypaths
+    in errors); ProfileError at the offending key's position."""
+    for keys in FILE_POLICY:
+        if _sets(layer.doc, keys):
+            _refuse_file_key(layer, keys, prefix, what, "set")
+    result = merge_layers(merged, layer)
+    before, after = file_policy(merged.doc), file_policy(result.doc)
+    for keys in FILE_POLICY:
+        if before.get(keys, _ABSENT) != after.get(keys, _ABSENT):
+            # Set through a replace: true, or dropped: point at the section.
+            _refuse_file_key(layer, keys, prefix, what, "dropped or replaced")
+    return result
+
+
+_ABSENT = object()
+
+
+def _refuse_file_key(layer: Parsed, keys: Tuple[str, ...], prefix: Tuple[str, ...], what: str,
+                     done: str) -> None:
+    dotted_keys = ".".join(keys)
+    raise ProfileError(*locate(layer.positions, keys), ".".join(prefix + keys),
+                       f"{dotted_keys} cannot be {done} from {what}: it decides "
+                       f"{_DECIDES[keys[-1]]}, so only a profile sets it")
+
+
+def file_policy(doc: Any) -> Dict[Tuple[str, ...], Any]:
+    """The FILE_POLICY keys doc sets, and their values."""
+    out: Dict[Tuple[str, ...], Any] = {}
+    for keys in FILE_POLICY:
+        node = doc
+        for key in keys:
+            node = node.get(key, _ABSENT) if isinstance(node, dict) else _ABSENT
+        if node is not _ABSENT:
+            out[keys] = node
+    return out
 
 
 def _sets(mapping: Any, keys: Tuple[str, ...]) -> bool:

@@ -10,12 +10,17 @@ order, comments, blank lines and nictune's header line are not content,
 so a file someone else wrote with the same variables, or nictune's own
 file with its lines reordered, is as wanted and left as it is.
 
-Which file.  host.<section>.path must be in /etc or /usr/local/etc, or
-below a directory the profile lists in allowed_dirs, never in /proc,
-/sys, /dev or /run (validate.py); an inventory sets neither allowed_dirs
-nor adopt (profile/loader.py FILE_POLICY, which must name each section).
-On the host it must be a regular file of at most 1 MiB, or absent, and
-its directory must not resolve elsewhere (files.py).  In a network
+Which file.  host.<section>.path is the family's own conventional path
+(default_path), or a path below a directory the profile lists in
+allowed_dirs; never in /proc, /sys, /dev or /run, and never where a shell,
+the dynamic loader, cron, sudo, PAM, systemd and the like read (validate.py
+READERS; a family's own path may be there: NVSHMEM's profile.d file), nor
+below a whole system tree listed as an allowed directory (BROAD_DIRS).  An
+inventory or a play's vars set none of path, allowed_dirs and adopt
+(profile/loader.py FILE_POLICY, which must name each section): only a
+profile decides which files are written where.  On the host it must be a
+regular file of at most 1 MiB, or absent, and the same rules hold for its
+path with symlinks resolved (files.py, _check_directory).  In a network
 namespace (the request names it), a path under /etc is the namespace's
 own /etc/netns/NAME/... file, which `ip netns exec` binds over /etc/...
 only when it exists: nictune reads and writes that file, creates it when
@@ -25,12 +30,20 @@ hide the host's whole directory), and says so in the plan; writing
 host's /etc/... from the namespace's programs, so when that is a file
 nictune did not write, it takes adopt: true, as replacing it would.
 
-Whose file.  A file nictune wrote starts with HEADER; an absent or empty
-file is free to take.  Any other file is someone else's: a report carries
-a placeholder for its text unless the request asks for it (shown(), on
-the host, so the text never travels), and nictune replaces it only when
-the profile says adopt: true in the file that names the path.  Someone
-else's file that sets the same variables is as wanted, and left alone.
+Whose file.  A file nictune writes starts with its family's header
+(header_of: "# Managed by nictune (nccl): ..."); an absent or empty file
+is free to take.  A file headed by another family is that family's: no
+family replaces it, adopt or not (two families never share a file).
+Files written before headers named their family start with LEGACY_HEADER:
+such a file is this family's own only at the family's conventional path
+and only when every line is a setting this family could have written
+(its names and values pass the syntax's patterns); anywhere else, or
+with anything else in it, it is someone else's file.  Any other file is
+someone else's: a report carries a placeholder for its text unless the
+request asks for it (shown(), on the host, so the text never travels),
+and nictune replaces it only when the profile says adopt: true in the
+file that names the path.  Someone else's file that sets the same
+variables is as wanted, and left alone.
 
 What a plan shows of a rewrite.  The note names the variables that change.
 Of nictune's own file it gives each name with its old and new value (its
@@ -49,6 +62,7 @@ profile cannot hold (then verify reports the file as drift, truthfully).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 TYPE_CHECKING = False
@@ -59,18 +73,33 @@ from nictune.host.errors import InvalidInput, NictuneError
 from nictune.host.files import UnsafeFile, read_owned, remove_owned, remove_stale_temps, write_owned
 from nictune.host.knobs.base import Family
 from nictune.host.model import HOST, Desired, Key, Unsupported, Want
-from nictune.host.validate import (KERNEL_DIRS, NOT_NORMALISED, OWNED_DIR, OWNED_FILE_DIRS,
-                                   OWNED_PATH, check, check_owned_dir, check_owned_path,
-                                   check_path, matches, within)
+from nictune.host.validate import (KERNEL_DIRS, NOT_NORMALISED, OWNED_DIR, OWNED_PATH, check,
+                                   check_owned_dir, check_owned_path, check_path, matches,
+                                   reader_of, within)
 
-HEADER = "# Managed by nictune: edit the profile, not this file.\n"
+# What nictune wrote before each file named its family (see "Whose file").
+LEGACY_HEADER = "# Managed by nictune: edit the profile, not this file.\n"
+_HEADER = re.compile(r"# Managed by nictune(?: \(([a-z]{1,16})\))?: edit the profile, not this file\.\n")
 AUTO = "auto"
 
 
+def header_of(family: str) -> str:
+    """The first line of every file the family writes."""
+    return f"# Managed by nictune ({family}): edit the profile, not this file.\n"
+
+
+def writer_of(text: str) -> Optional[str]:
+    """The family whose header the text starts with, "" for the legacy
+    header, None when nictune did not write it."""
+    match = _HEADER.match(text)
+    return None if match is None else (match.group(1) or "")
+
+
 def nictune_wrote(text: str) -> bool:
-    """Whether the file's text is nictune's to show and replace: its header
-    (every text nictune writes starts with it), or nothing at all."""
-    return text == "" or text.startswith(HEADER)
+    """Whether the file's text is nictune's to show: a header of nictune's
+    (every text nictune writes starts with one), or nothing at all.  Which
+    family may replace it is OwnedFileFamily._ours."""
+    return text == "" or writer_of(text) is not None
 
 
 def placeholder(text: str) -> str:
@@ -111,6 +140,7 @@ class Syntax:
     a setting, and how the program that reads the file parses it."""
 
     what: str = "variable"      # "NCCL variable", for error messages
+    family: str = ""            # whose header render() writes
     name_pattern: str = ""
     value_pattern: str = ""
 
@@ -121,8 +151,12 @@ class Syntax:
         """{name: value} as the reader ends up with them."""
         raise NotImplementedError
 
+    @property
+    def header(self) -> str:
+        return header_of(self.family)
+
     def render(self, env: dict) -> str:
-        lines = [HEADER]
+        lines = [self.header]
         for name, value in env.items():
             check(self.name_pattern, name, f"{self.what} name")
             text = check(self.value_pattern, value_text(value), f"value of {name}")
@@ -133,6 +167,12 @@ class Syntax:
         """What of `env` a profile can hold, as show prints it."""
         return {n: shown_value(v) for n, v in env.items()
                 if matches(self.name_pattern, n) and matches(self.value_pattern, v)}
+
+    def only_settings(self, text: str) -> bool:
+        """Whether every setting its reader takes from `text` is one this
+        syntax could have written (names and values pass its patterns)."""
+        env = self.parse(text)
+        return len(self.showable(env)) == len(env)
 
 
 def auto_schema(devices: str, what: str, form: str, value_pattern: str, max_length: int,
@@ -161,7 +201,7 @@ def auto_schema(devices: str, what: str, form: str, value_pattern: str, max_leng
 class _Policy:
     """What the profile lets nictune do with its file, from expand()."""
 
-    dirs: tuple           # directories the file may be below
+    dirs: tuple           # directories the profile lets the file be below (allowed_dirs)
     adopt: bool           # replace a file nictune did not write
     not_adopted: str = ""  # why an adopt: true of the profile does not cover this path
 
@@ -205,7 +245,9 @@ class OwnedFileFamily(Family):
         self._notes: dict = {}
         self._unresolved: dict = {}  # key -> why its `auto` values have no answer here
         self._policy: dict = {}      # key -> _Policy (none in rollback and show: no profile)
-        self._foreign: set = set()   # keys whose file nictune did not write, from read()
+        self._foreign: set = set()   # keys whose file is not this family's, from read()
+        self._others: dict = {}      # key -> the other family whose header its file has
+        self._legacy: set = set()    # keys whose file has the legacy header but is not ours
         self._created: dict = {}     # key -> what the note says of a file apply would create
         self._text: dict = {}        # key -> the text read(), for the note's variable diff
         self._wanted: dict = {}      # key -> the text expand() rendered
@@ -224,19 +266,23 @@ class OwnedFileFamily(Family):
         if cls.auto_properties:
             values["properties"] = {name: node(s) if callable(node) else node
                                     for name, node in cls.auto_properties.items()}
-        dirs = " or ".join(OWNED_FILE_DIRS)
-        path = {**s.text(OWNED_PATH, 256, f"Where to write it (default {cls.default_path}): below "
-                                          f"{dirs}, or below a directory of allowed_dirs."),
+        path = {**s.text(OWNED_PATH, 256, f"Where to write it: {cls.default_path} (the default), "
+                                          "or a path below a directory of allowed_dirs; never where "
+                                          "a shell, the loader, cron, sudo or systemd read. An "
+                                          "inventory cannot set it."),
                 "not": {"pattern": NOT_NORMALISED}}
         adopt = {"type": "boolean",
                  "description": "Replace a file at path that nictune did not write (one without its "
                                 "header line); without it, such a file is refused unless it already "
                                 "sets the same variables. Its text stays on the host, for rollback. "
-                                "Covers the path named in the same file; an inventory cannot set it."}
+                                "Covers the path named in the same file; an inventory cannot set it. "
+                                "A file another nictune family wrote is never replaced."}
         allowed = {"type": "array", "maxItems": 16,
                    "items": {**s.text(OWNED_DIR, 256), "not": {"pattern": NOT_NORMALISED}},
-                   "description": f"More directories the file may be below, besides {dirs}; never "
-                                  "/proc, /sys, /dev or /run. An inventory cannot set it."}
+                   "description": "Directories a path other than the default may be below: the "
+                                  "directory the program reads, never a whole tree such as /etc or "
+                                  "/opt, nor /proc, /sys, /dev, /run or where a shell, the loader, "
+                                  "cron, sudo or systemd read. An inventory cannot set it."}
         return {"host": {cls.section: s.section(cls.title, {
             "path": path, cls.values_key: values, "adopt": adopt, "allowed_dirs": allowed})}}
 
@@ -259,7 +305,7 @@ class OwnedFileFamily(Family):
         extra = tuple(check_owned_dir(d, f"host.{self.section}.allowed_dirs item")
                       for d in section.get("allowed_dirs") or ())
         path_source = source(self.section, "path")
-        path = check_owned_path(section.get("path", self.default_path), list(extra),
+        path = check_owned_path(section.get("path", self.default_path), self.default_path, list(extra),
                                 f"host.{self.section}.path" + (f" ({path_source})" if path_source else ""))
         key = Key(self.name, HOST, path)
         self._policy[key] = self._policy_of(section, extra, source)
@@ -273,11 +319,16 @@ class OwnedFileFamily(Family):
             # The file as asked for, `auto` and all: read() answers
             # Unsupported for it, so on_unsupported decides, as for any key.
             self._unresolved[key] = e.message
-        self._wanted[key] = self.syntax.render(env)
+        try:
+            self._wanted[key] = self.syntax.render(env)
+        except InvalidInput as e:  # a request that did not come through the schema: say where
+            where = source(self.section, self.values_key)
+            raise InvalidInput(f"host.{self.section}.{self.values_key}" + (f" ({where})" if where else "")
+                               + f": {e.message}") from None
         return [Desired(key, Want(self._wanted[key]), source(self.section))]
 
     def _policy_of(self, section: dict, extra: tuple, source) -> _Policy:
-        policy = _Policy(OWNED_FILE_DIRS + extra, section.get("adopt") is True)
+        policy = _Policy(extra, section.get("adopt") is True)
         path_source, adopt_source = source(self.section, "path"), source(self.section, "adopt")
         # An adopt: true covers the path its own file names (or the default):
         # a path set elsewhere (an inventory, a child profile) is not adopted.
@@ -297,11 +348,16 @@ class OwnedFileFamily(Family):
         policy = self._policy.get(key)
         adopted = policy is not None and policy.adopt
         unadopted = f" ({policy.not_adopted})" if policy and policy.not_adopted else ""
-        if key in self._foreign and not adopted:
+        if key in self._others:
             problems.append(
-                f"{self._place(key).shown} was not written by nictune (it does not start with "
-                "nictune's header) and differs from the profile: nictune replaces such a file only "
-                f"when the profile says host.{self.section}.adopt: true" + unadopted)
+                f"{self._place(key).shown} was written by nictune's {self._others[key]} family (its "
+                f"header says so), not by its {self.name} family: a family never replaces another's "
+                f"file, adopt or not; give host.{self.section}.path a file of its own")
+        elif key in self._foreign and not adopted:
+            problems.append(
+                f"{self._place(key).shown} was not written by nictune's {self.name} family "
+                f"({self._whose(key)}) and differs from the profile: nictune replaces such a file "
+                f"only when the profile says host.{self.section}.adopt: true" + unadopted)
         if key in self._hides and not adopted:
             problems.append(
                 f"creating {self._place(key).shown} would hide the host's {self._hides[key]}, which "
@@ -311,6 +367,24 @@ class OwnedFileFamily(Family):
         env = self.syntax.parse(want.value) if isinstance(want.value, str) else {}
         problems.extend(self.problems(key, env))
         return "; ".join(problems) or None
+
+    def _whose(self, key: Key) -> str:
+        if key not in self._legacy:
+            return "it does not start with nictune's header"
+        if key.name != self.default_path:
+            return (f"it has the old header that names no family, which counts as {self.name}'s "
+                    f"only at {self.default_path}")
+        return ("it has the old header that names no family, and settings this family never "
+                "writes, so it may be another's")
+
+    def _ours(self, name: str, text: str) -> bool:
+        """Whether a file's text is this family's to replace (see "Whose
+        file" above): empty, headed by this family, or legacy-headed at
+        the family's own path with nothing but settings it could write."""
+        writer = "" if text == "" else writer_of(text)
+        if text == "" or writer == self.name:
+            return True
+        return writer == "" and name == self.default_path and self.syntax.only_settings(text)
 
     def met(self, key, want, current) -> bool:
         # Variables, not text: the header, order and comments are not content.
@@ -366,18 +440,41 @@ class OwnedFileFamily(Family):
     def _real(self, path: str) -> str:
         return os.path.realpath(self.host.path(path.lstrip("/")))
 
+    def _shown_real(self, path: str) -> str:
+        """path with symlinks resolved, as seen from Host.root."""
+        real, root = self._real(path), self._real("/")
+        return "/" + os.path.relpath(real, root) if real != root else "/"
+
     def _check_directory(self, key: Key, place: _Place) -> None:
         """Refuse a file whose directory resolves (through symlinks) into
-        the kernel's directories, or out of those the profile allows."""
+        the kernel's directories; under a profile (not in a rollback, which
+        puts back what the journal says was there), refuse one that
+        resolves where READERS are, or that is neither the family's own
+        path nor below a directory the profile allows."""
         real = os.path.realpath(os.path.dirname(place.file))
         root = self._real("/")
         shown = "/" + os.path.relpath(real, root) if real != root else "/"
+        if shown.startswith("/.."):  # out of Host.root altogether
+            raise UnsafeFile(f"{place.shown}: its directory resolves outside the host's root")
         if any(within(real, self._real(d)) for d in KERNEL_DIRS):
             raise UnsafeFile(f"{place.shown}: its directory is {shown}, where nictune never writes")
         policy = self._policy.get(key)
-        if policy and not any(within(real, self._real(d)) for d in policy.dirs):
-            raise UnsafeFile(f"{place.shown}: its directory is {shown}, outside the directories "
-                             f"nictune may write ({', '.join(policy.dirs)})")
+        if policy is None:
+            return
+        twin = f"/etc/netns/{place.netns}"
+        if place.netns and within(shown, twin):  # ip netns exec binds it over /etc/...
+            shown = "/etc" + shown[len(twin):]
+        resolved = os.path.join(shown, os.path.basename(key.name))
+        if resolved == self.default_path:
+            return
+        reader = reader_of(resolved)
+        if reader:
+            raise UnsafeFile(f"{place.shown} resolves to {resolved}, where nictune never writes "
+                             f"({reader})")
+        if not any(within(shown, self._shown_real(d)) for d in policy.dirs):
+            allowed = ", ".join(policy.dirs) or "none"
+            raise UnsafeFile(f"{place.shown}: its directory is {shown}, and the file is neither "
+                             f"{self.default_path} nor below a directory of allowed_dirs ({allowed})")
 
     # -- host -> values ------------------------------------------------------------
     def read(self, keys):
@@ -411,9 +508,16 @@ class OwnedFileFamily(Family):
         except UnicodeDecodeError:
             raise UnsafeFile(f"{place.shown} is not UTF-8 text, so not a {self.syntax.what} file") from None
         self._foreign.discard(key)
+        self._others.pop(key, None)
+        self._legacy.discard(key)
         self._text[key] = text
-        if nictune_wrote(text):
+        if self._ours(key.name, text):
             return text
+        writer = writer_of(text)
+        if writer:
+            self._others[key] = writer
+        elif writer == "":
+            self._legacy.add(key)
         self._foreign.add(key)
         return Foreign(text)
 
@@ -447,7 +551,7 @@ class OwnedFileFamily(Family):
         if data is None:
             return False
         try:
-            return not nictune_wrote(data.decode("utf-8"))
+            return not self._ours(shown, data.decode("utf-8"))
         except UnicodeDecodeError:
             return True
 

@@ -20,7 +20,12 @@ environment uses.  A later line for the same name replaces the earlier
 value (mca_base_parse_paramfile.c save_value).  parse() does the same and
 keys any line it does not read as `name = value` (a "-mca name value"
 line, say) by its line, so such a file never equals a profile.  nictune
-writes `name = value` lines.
+writes `name=value` lines (keyval_lex.l reads them as `name = value`): with
+names that are shell identifiers (validate.MCA_NAME) and values a shell
+takes literally (NCCL_VALUE: Open MPI keeps quotes, so it cannot quote),
+a shell that sources the file only assigns, where `name = value` would
+run the command `name`.  mca_base_env_list with several variables needs
+a separator other than ';' (mca_base_env_list_sep).
 
 Traffic classes: Open MPI's RDMA traffic goes through UCX (pml ucx), which
 reads host.ucx; `mca_base_env_list` here can forward UCX_* variables to
@@ -42,11 +47,12 @@ _CHAR = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.")
 
 class McaSyntax(Syntax):
     what = "Open MPI MCA parameter"
+    family = "mpi"
     name_pattern = MCA_NAME
-    value_pattern = NCCL_VALUE  # one line, no blank at either end
+    value_pattern = NCCL_VALUE  # what Open MPI and a shell both take literally
 
     def line(self, name: str, text: str) -> str:
-        return f"{name} = {text}\n"
+        return f"{name}={text}\n"
 
     def parse(self, text: str) -> Dict[str, str]:
         """The parameters Open MPI takes from the file (keyval_parse.c)."""

@@ -9,7 +9,11 @@ reads), split at the first '=', nothing trimmed, each set with
 setenv(name, value, 0) so that the environment and the first definition
 win.  parse() does the same; a '\r' before the newline stays in the value
 (NCCL strips it only since 2.30), so a CRLF file is rewritten.  nictune
-renders NAME=VALUE lines and refuses blanks at either end of a value.
+renders NAME=VALUE lines.  NCCL takes a value literally, but job scripts
+source the file (`set -a; . /etc/nccl.conf`), and NCCL cannot read a
+quoted value: so a value is refused unless a shell takes it literally
+too (validate.NCCL_VALUE: no blanks, quotes, $, `, ;, &, | and the like).
+NCCL_ALGO's per-collective form with ';' is left to the job environment.
 
 Names.  NCCL_* names, and CUDA_* ones: NCCL exports whatever the file
 sets, and Azure's HPC images put CUDA_DEVICE_ORDER=PCI_BUS_ID in
@@ -44,15 +48,17 @@ from nictune.host import ibauto, rdma
 from nictune.host.ibauto import AutoUnresolved  # noqa: F401
 # Foreign, HEADER, nictune_wrote and placeholder are part of this module's
 # interface (tests, the journal's readers): they live in envfile now.
-from nictune.host.knobs.envfile import (AUTO, HEADER, Foreign, OwnedFileFamily, Syntax,  # noqa: F401
-                                        auto_schema, nictune_wrote, placeholder)
+from nictune.host.knobs.envfile import (AUTO, Foreign, OwnedFileFamily, Syntax,  # noqa: F401
+                                        auto_schema, header_of, nictune_wrote, placeholder)
 from nictune.host.validate import NCCL_NAME, NCCL_VALUE
 
 DEFAULT_PATH = "/etc/nccl.conf"
+HEADER = header_of("nccl")
 
 
 class NcclSyntax(Syntax):
     what = "NCCL variable"
+    family = "nccl"
     name_pattern = NCCL_NAME
     value_pattern = NCCL_VALUE
 

@@ -54,6 +54,7 @@ READERS = ("read by login shells (/etc/profile) and what they start, not by serv
 
 class ShellSyntax(Syntax):
     what = "NVSHMEM variable"
+    family = "nvshmem"
     name_pattern = NVSHMEM_NAME
     value_pattern = SHELL_VALUE
 

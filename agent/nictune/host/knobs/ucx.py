@@ -29,7 +29,9 @@ parse() keys a sectioned setting by "[section] NAME", so a file with
 sections never equals a profile (which cannot say them): UCX's shipped
 file is someone else's file, replaced only with adopt: true, and that
 drops its platform sections, which the plan says.  nictune writes
-UCX_NAME=VALUE lines with no section, each under 199 bytes.
+UCX_NAME=VALUE lines with no section, each under 199 bytes, with values
+that inih and a shell alike take literally (validate.UCX_VALUE: no blanks,
+';', '#', quotes or other shell metacharacters).
 
 `auto`.  UCX_NET_DEVICES: auto becomes this host's RoCE ports as
 dev:port,dev:port, and UCX_IB_GID_INDEX: auto their common RoCE v2 IPv4
@@ -63,6 +65,7 @@ def _cut_comment(text: str) -> str:
 
 class UcxSyntax(Syntax):
     what = "UCX variable"
+    family = "ucx"
     name_pattern = UCX_NAME
     value_pattern = UCX_VALUE
 
