@@ -205,6 +205,45 @@ def test_a_revision_is_read_from_git_objects_without_touching_the_work_tree(tmp_
     assert "# uncommitted" in (repo / "profiles" / "rails.yaml").read_text()
 
 
+def test_a_chain_of_links_never_leads_the_base_out_of_its_tree(tmp_path):
+    """Each link alone points inside the revision; together they lead out:
+    a/b -> ../d is root/d, so ../a/b/../../f is root/../f, a file beside
+    the temporary tree.  Checked by real path once every link is made."""
+    repo = make_repo(tmp_path)
+    (repo / "d").mkdir()
+    (repo / "d" / "keep").write_text("")
+    (repo / "a").mkdir()
+    os.symlink("../d", repo / "a" / "b")
+    os.symlink("../a/b/../../nictune-secret.yaml", repo / "profiles" / "leak.yaml")
+    os.symlink("base.yaml", repo / "profiles" / "alias.yaml")  # inside: kept
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "links")
+    target = str(repo / "profiles" / "rails.yaml")
+    with checkout_free(target, "HEAD") as rev:
+        outside = os.path.join(os.path.dirname(rev.root), "nictune-secret.yaml")
+        with open(outside, "w") as f:
+            f.write("nictune: 1\nhost:\n  sysctl:\n    net.ipv4.tcp_ecn: 0\n")
+        try:
+            leak = os.path.join(rev.root, "profiles", "leak.yaml")
+            assert not os.path.lexists(leak)
+            assert rev.refused == {"profiles/leak.yaml": "../a/b/../../nictune-secret.yaml",
+                                   "profiles/outside": "/etc/hostname"}
+            assert os.path.realpath(os.path.join(rev.root, "a", "b")) == \
+                os.path.realpath(os.path.join(rev.root, "d"))
+            assert load_profile(os.path.join(rev.root, "profiles", "alias.yaml")).doc["host"]
+            assert rev.refused_links() == (
+                "--base HEAD: 2 symbolic link(s) lead outside the repository and are left out "
+                "of the base: profiles/leak.yaml -> ../a/b/../../nictune-secret.yaml, "
+                "profiles/outside -> /etc/hostname")
+            # A profile reached through a left-out link: said so, not "does not exist".
+            with pytest.raises(GitRevError, match=r"profiles/leak.yaml at HEAD is reached through "
+                               r"the symbolic link profiles/leak.yaml -> \.\./a/b/\.\./\.\./"
+                               r"nictune-secret.yaml, which leads outside the repository"):
+                rev.has(str(repo / "profiles" / "leak.yaml"))
+        finally:
+            os.unlink(outside)
+
+
 @pytest.mark.parametrize("ref, words", [("--output=/tmp/x", "not a git revision"),
                                          ("no-such-branch", "no such revision")])
 def test_bad_revisions_are_refused_in_words(tmp_path, ref, words):

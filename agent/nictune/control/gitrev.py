@@ -15,8 +15,8 @@ import os
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
-from typing import Dict, List, Optional
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
 
 from nictune.host.errors import INVALID_INPUT, NictuneError
 
@@ -41,16 +41,42 @@ class Revision:
     repo: str
     root: str
     files: List[str]
+    # Symbolic links of the revision that lead outside it, left out: name -> target.
+    refused: Dict[str, str] = field(default_factory=dict)
 
     def path_of(self, path: str) -> Optional[str]:
-        rel = os.path.relpath(os.path.realpath(path), self.repo)
+        # The directory by its real path (the repository may be reached
+        # through a link), the name as given: a link is the revision's to resolve.
+        real = os.path.join(os.path.realpath(os.path.dirname(os.path.abspath(path))),
+                            os.path.basename(path))
+        rel = os.path.relpath(real, self.repo)
         if rel.startswith(os.pardir + os.sep) or rel == os.pardir or os.path.isabs(rel):
             return None
+        self._refuse_through_a_left_out_link(rel)
         return os.path.join(self.root, rel)
 
     def has(self, path: str) -> bool:
         inside = self.path_of(path)
         return inside is not None and os.path.lexists(inside)
+
+    def _refuse_through_a_left_out_link(self, rel: str) -> None:
+        parts = rel.split(os.sep)
+        for i in range(1, len(parts) + 1):
+            name = "/".join(parts[:i])
+            if name in self.refused:
+                raise GitRevError(f"{rel} at {self.ref} is reached through the symbolic link "
+                                  f"{name} -> {self.refused[name]}, which leads outside the "
+                                  "repository: --base does not follow it")
+
+    def refused_links(self, shown: int = 3) -> Optional[str]:
+        """One warning for the links left out, or None."""
+        if not self.refused:
+            return None
+        names = sorted(self.refused)
+        listed = ", ".join(f"{n} -> {self.refused[n]}" for n in names[:shown])
+        more = f" and {len(names) - shown} more" if len(names) > shown else ""
+        return (f"--base {self.ref}: {len(names)} symbolic link(s) lead outside the repository "
+                f"and are left out of the base: {listed}{more}")
 
     def close(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
@@ -99,31 +125,63 @@ def checkout_free(path: str, ref: str) -> Revision:
                           "(in CI, fetch it first: git fetch origin main)") from None
     root = tempfile.mkdtemp(prefix="nictune-base-")
     try:
-        files = _write_tree(repo, commit, root)
+        files, refused = _write_tree(repo, commit, root)
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise
-    return Revision(ref, commit, repo, root, files)
+    return Revision(ref, commit, repo, root, files, refused)
 
 
-def _write_tree(repo: str, commit: str, root: str) -> List[str]:
+def _write_tree(repo: str, commit: str, root: str) -> Tuple[List[str], Dict[str, str]]:
+    """The revision's files under root: (names written, refused links:
+    name -> target).  Regular files first, links after them, then every
+    link checked where it really leads."""
     entries = _ls_tree(repo, commit)
     blobs = [(mode, sha, name) for mode, kind, sha, size, name in entries
              if kind == "blob" and size <= MAX_BLOB]
     contents = _cat_blobs(repo, [sha for _, sha, _ in blobs])
-    written = []
-    for mode, sha, name in blobs:
+    written, links, refused = [], {}, {}
+    for mode, sha, name in sorted(blobs, key=lambda blob: blob[0] == "120000"):
         target = _inside(root, name)
         if target is None:
             continue
         os.makedirs(os.path.dirname(target), exist_ok=True)
         if mode == "120000":
-            _symlink(root, target, contents[sha].decode(errors="replace"))
+            link = contents[sha].decode(errors="replace")
+            if not _symlink(root, target, link):
+                refused[name] = link
+                continue
+            links[name] = link
         else:
             with open(target, "wb") as f:
                 f.write(contents[sha])
         written.append(name)
-    return written
+    for name in _escaping_links(root, links):
+        refused[name] = links[name]
+        written.remove(name)
+    return written, refused
+
+
+def _escaping_links(root: str, links: Dict[str, str]) -> List[str]:
+    """The links that lead outside root once every link is in place, now
+    removed.  Each link alone may point inside while a chain of them does
+    not (a/b -> ../d, then x -> ../a/b/../../f is root/../f): so the real
+    path of each, again until none is removed (a removed link changes
+    where others lead)."""
+    top = os.path.realpath(root)
+    removed: List[str] = []
+    while True:
+        escaping = [name for name in links if name not in removed
+                    and not _is_within(os.path.realpath(os.path.join(root, name)), top)]
+        if not escaping:
+            return removed
+        for name in escaping:
+            os.unlink(os.path.join(root, name))
+        removed += escaping
+
+
+def _is_within(path: str, top: str) -> bool:
+    return path == top or path.startswith(top + os.sep)
 
 
 def _ls_tree(repo: str, commit: str) -> list:
@@ -159,9 +217,12 @@ def _inside(root: str, name: str) -> Optional[str]:
     return target if target.startswith(root + os.sep) else None
 
 
-def _symlink(root: str, target: str, link: str) -> None:
-    """A symlink of the revision, kept only when it points inside it: a
-    link to /etc/... must not make the base read this machine's files."""
+def _symlink(root: str, target: str, link: str) -> bool:
+    """A symlink of the revision, made only when it points inside it: a
+    link to /etc/... must not make the base read this machine's files.
+    (A chain of links is checked once all are made: _escaping_links.)"""
     resolved = os.path.normpath(os.path.join(os.path.dirname(target), link))
-    if not os.path.isabs(link) and resolved.startswith(root + os.sep):
-        os.symlink(link, target)
+    if os.path.isabs(link) or not resolved.startswith(root + os.sep):
+        return False
+    os.symlink(link, target)
+    return True
