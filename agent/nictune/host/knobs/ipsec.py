@@ -191,7 +191,8 @@ class IpsecFamily(Family):
         out = []
         for i, sa in enumerate(sec.get("sas") or ()):
             where = source("ipsec", "sas", str(i))
-            plan = self._sa_plan(sa, where, f"ipsec.sas[{i}]")
+            plan = self._sa_plan(sa, where, f"ipsec.sas[{i}]",
+                                 source("ipsec", "sas", str(i), "key_file") or where)
             key = Key(self.name, target, sa_name(plan["dst"], plan["spi"]))
             if key in self._sas:
                 raise InvalidInput(f"{where}: ipsec.sas[{i}]: a second SA to {plan['dst']} "
@@ -224,7 +225,7 @@ class IpsecFamily(Family):
             raise InvalidInput(f"{where}: {path}: {e}") from None
         return out
 
-    def _sa_plan(self, sa: dict, where: str, path: str) -> dict:
+    def _sa_plan(self, sa: dict, where: str, path: str, key_where: str) -> dict:
         src, dst = self._addresses(where, path, sa["src"], sa["dst"])
         offload = sa.get("offload", "none")
         if offload != "none" and "dir" not in sa:
@@ -232,11 +233,11 @@ class IpsecFamily(Family):
         try:
             key, fp = keyfile.load(sa["key_file"])
         except InvalidInput as e:
-            raise InvalidInput(f"{where}: {path}.key_file: {e}") from None
+            raise InvalidInput(f"{key_where}: {path}.key_file: {e}") from None
         length = len(key)
         keyfile.wipe(key)
         if length not in KEY_LENGTHS:
-            raise InvalidInput(f"{where}: {path}.key_file: key file {sa['key_file']} holds "
+            raise InvalidInput(f"{key_where}: {path}.key_file: key file {sa['key_file']} holds "
                                f"{length} bytes; {AEAD} takes 20, 28 or 36 (an AES-128, -192 "
                                "or -256 key, then the 4-byte salt)")
         mode, icv = sa.get("mode", "transport"), sa.get("icv", 128)
