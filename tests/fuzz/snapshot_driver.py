@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 from nictune.control import snapshots
 
-CASE_BOUND = 5  # seconds
+CASE_BOUND = 10  # seconds: a file at the size cap parses in about one
 
 
 class _Hang(BaseException):  # not an Exception: no `except Exception` swallows it

@@ -27,6 +27,7 @@ import sys
 from collections import Counter
 
 from fakes import FakeHost, load_state
+from nictune.control import snapshots
 from nictune.host import agent
 from nictune.profile.loader import load_profile
 
@@ -130,6 +131,9 @@ def _special_files(directory, good_file) -> dict:
         f.truncate(65 << 20)  # above the cap, without the disk space
     with open(path("deep-brackets"), "w") as f:
         f.write("[" * 1_000_000)
+    # Just under the cap, JSON of the kind that costs the most memory per byte.
+    with open(path("cap-of-mappings"), "wb") as f:
+        f.write(b"[" + b"{}," * ((snapshots.MAX_SNAPSHOT_BYTES - 8) // 3) + b"0]")
     with socket.socket(socket.AF_UNIX) as s:
         s.bind(path("socket"))
     return made

@@ -334,4 +334,4 @@ def test_a_large_snapshot_file_is_refused_before_it_is_read(tmp_path, monkeypatc
     with open(directory / "h1.json", "w") as f:
         f.truncate(snapshots.MAX_SNAPSHOT_BYTES + 1)  # sparse: no disk space used
     report = snapshots.run({"command": "plan"}, "h1", str(directory), None)
-    assert "more than a snapshot may hold (64 MiB)" in report["error"]["message"]
+    assert "more than a snapshot may hold (32 MiB)" in report["error"]["message"]
