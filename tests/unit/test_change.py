@@ -244,6 +244,33 @@ def test_a_chain_of_links_never_leads_the_base_out_of_its_tree(tmp_path):
             os.unlink(outside)
 
 
+def test_a_hand_made_tree_never_writes_through_its_own_links(tmp_path):
+    """A tree made with git mktree may hold a link "c" and a file "c/x":
+    written through the link, the file would land where it leads.  Files
+    are written before any link, so the link is the one left out."""
+    repo = make_repo(tmp_path)
+
+    def hashed(data: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), "hash-object", "-w", "--stdin"], input=data,
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    def mktree(lines: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), "mktree"], input=lines, check=True,
+                              capture_output=True, text=True).stdout.strip()
+    blob = hashed("nictune: 1\n")
+    keep = mktree(f"100644 blob {blob}\tkeep\n")
+    inner = mktree(f"100644 blob {blob}\tx.yaml\n")
+    profiles = mktree(f"100644 blob {blob}\tp.yaml\n")
+    tree = mktree(f"040000 tree {keep}\td\n120000 blob {hashed('d')}\tc\n"
+                  f"040000 tree {inner}\tc\n040000 tree {profiles}\tprofiles\n")
+    commit = git(repo, "commit-tree", tree, "-m", "hand-made").strip()
+    with checkout_free(str(repo / "profiles" / "rails.yaml"), commit) as rev:
+        assert os.path.isdir(os.path.join(rev.root, "c")) and not os.path.islink(
+            os.path.join(rev.root, "c"))
+        assert not os.path.exists(os.path.join(rev.root, "d", "x.yaml"))
+        assert "c/x.yaml" in rev.files and "c" not in rev.files
+
+
 @pytest.mark.parametrize("ref, words", [("--output=/tmp/x", "not a git revision"),
                                          ("no-such-branch", "no such revision")])
 def test_bad_revisions_are_refused_in_words(tmp_path, ref, words):

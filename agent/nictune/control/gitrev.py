@@ -145,16 +145,19 @@ def _write_tree(repo: str, commit: str, root: str) -> Tuple[List[str], Dict[str,
         target = _inside(root, name)
         if target is None:
             continue
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        if mode == "120000":
-            link = contents[sha].decode(errors="replace")
-            if not _symlink(root, target, link):
-                refused[name] = link
-                continue
-            links[name] = link
-        else:
-            with open(target, "wb") as f:
-                f.write(contents[sha])
+        try:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            if mode == "120000":
+                link = contents[sha].decode(errors="replace")
+                if not _symlink(root, target, link):
+                    refused[name] = link
+                    continue
+                links[name] = link
+            else:
+                with open(target, "wb") as f:
+                    f.write(contents[sha])
+        except (FileExistsError, NotADirectoryError, IsADirectoryError):
+            continue  # a hand-made tree names a path twice (a link "a" and a file "a/b"): the first stays
         written.append(name)
     for name in _escaping_links(root, links):
         refused[name] = links[name]
