@@ -21,10 +21,13 @@ import json
 import os
 import random
 import resource
+import shutil
 import socket
 import subprocess
 import sys
 from collections import Counter
+
+import pytest
 
 from fakes import FakeHost, load_state
 from nictune.control import snapshots
@@ -113,12 +116,12 @@ def _good_snapshot(tmp_path) -> dict:
             "agent": snap["agent"], "reads": snap["reads"]}
 
 
-def _special_files(directory, good_file) -> dict:
-    """label -> what it is: files that are not snapshot files."""
-    made = {}
+def _special_files(directory, good_file) -> list:
+    """The labels of files that are not snapshot files, each named for what it is."""
+    made = []
 
     def path(label):
-        made[label] = label
+        made.append(label)
         return os.path.join(directory, label + ".json")
     os.symlink("/dev/zero", path("link-to-dev-zero"))
     os.mkfifo(path("fifo"))
@@ -143,9 +146,19 @@ def _limit_memory():
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
 
 
-def test_hostile_snapshot_files_are_refused_per_host(tmp_path):
+@pytest.fixture
+def snapshot_dir(tmp_path):
+    """The fuzz cases' directory, removed after the test (a file of 32 MiB among them)."""
     directory = tmp_path / "snaps"
     directory.mkdir()
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_hostile_snapshot_files_are_refused_per_host(tmp_path, snapshot_dir):
+    directory = snapshot_dir
     marker = str(tmp_path / "code-ran")
     good = _good_snapshot(tmp_path)
     goods = ["good-01", "good-02"]
@@ -165,7 +178,7 @@ def test_hostile_snapshot_files_are_refused_per_host(tmp_path):
                "profile": {"path": profile.path, "doc": profile.doc, "sources": profile.sources}}
     (tmp_path / "request.json").write_text(json.dumps(request))
     # Good hosts first, in the middle and last: a bad host must not stop the ones after it.
-    labels = [goods[0]] + mutants[:MUTANTS // 2] + list(specials) + mutants[MUTANTS // 2:] + [goods[1]]
+    labels = [goods[0]] + mutants[:MUTANTS // 2] + specials + mutants[MUTANTS // 2:] + [goods[1]]
 
     proc = subprocess.run(
         [sys.executable, os.path.join(REPO, "tests", "fuzz", "snapshot_driver.py"), str(directory),
