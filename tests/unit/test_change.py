@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 
 import pytest
 
@@ -244,7 +245,7 @@ def test_a_chain_of_links_never_leads_the_base_out_of_its_tree(tmp_path):
             os.unlink(outside)
 
 
-def test_a_hand_made_tree_never_writes_through_its_own_links(tmp_path):
+def test_a_hand_made_tree_never_writes_through_its_own_links(tmp_path, monkeypatch):
     """A tree made with git mktree may hold a link "c" and a file "c/x":
     written through the link, the file would land where it leads.  Files
     are written before any link, so the link is the one left out."""
@@ -269,6 +270,19 @@ def test_a_hand_made_tree_never_writes_through_its_own_links(tmp_path):
             os.path.join(rev.root, "c"))
         assert not os.path.exists(os.path.join(rev.root, "d", "x.yaml"))
         assert "c/x.yaml" in rev.files and "c" not in rev.files
+
+    # A link made inside a link that leads out (through a chain) would be
+    # made out there: its directory is checked by real path first.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp" / "nictune-out").mkdir(parents=True)
+    a = mktree(f"120000 blob {hashed('../d')}\tb\n")
+    c = mktree(f"120000 blob {hashed('x')}\tevil\n")
+    tree = mktree(f"040000 tree {a}\ta\n120000 blob {hashed('a/b/../../nictune-out')}\tc\n"
+                  f"040000 tree {c}\tc\n040000 tree {keep}\td\n040000 tree {profiles}\tprofiles\n")
+    commit = git(repo, "commit-tree", tree, "-m", "links in links").strip()
+    with checkout_free(str(repo / "profiles" / "rails.yaml"), commit) as rev:
+        assert os.listdir(tmp_path / "tmp" / "nictune-out") == []
+        assert rev.refused == {"c": "a/b/../../nictune-out", "c/evil": "x"}
 
 
 @pytest.mark.parametrize("ref, words", [("--output=/tmp/x", "not a git revision"),

@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
@@ -132,40 +133,54 @@ def checkout_free(path: str, ref: str) -> Revision:
     return Revision(ref, commit, repo, root, files, refused)
 
 
+# A hand-made tree (git mktree) may name a path twice, as a link "a" and a
+# file "a/b": what comes second finds the path taken and is left out.
+_TAKEN = (FileExistsError, NotADirectoryError, IsADirectoryError)
+
+
 def _write_tree(repo: str, commit: str, root: str) -> Tuple[List[str], Dict[str, str]]:
     """The revision's files under root: (names written, refused links:
-    name -> target).  Regular files first, links after them, then every
-    link checked where it really leads."""
+    name -> target).  Regular files first, links after them (so nothing is
+    written through a link), then every link checked where it really leads."""
     entries = _ls_tree(repo, commit)
     blobs = [(mode, sha, name) for mode, kind, sha, size, name in entries
-             if kind == "blob" and size <= MAX_BLOB]
+             if kind == "blob" and size <= MAX_BLOB and _inside(root, name) is not None]
     contents = _cat_blobs(repo, [sha for _, sha, _ in blobs])
-    written, links, refused = [], {}, {}
-    for mode, sha, name in sorted(blobs, key=lambda blob: blob[0] == "120000"):
-        target = _inside(root, name)
-        if target is None:
-            continue
+    written: List[str] = []
+    for mode, sha, name in blobs:
+        if mode != "120000":
+            try:
+                _write_file(_inside(root, name), contents[sha])
+            except _TAKEN:
+                continue
+            written.append(name)
+    links = {name: contents[sha].decode(errors="replace") for mode, sha, name in blobs
+             if mode == "120000"}
+    refused: Dict[str, str] = {}
+    for name, link in links.items():
         try:
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            if mode == "120000":
-                link = contents[sha].decode(errors="replace")
-                if not _symlink(root, target, link):
-                    refused[name] = link
-                    continue
-                links[name] = link
-            else:
-                with open(target, "wb") as f:
-                    f.write(contents[sha])
-        except (FileExistsError, NotADirectoryError, IsADirectoryError):
-            continue  # a hand-made tree names a path twice (a link "a" and a file "a/b"): the first stays
-        written.append(name)
-    for name in _escaping_links(root, links):
+            made = _symlink(root, _inside(root, name), link)
+        except _TAKEN:
+            continue
+        except OSError:  # a hand-made tree's link inside a link that leads nowhere yet
+            made = False
+        if made:
+            written.append(name)
+        else:
+            refused[name] = link
+    for name in _escaping_links(root, [n for n in links if n in written]):
         refused[name] = links[name]
         written.remove(name)
     return written, refused
 
 
-def _escaping_links(root: str, links: Dict[str, str]) -> List[str]:
+def _write_file(target: str, data: bytes) -> None:
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    with open(target, "wb") as f:
+        f.write(data)
+
+
+def _escaping_links(root: str, names: List[str]) -> List[str]:
     """The links that lead outside root once every link is in place, now
     removed.  Each link alone may point inside while a chain of them does
     not (a/b -> ../d, then x -> ../a/b/../../f is root/../f): so the real
@@ -174,12 +189,13 @@ def _escaping_links(root: str, links: Dict[str, str]) -> List[str]:
     top = os.path.realpath(root)
     removed: List[str] = []
     while True:
-        escaping = [name for name in links if name not in removed
+        escaping = [name for name in names if name not in removed
                     and not _is_within(os.path.realpath(os.path.join(root, name)), top)]
         if not escaping:
             return removed
         for name in escaping:
-            os.unlink(os.path.join(root, name))
+            with suppress(FileNotFoundError):  # inside a link removed before it
+                os.unlink(os.path.join(root, name))
         removed += escaping
 
 
@@ -223,9 +239,14 @@ def _inside(root: str, name: str) -> Optional[str]:
 def _symlink(root: str, target: str, link: str) -> bool:
     """A symlink of the revision, made only when it points inside it: a
     link to /etc/... must not make the base read this machine's files.
-    (A chain of links is checked once all are made: _escaping_links.)"""
+    Its directory is made only where it really is inside root (the links
+    made before it may lead out); a chain of links is checked once all
+    are made (_escaping_links)."""
     resolved = os.path.normpath(os.path.join(os.path.dirname(target), link))
     if os.path.isabs(link) or not resolved.startswith(root + os.sep):
         return False
+    if not _is_within(os.path.realpath(os.path.dirname(target)), os.path.realpath(root)):
+        return False
+    os.makedirs(os.path.dirname(target), exist_ok=True)
     os.symlink(link, target)
     return True
