@@ -309,3 +309,57 @@ def test_a_side_whose_plan_stopped_is_an_error_not_every_key_added_or_removed(tm
         ("new", "conflict")]
     # The base planned: the host's drift from it is still shown.
     assert doc["drift"][0]["hosts"] == ["cx7"]
+
+
+FUZZ_SEED = int(os.environ.get("NICTUNE_FUZZ_SEED", "20261204"))
+LINK_TARGETS = ["..", "../..", "a", "b/..", "a/b/../..", "../out", "c/../../out", "d", "./a",
+                "b/c/../../..", "a/b/c", "../../..", "/tmp", "x", "../d", "a/b/../../out"]
+
+
+def test_hand_made_trees_of_links_never_lead_the_base_out(tmp_path, monkeypatch):
+    """Fuzz: 80 seeded trees made with git mktree (links to every kind of
+    place, links inside links, a name given twice as link, file and
+    directory): each is written without an exception, every link left in
+    the base leads inside it by its real path, and nothing is made beside
+    the temporary tree."""
+    import random
+
+    repo = make_repo(tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp" / "out").mkdir(parents=True)
+
+    def run(*args, data=None) -> str:
+        return subprocess.run(["git", "-C", str(repo), *args], input=data, check=True,
+                              capture_output=True, text=True).stdout.strip()
+    blob = run("hash-object", "-w", "--stdin", data="nictune: 1\n")
+    rng = random.Random(FUZZ_SEED)
+
+    def tree(depth: int) -> str:
+        lines = {}
+        for _ in range(rng.randint(1, 4)):
+            name, roll = rng.choice("abcdx"), rng.random()
+            if roll < 0.45:
+                link = run("hash-object", "-w", "--stdin", data=rng.choice(LINK_TARGETS))
+                lines[name + "l"] = f"120000 blob {link}\t{name}"
+            elif roll < 0.65 or depth > 2:
+                lines[name + "f"] = f"100644 blob {blob}\t{name}"
+            else:
+                lines[name + "t"] = f"040000 tree {tree(depth + 1)}\t{name}"
+        return run("mktree", data="".join(line + "\n" for line in
+                                          sorted(lines.values(), key=lambda t: t.split("\t")[1])))
+    kept = refused = 0
+    for i in range(80):
+        commit = run("commit-tree", tree(0), "-m", str(i))
+        with checkout_free(str(repo / "profiles" / "rails.yaml"), commit) as rev:
+            top = os.path.realpath(rev.root)
+            for here, dirs, files in os.walk(rev.root):
+                for name in dirs + files:
+                    path = os.path.join(here, name)
+                    if os.path.islink(path):
+                        real = os.path.realpath(path)
+                        assert real == top or real.startswith(top + os.sep), (i, path, real)
+                        kept += 1
+            refused += len(rev.refused)
+        assert os.listdir(tmp_path / "tmp" / "out") == [] and os.listdir(tmp_path / "tmp") == ["out"]
+    print(f"\nbase fuzz: 80 hand-made trees (seed {FUZZ_SEED}), {kept} links kept, {refused} refused")
+    assert kept >= 20 and refused >= 20, (kept, refused)
