@@ -40,6 +40,7 @@ from typing import Callable, List, Optional
 from urllib.parse import quote
 
 from nictune.host.errors import INVALID_INPUT, SYSTEM, InvalidInput, NictuneError, error
+from nictune.host.recorded import shown
 from nictune.host.snapcheck import BadSnapshot, check_reads
 
 SNAPSHOT_FORMAT = 1
@@ -132,11 +133,11 @@ def load(directory: str, label: str) -> dict:
         raise InvalidInput(f"{path}: not a snapshot: its JSON is nested more deeply than "
                            "Python can read") from None
     except ValueError as e:  # UnicodeDecodeError and a number too long for int() included
-        raise InvalidInput(f"{path}: not a readable snapshot: {_shown(e, 200)}") from None
+        raise InvalidInput(f"{path}: not a readable snapshot: {str(e)[:200]}") from None
     if not isinstance(doc, dict) or not _is_format(doc.get("nictune_snapshot")):
         raise InvalidInput(f"{path}: not a nictune snapshot of format {SNAPSHOT_FORMAT}")
     if doc.get("host") != label:
-        raise InvalidInput(f"{path}: a snapshot of {_shown(doc.get('host'))}, not of {label!r}")
+        raise InvalidInput(f"{path}: a snapshot of {shown(doc.get('host'))}, not of {label!r}")
     if not isinstance(doc.get("agent"), (str, type(None))):
         raise InvalidInput(f"{path}: agent is not a version text")
     recorded_at(doc, path)
@@ -162,12 +163,6 @@ def _parse(data: bytes):
 
 def _is_format(value) -> bool:
     return type(value) is int and value == SNAPSHOT_FORMAT  # true == 1 in Python, not here
-
-
-def _shown(value, limit: int = 60) -> str:
-    """repr(value), cut short: a hostile file's text can be as long as the file."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _read_regular(path: str, label: str, directory: str) -> bytes:

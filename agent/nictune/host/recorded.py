@@ -138,9 +138,9 @@ def _dataclass(cls: type, values: dict):
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for name, value in values.items():
         if name not in fields:
-            raise ValueError(f"{_class_name(cls)} has no field {_shown(name)}")
+            raise ValueError(f"{_class_name(cls)} has no field {shown(name)}")
         if not _fits(value, fields[name].type):
-            raise ValueError(f"{_class_name(cls)} field {name} is {_shown(value)}, "
+            raise ValueError(f"{_class_name(cls)} field {name} is {shown(value)}, "
                              f"not {fields[name].type}")
     obj = cls(**{k: x for k, x in values.items() if fields[k].init})
     for k, x in values.items():
@@ -193,7 +193,7 @@ def _split(text: str, sep: str = ",") -> list:
     return parts + [text[start:]]
 
 
-def _shown(value: Any, limit: int = 60) -> str:
+def shown(value: Any, limit: int = 60) -> str:
     """repr(value), cut short: a snapshot's text can be as long as its file."""
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
@@ -222,7 +222,7 @@ def _class(name: Any, kind: str) -> type:
     snapshot is data, not code to run: never a function, nor a class that
     another module imported ("nictune.host.agent:os.system" calls nothing)."""
     if not isinstance(name, str) or not _CLASS_NAME.fullmatch(name):
-        raise ValueError(f"{_shown(name)} is not the name of a nictune {kind} class")
+        raise ValueError(f"{shown(name)} is not the name of a nictune {kind} class")
     module, _, qualname = name.partition(":")
     obj: Any = importlib.import_module(module)
     for part in qualname.split("."):

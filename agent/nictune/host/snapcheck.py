@@ -49,9 +49,9 @@ def check_reads(reads: Any) -> None:
         if name in reads:
             _expect(isinstance(reads[name], kinds), f"reads.{name}", f"is not {what}")
     for ident, result in reads.get("calls", {}).items():
-        _check_call(result, f"reads.calls[{recorded._shown(ident)}]")
+        _check_call(result, f"reads.calls[{recorded.shown(ident)}]")
     for ident, result in reads.get("files", {}).items():
-        _check_file(ident, result, f"reads.files[{recorded._shown(ident)}]")
+        _check_file(ident, result, f"reads.files[{recorded.shown(ident)}]")
 
 
 def _expect(ok: bool, where: str, what: str) -> None:
@@ -135,8 +135,7 @@ def _check_value(value: Any, where: str) -> None:
     try:
         recorded.decode(value)
     except (TypeError, ValueError, AttributeError, KeyError, ImportError, OverflowError) as e:
-        text = str(e)
-        raise BadSnapshot(f"{where}: {text if len(text) <= 200 else text[:200] + '...'}") from None
+        raise BadSnapshot(f"{where}: {str(e)[:200]}") from None
 
 
 def _check_shape(value: Any, where: str, depth: int) -> None:
@@ -153,7 +152,7 @@ def _check_shape(value: Any, where: str, depth: int) -> None:
             _check_shape(item, where, depth + 1)
         return
     _expect(tag in _TAGS and set(value) == _TAGS[tag], where,
-            f"holds {recorded._shown(sorted(value))}, which is no recorded value")
+            f"holds {recorded.shown(sorted(value))}, which is no recorded value")
     if tag == "$bytes":
         _check_base64(value["$bytes"], where)
     elif tag in _LISTS:
