@@ -335,3 +335,38 @@ def test_a_large_snapshot_file_is_refused_before_it_is_read(tmp_path, monkeypatc
         f.truncate(snapshots.MAX_SNAPSHOT_BYTES + 1)  # sparse: no disk space used
     report = snapshots.run({"command": "plan"}, "h1", str(directory), None)
     assert "more than a snapshot may hold (32 MiB)" in report["error"]["message"]
+
+
+def _nested(depth: int):
+    value: object = 0
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("reads, words", [
+    ({"calls": []}, "reads.calls is not a mapping"),
+    ({"files": {"open /x": {"text": 5}}}, "reads.files['open /x'].text is not text"),
+    ({"files": {"open /x": {"$bytes": "!!"}}}, "reads.files['open /x'].$bytes is not base64 text"),
+    ({"files": {"chmod /x": {"value": None}}}, "is not a file operation nictune records"),
+    ({"files": {"lstat /x": {"stat": [0] * 9}}}, "stat is not a list of 10 integers"),
+    ({"files": {"listdir /x": {"value": [1]}}}, "value is not what listdir returns"),
+    ({"files": {"open /x": {"$raise": "os", "errno": 1 << 40}}}, "errno is not an errno number"),
+    ({"calls": {"k": {"fingerprint": "f", "length": 1 << 40}}}, "length is not a key length"),
+    ({"calls": {"k": {"value": _nested(34)}}}, "is nested more than 32 deep"),
+    ({"calls": {"k": {"value": {"$dc": "nictune.host.netlink.drvinfo:DrvInfo",
+                                "fields": {"driver": 5}}}}}, "field driver is 5, not str"),
+    ({"calls": {"k": {"value": {"$bytes": "AA==", "x": 1}}}}, "which is no recorded value"),
+])
+def test_each_field_of_a_snapshot_is_checked_for_its_type(reads, words):
+    from nictune.host.snapcheck import BadSnapshot, check_reads
+
+    with pytest.raises(BadSnapshot) as e:
+        check_reads(reads)
+    assert words in str(e.value)
+
+
+def test_a_recorded_os_error_without_a_number_is_kept():
+    from nictune.host.snapcheck import check_reads
+
+    check_reads({"files": {"open /x": {"$raise": "os", "errno": None, "strerror": "odd"}}})

@@ -102,10 +102,12 @@ def _check_error(result: dict, where: str) -> None:
     kind = result["$raise"]
     if kind in ("netlink", "os"):
         detail = "extack" if kind == "netlink" else "strerror"
-        _expect(_is_int(result.get("errno"), -MAX_ERRNO, MAX_ERRNO), f"{where}.errno",
-                "is not an errno number")
         _expect(isinstance(result.get(detail), (str, type(None))), f"{where}.{detail}",
                 "is not text")
+        # An OSError raised without a number (OSError("text")) has its text.
+        numberless = kind == "os" and result.get("errno") is None and result.get(detail)
+        _expect(numberless or _is_int(result.get("errno"), -MAX_ERRNO, MAX_ERRNO),
+                f"{where}.errno", "is not an errno number")
         return
     _expect(isinstance(result.get("message"), str), f"{where}.message", "is not text")
     if kind != "value":
