@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 
 import pytest
 
@@ -205,6 +206,85 @@ def test_a_revision_is_read_from_git_objects_without_touching_the_work_tree(tmp_
     assert "# uncommitted" in (repo / "profiles" / "rails.yaml").read_text()
 
 
+def test_a_chain_of_links_never_leads_the_base_out_of_its_tree(tmp_path):
+    """Each link alone points inside the revision; together they lead out:
+    a/b -> ../d is root/d, so ../a/b/../../f is root/../f, a file beside
+    the temporary tree.  Checked by real path once every link is made."""
+    repo = make_repo(tmp_path)
+    (repo / "d").mkdir()
+    (repo / "d" / "keep").write_text("")
+    (repo / "a").mkdir()
+    os.symlink("../d", repo / "a" / "b")
+    os.symlink("../a/b/../../nictune-secret.yaml", repo / "profiles" / "leak.yaml")
+    os.symlink("base.yaml", repo / "profiles" / "alias.yaml")  # inside: kept
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "links")
+    target = str(repo / "profiles" / "rails.yaml")
+    with checkout_free(target, "HEAD") as rev:
+        outside = os.path.join(os.path.dirname(rev.root), "nictune-secret.yaml")
+        with open(outside, "w") as f:
+            f.write("nictune: 1\nhost:\n  sysctl:\n    net.ipv4.tcp_ecn: 0\n")
+        try:
+            leak = os.path.join(rev.root, "profiles", "leak.yaml")
+            assert not os.path.lexists(leak)
+            assert rev.refused == {"profiles/leak.yaml": "../a/b/../../nictune-secret.yaml",
+                                   "profiles/outside": "/etc/hostname"}
+            assert os.path.realpath(os.path.join(rev.root, "a", "b")) == \
+                os.path.realpath(os.path.join(rev.root, "d"))
+            assert load_profile(os.path.join(rev.root, "profiles", "alias.yaml")).doc["host"]
+            assert rev.refused_links() == (
+                "--base HEAD: 2 symbolic link(s) lead outside the repository and are left out "
+                "of the base: profiles/leak.yaml -> ../a/b/../../nictune-secret.yaml, "
+                "profiles/outside -> /etc/hostname")
+            # A profile reached through a left-out link: said so, not "does not exist".
+            with pytest.raises(GitRevError, match=r"profiles/leak.yaml at HEAD is reached through "
+                               r"the symbolic link profiles/leak.yaml -> \.\./a/b/\.\./\.\./"
+                               r"nictune-secret.yaml, which leads outside the repository"):
+                rev.has(str(repo / "profiles" / "leak.yaml"))
+        finally:
+            os.unlink(outside)
+
+
+def test_a_hand_made_tree_never_writes_through_its_own_links(tmp_path, monkeypatch):
+    """A tree made with git mktree may hold a link "c" and a file "c/x":
+    written through the link, the file would land where it leads.  Files
+    are written before any link, so the link is the one left out."""
+    repo = make_repo(tmp_path)
+
+    def hashed(data: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), "hash-object", "-w", "--stdin"], input=data,
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    def mktree(lines: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), "mktree"], input=lines, check=True,
+                              capture_output=True, text=True).stdout.strip()
+    blob = hashed("nictune: 1\n")
+    keep = mktree(f"100644 blob {blob}\tkeep\n")
+    inner = mktree(f"100644 blob {blob}\tx.yaml\n")
+    profiles = mktree(f"100644 blob {blob}\tp.yaml\n")
+    tree = mktree(f"040000 tree {keep}\td\n120000 blob {hashed('d')}\tc\n"
+                  f"040000 tree {inner}\tc\n040000 tree {profiles}\tprofiles\n")
+    commit = git(repo, "commit-tree", tree, "-m", "hand-made").strip()
+    with checkout_free(str(repo / "profiles" / "rails.yaml"), commit) as rev:
+        assert os.path.isdir(os.path.join(rev.root, "c")) and not os.path.islink(
+            os.path.join(rev.root, "c"))
+        assert not os.path.exists(os.path.join(rev.root, "d", "x.yaml"))
+        assert "c/x.yaml" in rev.files and "c" not in rev.files
+
+    # A link made inside a link that leads out (through a chain) would be
+    # made out there: its directory is checked by real path first.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp" / "nictune-out").mkdir(parents=True)
+    a = mktree(f"120000 blob {hashed('../d')}\tb\n")
+    c = mktree(f"120000 blob {hashed('x')}\tevil\n")
+    tree = mktree(f"040000 tree {a}\ta\n120000 blob {hashed('a/b/../../nictune-out')}\tc\n"
+                  f"040000 tree {c}\tc\n040000 tree {keep}\td\n040000 tree {profiles}\tprofiles\n")
+    commit = git(repo, "commit-tree", tree, "-m", "links in links").strip()
+    with checkout_free(str(repo / "profiles" / "rails.yaml"), commit) as rev:
+        assert os.listdir(tmp_path / "tmp" / "nictune-out") == []
+        assert rev.refused == {"c": "a/b/../../nictune-out", "c/evil": "x"}
+
+
 @pytest.mark.parametrize("ref, words", [("--output=/tmp/x", "not a git revision"),
                                          ("no-such-branch", "no such revision")])
 def test_bad_revisions_are_refused_in_words(tmp_path, ref, words):
@@ -229,3 +309,57 @@ def test_a_side_whose_plan_stopped_is_an_error_not_every_key_added_or_removed(tm
         ("new", "conflict")]
     # The base planned: the host's drift from it is still shown.
     assert doc["drift"][0]["hosts"] == ["cx7"]
+
+
+FUZZ_SEED = int(os.environ.get("NICTUNE_FUZZ_SEED", "20261204"))
+LINK_TARGETS = ["..", "../..", "a", "b/..", "a/b/../..", "../out", "c/../../out", "d", "./a",
+                "b/c/../../..", "a/b/c", "../../..", "/tmp", "x", "../d", "a/b/../../out"]
+
+
+def test_hand_made_trees_of_links_never_lead_the_base_out(tmp_path, monkeypatch):
+    """Fuzz: 80 seeded trees made with git mktree (links to every kind of
+    place, links inside links, a name given twice as link, file and
+    directory): each is written without an exception, every link left in
+    the base leads inside it by its real path, and nothing is made beside
+    the temporary tree."""
+    import random
+
+    repo = make_repo(tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp" / "out").mkdir(parents=True)
+
+    def run(*args, data=None) -> str:
+        return subprocess.run(["git", "-C", str(repo), *args], input=data, check=True,
+                              capture_output=True, text=True).stdout.strip()
+    blob = run("hash-object", "-w", "--stdin", data="nictune: 1\n")
+    rng = random.Random(FUZZ_SEED)
+
+    def tree(depth: int) -> str:
+        lines = {}
+        for _ in range(rng.randint(1, 4)):
+            name, roll = rng.choice("abcdx"), rng.random()
+            if roll < 0.45:
+                link = run("hash-object", "-w", "--stdin", data=rng.choice(LINK_TARGETS))
+                lines[name + "l"] = f"120000 blob {link}\t{name}"
+            elif roll < 0.65 or depth > 2:
+                lines[name + "f"] = f"100644 blob {blob}\t{name}"
+            else:
+                lines[name + "t"] = f"040000 tree {tree(depth + 1)}\t{name}"
+        return run("mktree", data="".join(line + "\n" for line in
+                                          sorted(lines.values(), key=lambda t: t.split("\t")[1])))
+    kept = refused = 0
+    for i in range(80):
+        commit = run("commit-tree", tree(0), "-m", str(i))
+        with checkout_free(str(repo / "profiles" / "rails.yaml"), commit) as rev:
+            top = os.path.realpath(rev.root)
+            for here, dirs, files in os.walk(rev.root):
+                for name in dirs + files:
+                    path = os.path.join(here, name)
+                    if os.path.islink(path):
+                        real = os.path.realpath(path)
+                        assert real == top or real.startswith(top + os.sep), (i, path, real)
+                        kept += 1
+            refused += len(rev.refused)
+        assert os.listdir(tmp_path / "tmp" / "out") == [] and os.listdir(tmp_path / "tmp") == ["out"]
+    print(f"\nbase fuzz: 80 hand-made trees (seed {FUZZ_SEED}), {kept} links kept, {refused} refused")
+    assert kept >= 20 and refused >= 20, (kept, refused)

@@ -71,3 +71,31 @@ def test_base_ref_from_git_and_lint_on_change(fake, tmp_path):  # noqa: F811
     lint = report["change"]["lint"]
     assert [f["code"] for f in lint["introduced"]] and lint["fixed"] == []
     assert report["change"]["effect"][0]["rows"][0]["old"]["source"] == "HEAD:p.yaml:5"
+
+
+def test_base_ref_says_which_links_lead_out_of_the_repository(fake, tmp_path):  # noqa: F811
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.invalid")
+    git("config", "user.name", "t")
+    (tmp_path / "d").mkdir()
+    write(tmp_path, "d/keep", "")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "b").symlink_to("../d")
+    (tmp_path / "old.yaml").symlink_to("a/b/../../elsewhere.yaml")  # root/d/../.. is outside
+    path = write(tmp_path, "p.yaml", OLD)
+    git("add", "-A")
+    git("commit", "-qm", "one")
+    result = run_fake(fake, "plan", path, "--base", "HEAD", "--json")
+    assert json.loads(result.stdout)["change"]["effect"] == []
+    assert ("warning: --base HEAD: 1 symbolic link(s) lead outside the repository and are left "
+            "out of the base: old.yaml -> a/b/../../elsewhere.yaml") in result.stderr
+    # The work tree's old.yaml is now a profile; at HEAD it is that link.
+    (tmp_path / "old.yaml").unlink()
+    write(tmp_path, "old.yaml", NEW)
+    through = run_fake(fake, "plan", str(tmp_path / "old.yaml"), "--base", "HEAD", "--json")
+    assert through.exit_code != 0
+    assert "old.yaml at HEAD is reached through the symbolic link old.yaml -> " \
+           "a/b/../../elsewhere.yaml, which leads outside the repository" in through.output

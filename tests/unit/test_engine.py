@@ -400,3 +400,39 @@ def test_show_is_a_profile_that_plans_to_nothing(maia, tmp_path):
     shown = load_profile_text(yaml.safe_dump(doc, sort_keys=False))
     plan = Engine(FakeHost("maia-host", tmp_path / "other"), str(tmp_path / "s2")).plan(shown.doc, shown.sources)
     assert plan.error is None and set(statuses(plan).values()) == {m.OK}
+
+
+def _sriov_on_a_pf_without_it(tmp_path, vfs: int, policy: str):
+    entries = "".join(f"        '{i}': {{mac: '02:00:00:00:{i // 256:02x}:{i % 256:02x}', "
+                      "vlan: 100, trust: true}\n" for i in range(vfs))
+    profile = load_profile_text(
+        f"nictune: 1\non_unsupported: {policy}\ninterfaces:\n  mgmt:\n    match: {{name: eth0}}\n"
+        f"    sriov:\n      numvfs: {vfs}\n      vfs:\n" + entries, "p.yaml")
+    return agent.run({"nictune_request": 1, "command": "plan", "state_dir": str(tmp_path / "s"),
+                      "profile": {"path": profile.path, "doc": profile.doc,
+                                  "sources": profile.sources}},
+                     host=FakeHost("cx7-host", tmp_path / "root"))
+
+
+def test_many_settings_refused_for_one_reason_are_counted_not_listed(tmp_path):
+    """1,024 VFs on the igb port, which has no SR-IOV: 3,073 settings, one
+    reason.  The error says the count and the first keys once (it was one
+    line of a quarter of a megabyte); every key is still in the changes."""
+    report = _sriov_on_a_pf_without_it(tmp_path, 1024, "fail")
+    assert len(report["changes"]) == 3073
+    assert all(c["status"] == "unsupported" for c in report["changes"])
+    assert report["error"]["message"] == (
+        "3073 setting(s) cannot be applied on this host, so nothing was written: eth0 sriov "
+        "numvfs, vfs.0.mac, vfs.0.vlan and 3070 more: eth0 has no SR-IOV (no "
+        "device/sriov_numvfs) (p.yaml:7). Set on_unsupported: warn or skip to apply the rest.")
+    warned = _sriov_on_a_pf_without_it(tmp_path / "warn", 1024, "warn")
+    assert warned["error"] is None and warned["warnings"] == [
+        "skipped sriov numvfs, vfs.0.mac, vfs.0.vlan and 3070 more on eth0: eth0 has no SR-IOV "
+        "(no device/sriov_numvfs)"]
+
+
+def test_a_few_settings_refused_for_one_reason_are_each_listed(tmp_path):
+    report = _sriov_on_a_pf_without_it(tmp_path, 1, "fail")  # numvfs and 3 attributes: 4
+    assert report["error"]["message"].count("eth0 has no SR-IOV") == 4
+    assert "eth0 sriov vfs.0.trust: eth0 has no SR-IOV (no device/sriov_numvfs) (p.yaml:9)" in \
+        report["error"]["message"]

@@ -151,6 +151,21 @@ def test_the_rail_address_is_a_checked_global_address():
         assert words in str(info.value)
 
 
+def test_a_rail_address_scope_id_is_an_interface_name_or_number():
+    def v6(local):
+        return {"family": "inet6", "local": local, "scope": "global"}
+    # Python's ipaddress takes any text after "%": such addresses are skipped.
+    for scope in ("$(reboot)", "eth2 -e ls", "-oProxyCommand=x", "a/b", ".", "..", "x" * 16,
+                  "99999999999", "eth2\n", "١"):
+        text = addr("eth2", v6(f"2001:db8::9%{scope}"), v6("2001:db8::2"))
+        assert g.parse_rail_address(text, "eth2") == "2001:db8::2", scope
+        with pytest.raises(g.BadOutput, match="no global IP address"):
+            g.parse_rail_address(addr("eth2", v6(f"2001:db8::9%{scope}")), "eth2")
+    for scope in ("eth2", "rail0.100", "ib0@x", "3", "4294967295"):
+        text = addr("eth2", v6(f"2001:db8::9%{scope}"), v6("2001:db8::2"))
+        assert g.parse_rail_address(text, "eth2") == f"2001:db8::9%{scope}"
+
+
 def test_counters_take_ethtool_over_rdma_over_netdev_and_skip_junk():
     text = ("== ethtool\nNIC statistics:\n     rx_discards_phy: 7\n     tx_packets: 100\n"
             "     rx_prio3_pause: 18446744073709551616\n     junk line\n     neg: -4\n"

@@ -160,3 +160,29 @@ def test_each_nic_class_is_told(key_file):
     nsim = family("netdevsim")
     (k, _pol) = [d.key for d in nsim.expand("eth0", section(key_file()), source)]
     assert nsim.check(k, None) is None
+
+
+def test_a_key_file_error_names_the_profile_line_of_its_sa(tmp_path):
+    """Through the loader's sources, as a plan gets them: a list item has
+    a line of its own (ipsec.sas[1] is not the line of ipsec.sas)."""
+    from fakes import FakeHost
+    from nictune.host import agent
+    from nictune.profile.loader import load_profile
+
+    missing = tmp_path / "no-such-key"
+    profile = tmp_path / "p.yaml"
+    profile.write_text(
+        "nictune: 1\ninterfaces:\n  rails:\n    match: {driver: mlx5_core}\n    ipsec:\n"
+        "      sas:\n"
+        "        - {src: 198.18.0.1, dst: 198.18.0.2, spi: 0x1001, reqid: 1, offload: none,\n"
+        f"           key_file: {missing}}}\n"
+        "        - src: 198.18.0.1\n          dst: 198.18.0.3\n          spi: 0x1002\n"
+        f"          reqid: 2\n          offload: none\n          key_file: {missing}\n")
+    loaded = load_profile(str(profile))
+    report = agent.run({"nictune_request": 1, "command": "plan", "state_dir": str(tmp_path / "s"),
+                        "profile": {"path": loaded.path, "doc": loaded.doc,
+                                    "sources": loaded.sources}},
+                       host=FakeHost("cx7-host", tmp_path / "root"))
+    assert report["error"]["message"] == (f"{profile}:8: ipsec.sas[0].key_file: key file "
+                                          f"{missing}: does not exist")
+    assert loaded.sources["interfaces/rails/ipsec/sas/1/key_file"] == f"{profile}:14"

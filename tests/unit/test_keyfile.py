@@ -88,3 +88,47 @@ def test_the_length_must_match_the_cipher(tmp_path):
     with pytest.raises(InvalidInput, match="16-byte key, the cipher needs 32 bytes") as e:
         keyfile.load(path, length=32)
     assert KEY not in str(e.value)
+
+
+def test_a_symlinked_directory_on_the_path_is_refused(tmp_path):
+    """O_NOFOLLOW covers the last name only: a link higher up (keys -> an
+    attacker's directory) is refused too, at every depth."""
+    real = tmp_path / "real"
+    (real / "sub").mkdir(parents=True)
+    _write(real / "sub" / "k")
+    os.symlink(real, tmp_path / "keys")
+    os.symlink(real / "sub", real / "linked-sub")
+    for path, link in ((tmp_path / "keys" / "sub" / "k", tmp_path / "keys"),
+                       (real / "linked-sub" / "k", real / "linked-sub")):
+        with pytest.raises(InvalidInput, match=f"{link} \\(on its path\\) is a symbolic link") as e:
+            keyfile.load(str(path))
+        assert KEY not in str(e.value)
+    assert keyfile.check(str(real / "sub" / "k"))  # the same file by its own path
+    (tmp_path / "file").write_text("")
+    with pytest.raises(InvalidInput, match="file \\(on its path\\) is not a directory"):
+        keyfile.load(str(tmp_path / "file" / "k"))
+    with pytest.raises(InvalidInput, match="does not exist"):
+        keyfile.load(str(tmp_path / "no-dir" / "k"))
+
+
+@pytest.mark.parametrize("path", ["{d}/../{d_name}/k", "{d}/./k", "{d}//k", "{d}/k/", "/"])
+def test_a_key_path_must_be_normalised(tmp_path, path):
+    d = tmp_path / "d"
+    d.mkdir()
+    _write(d / "k")
+    text = path.format(d=d, d_name=d.name)
+    with pytest.raises(InvalidInput, match="must be an absolute, normalised path"):
+        keyfile.load(text)
+
+
+@pytest.mark.parametrize("path", ["/etc/keys/../shadow", "/etc/./k", "/etc//k", "/etc/k/"])
+def test_the_profile_schema_refuses_a_key_path_that_is_not_normalised(path):
+    from nictune.profile.errors import ProfileError
+    from nictune.profile.loader import load_profile_text
+
+    for section in (f"macsec: {{tx_sa: {{an: 0, key_file: '{path}'}}}}",
+                    f"ipsec: {{sas: [{{src: 198.18.0.1, dst: 198.18.0.2, spi: 4097, reqid: 1, "
+                    f"key_file: '{path}'}}]}}"):
+        text = f"nictune: 1\ninterfaces:\n  r:\n    match: {{name: r0}}\n    {section}\n"
+        with pytest.raises(ProfileError, match="key_file.*is not allowed.*normalised"):
+            load_profile_text(text, "p.yaml")

@@ -228,3 +228,145 @@ def test_only_commands_that_read_are_recorded(tmp_path):
     report = agent.run(dict(request, record=True, state_dir=str(tmp_path / "state")), host=host)
     assert report["error"] is None and report["snapshot"]["nictune_snapshot"] == 1
     assert host.kernel.writes == []
+
+
+# -- hostile snapshot files: each is its host's error, naming the file ---------------------
+
+class _Hang(BaseException):
+    pass
+
+
+def _bounded(seconds: int):
+    """A context in which a blocking open or read fails the test instead of hanging it."""
+    import contextlib
+    import signal
+
+    @contextlib.contextmanager
+    def bound():
+        def alarm(signum, frame):
+            raise _Hang(f"still blocked after {seconds} s")
+        old = signal.signal(signal.SIGALRM, alarm)
+        signal.alarm(seconds)
+        try:
+            yield
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, old)
+    return bound()
+
+
+def _hostile_dir(tmp_path) -> tuple:
+    """A snapshot directory with a good host and one of each kind of bad file."""
+    snap = snapshot_of("cx7-host", tmp_path / "root")
+    directory = tmp_path / "snaps"
+    directory.mkdir()
+
+    def write(label, doc):
+        (directory / f"{label}.json").write_text(json.dumps(dict(doc, host=label)))
+    write("good", snap)
+    wrong_type = json.loads(json.dumps(snap))
+    (key,) = [k for k in wrong_type["reads"]["calls"] if k.startswith("host.drvinfo")][:1]
+    wrong_type["reads"]["calls"][key]["value"]["fields"]["driver"] = 5  # int where text is
+    write("int-as-text", wrong_type)
+    (directory / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    os.symlink("/dev/zero", directory / "dev-zero.json")
+    os.mkfifo(directory / "fifo.json")
+    return directory, snap
+
+
+@pytest.mark.parametrize("label, words", [
+    ("int-as-text", "reads.calls['host.drvinfo"),
+    ("deep", "nested more deeply than Python can read"),
+    ("dev-zero", "a symbolic link"),
+    ("fifo", "a FIFO, not a regular file"),
+])
+def test_a_hostile_snapshot_file_is_its_hosts_error_naming_the_file(tmp_path, label, words):
+    directory, _ = _hostile_dir(tmp_path)
+    request = plan_request(os.path.join(GOLDEN, "connectx7-training", "profile.yaml"))
+    with _bounded(10):
+        report = snapshots.run(request, label, str(directory), None)
+    message = report["error"]["message"]
+    assert report["error"]["kind"] == "invalid-input"
+    assert message.startswith(str(directory / f"{label}.json") + ": ") and words in message, message
+
+
+def test_one_bad_snapshot_leaves_the_other_hosts_planned(tmp_path):
+    from types import SimpleNamespace
+
+    directory, _ = _hostile_dir(tmp_path)
+    request = plan_request(os.path.join(GOLDEN, "connectx7-training", "profile.yaml"))
+    labels = ["int-as-text", "deep", "dev-zero", "fifo", "good"]
+    jobs = [SimpleNamespace(label=label, request=request, error=None) for label in labels]
+    with _bounded(20):
+        reports = snapshots.run_jobs(jobs, str(directory), None)
+    assert [r["host"] for r in reports] == labels
+    assert all(str(directory / f"{r['host']}.json") in r["error"]["message"] for r in reports[:4])
+    assert reports[4]["error"] is None and reports[4]["changes"]
+
+
+@pytest.mark.parametrize("value", [
+    {"$enum": "nictune.host.recorded:os.system", "value": "touch {marker}"},
+    {"$nt": "nictune.host.agent:subprocess.getoutput", "items": ["touch {marker}"]},
+    {"$dc": "nictune.host.recorded:os.system", "fields": {}},
+    {"$raise": "nictune.host.recorded:os.system", "message": "touch {marker}"},
+])
+def test_a_snapshot_never_names_a_function_to_call(tmp_path, value):
+    """The tags name nictune's data classes; a function reached through a
+    module's imports ("nictune.host.recorded:os.system") is refused."""
+    marker = tmp_path / "ran"
+    snap = snapshot_of("cx7-host", tmp_path / "root")
+    value = json.loads(json.dumps(value).replace("{marker}", str(marker)))
+    key = next(k for k in snap["reads"]["calls"] if k.startswith("host.page_size"))
+    snap["reads"]["calls"][key] = value if "$raise" in value else {"value": value}
+    directory = tmp_path / "snaps"
+    directory.mkdir()
+    (directory / "h1.json").write_text(json.dumps(dict(snap, host="h1")))
+    request = plan_request(os.path.join(GOLDEN, "connectx7-training", "profile.yaml"))
+    report = snapshots.run(request, "h1", str(directory), None)
+    assert not marker.exists()
+    assert "is not the name of a nictune" in report["error"]["message"]
+    assert report["error"]["message"].startswith(str(directory / "h1.json"))
+
+
+def test_a_large_snapshot_file_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    directory = tmp_path / "snaps"
+    directory.mkdir()
+    with open(directory / "h1.json", "w") as f:
+        f.truncate(snapshots.MAX_SNAPSHOT_BYTES + 1)  # sparse: no disk space used
+    report = snapshots.run({"command": "plan"}, "h1", str(directory), None)
+    assert "more than a snapshot may hold (32 MiB)" in report["error"]["message"]
+
+
+def _nested(depth: int):
+    value: object = 0
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("reads, words", [
+    ({"calls": []}, "reads.calls is not a mapping"),
+    ({"files": {"open /x": {"text": 5}}}, "reads.files['open /x'].text is not text"),
+    ({"files": {"open /x": {"$bytes": "!!"}}}, "reads.files['open /x'].$bytes is not base64 text"),
+    ({"files": {"chmod /x": {"value": None}}}, "is not a file operation nictune records"),
+    ({"files": {"lstat /x": {"stat": [0] * 9}}}, "stat is not a list of 10 integers"),
+    ({"files": {"listdir /x": {"value": [1]}}}, "value is not what listdir returns"),
+    ({"files": {"open /x": {"$raise": "os", "errno": 1 << 40}}}, "errno is not an errno number"),
+    ({"calls": {"k": {"fingerprint": "f", "length": 1 << 40}}}, "length is not a key length"),
+    ({"calls": {"k": {"value": _nested(34)}}}, "is nested more than 32 deep"),
+    ({"calls": {"k": {"value": {"$dc": "nictune.host.netlink.drvinfo:DrvInfo",
+                                "fields": {"driver": 5}}}}}, "field driver is 5, not str"),
+    ({"calls": {"k": {"value": {"$bytes": "AA==", "x": 1}}}}, "which is no recorded value"),
+])
+def test_each_field_of_a_snapshot_is_checked_for_its_type(reads, words):
+    from nictune.host.snapcheck import BadSnapshot, check_reads
+
+    with pytest.raises(BadSnapshot) as e:
+        check_reads(reads)
+    assert words in str(e.value)
+
+
+def test_a_recorded_os_error_without_a_number_is_kept():
+    from nictune.host.snapcheck import check_reads
+
+    check_reads({"files": {"open /x": {"$raise": "os", "errno": None, "strerror": "odd"}}})

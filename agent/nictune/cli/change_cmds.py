@@ -75,7 +75,13 @@ def _run(target: str, opts: Options, out: Printer):
         from nictune.control.gitrev import checkout_free
 
         revision = checkout_free(target, opts.base)
-        base_path = revision.path_of(target) if revision.has(target) else None
+        try:
+            base_path = revision.path_of(target) if revision.has(target) else None
+        except BaseException:
+            revision.close()
+            raise
+        if revision.refused_links():
+            out.warn(revision.refused_links())
         if base_path is None:
             out.warn(f"{target} does not exist at {opts.base}: every setting it asks for is new")
         base_doc = {"ref": opts.base, "commit": revision.commit}

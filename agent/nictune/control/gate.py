@@ -105,6 +105,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from nictune.host.errors import InvalidInput, NictuneError
 from nictune.host.text import printable
+from nictune.host.validate import IFNAME, matches
 from nictune.inventory.hostnames import host_name_problem
 from nictune.profile.check import check, locate
 from nictune.profile.errors import ProfileError, dotted
@@ -585,10 +586,24 @@ def parse_rail_address(text: str, rail: str) -> str:
             address = ipaddress.ip_address(info["local"])
         except ValueError:
             continue
+        if not _scope_id_is_plain(getattr(address, "scope_id", None)):
+            continue
         found.setdefault(f"v{address.version}", str(address))
     if not found:
         raise BadOutput(f"{rail} has no global IP address")
     return found.get("v4") or found["v6"]
+
+
+def _scope_id_is_plain(scope: Optional[str]) -> bool:
+    """An IPv6 scope id ("fe80::1%eth2") as the kernel gives one: an
+    interface name (nictune's rule for them) or an interface index.
+    Python's ipaddress takes any text after "%", so "%$(reboot) x" would
+    otherwise ride along into the iperf3 and ping arguments."""
+    if scope is None:
+        return True
+    if scope.isascii() and scope.isdigit():
+        return len(scope) <= 10 and int(scope) <= 0xFFFFFFFF
+    return matches(IFNAME, scope)
 
 
 # Reads the sources health.counters() reads, for the rail in $1: ethtool

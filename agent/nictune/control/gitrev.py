@@ -15,8 +15,9 @@ import os
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
-from typing import Dict, List, Optional
+from contextlib import suppress
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
 
 from nictune.host.errors import INVALID_INPUT, NictuneError
 
@@ -41,16 +42,42 @@ class Revision:
     repo: str
     root: str
     files: List[str]
+    # Symbolic links of the revision that lead outside it, left out: name -> target.
+    refused: Dict[str, str] = field(default_factory=dict)
 
     def path_of(self, path: str) -> Optional[str]:
-        rel = os.path.relpath(os.path.realpath(path), self.repo)
+        # The directory by its real path (the repository may be reached
+        # through a link), the name as given: a link is the revision's to resolve.
+        real = os.path.join(os.path.realpath(os.path.dirname(os.path.abspath(path))),
+                            os.path.basename(path))
+        rel = os.path.relpath(real, self.repo)
         if rel.startswith(os.pardir + os.sep) or rel == os.pardir or os.path.isabs(rel):
             return None
+        self._refuse_through_a_left_out_link(rel)
         return os.path.join(self.root, rel)
 
     def has(self, path: str) -> bool:
         inside = self.path_of(path)
         return inside is not None and os.path.lexists(inside)
+
+    def _refuse_through_a_left_out_link(self, rel: str) -> None:
+        parts = rel.split(os.sep)
+        for i in range(1, len(parts) + 1):
+            name = "/".join(parts[:i])
+            if name in self.refused:
+                raise GitRevError(f"{rel} at {self.ref} is reached through the symbolic link "
+                                  f"{name} -> {self.refused[name]}, which leads outside the "
+                                  "repository: --base does not follow it")
+
+    def refused_links(self, shown: int = 3) -> Optional[str]:
+        """One warning for the links left out, or None."""
+        if not self.refused:
+            return None
+        names = sorted(self.refused)
+        listed = ", ".join(f"{n} -> {self.refused[n]}" for n in names[:shown])
+        more = f" and {len(names) - shown} more" if len(names) > shown else ""
+        return (f"--base {self.ref}: {len(names)} symbolic link(s) lead outside the repository "
+                f"and are left out of the base: {listed}{more}")
 
     def close(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
@@ -99,31 +126,81 @@ def checkout_free(path: str, ref: str) -> Revision:
                           "(in CI, fetch it first: git fetch origin main)") from None
     root = tempfile.mkdtemp(prefix="nictune-base-")
     try:
-        files = _write_tree(repo, commit, root)
+        files, refused = _write_tree(repo, commit, root)
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise
-    return Revision(ref, commit, repo, root, files)
+    return Revision(ref, commit, repo, root, files, refused)
 
 
-def _write_tree(repo: str, commit: str, root: str) -> List[str]:
+# A hand-made tree (git mktree) may name a path twice, as a link "a" and a
+# file "a/b": what comes second finds the path taken and is left out.
+_TAKEN = (FileExistsError, NotADirectoryError, IsADirectoryError)
+
+
+def _write_tree(repo: str, commit: str, root: str) -> Tuple[List[str], Dict[str, str]]:
+    """The revision's files under root: (names written, refused links:
+    name -> target).  Regular files first, links after them (so nothing is
+    written through a link), then every link checked where it really leads."""
     entries = _ls_tree(repo, commit)
     blobs = [(mode, sha, name) for mode, kind, sha, size, name in entries
-             if kind == "blob" and size <= MAX_BLOB]
+             if kind == "blob" and size <= MAX_BLOB and _inside(root, name) is not None]
     contents = _cat_blobs(repo, [sha for _, sha, _ in blobs])
-    written = []
+    written: List[str] = []
     for mode, sha, name in blobs:
-        target = _inside(root, name)
-        if target is None:
+        if mode != "120000":
+            try:
+                _write_file(_inside(root, name), contents[sha])
+            except _TAKEN:
+                continue
+            written.append(name)
+    links = {name: contents[sha].decode(errors="replace") for mode, sha, name in blobs
+             if mode == "120000"}
+    refused: Dict[str, str] = {}
+    for name, link in links.items():
+        try:
+            made = _symlink(root, _inside(root, name), link)
+        except _TAKEN:
             continue
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        if mode == "120000":
-            _symlink(root, target, contents[sha].decode(errors="replace"))
+        except OSError:  # a hand-made tree's link inside a link that leads nowhere yet
+            made = False
+        if made:
+            written.append(name)
         else:
-            with open(target, "wb") as f:
-                f.write(contents[sha])
-        written.append(name)
-    return written
+            refused[name] = link
+    for name in _escaping_links(root, [n for n in links if n in written]):
+        refused[name] = links[name]
+        written.remove(name)
+    return written, refused
+
+
+def _write_file(target: str, data: bytes) -> None:
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    with open(target, "wb") as f:
+        f.write(data)
+
+
+def _escaping_links(root: str, names: List[str]) -> List[str]:
+    """The links that lead outside root once every link is in place, now
+    removed.  Each link alone may point inside while a chain of them does
+    not (a/b -> ../d, then x -> ../a/b/../../f is root/../f): so the real
+    path of each, again until none is removed (a removed link changes
+    where others lead)."""
+    top = os.path.realpath(root)
+    removed: List[str] = []
+    while True:
+        escaping = [name for name in names if name not in removed
+                    and not _is_within(os.path.realpath(os.path.join(root, name)), top)]
+        if not escaping:
+            return removed
+        for name in escaping:
+            with suppress(FileNotFoundError):  # inside a link removed before it
+                os.unlink(os.path.join(root, name))
+        removed += escaping
+
+
+def _is_within(path: str, top: str) -> bool:
+    return path == top or path.startswith(top + os.sep)
 
 
 def _ls_tree(repo: str, commit: str) -> list:
@@ -159,9 +236,17 @@ def _inside(root: str, name: str) -> Optional[str]:
     return target if target.startswith(root + os.sep) else None
 
 
-def _symlink(root: str, target: str, link: str) -> None:
-    """A symlink of the revision, kept only when it points inside it: a
-    link to /etc/... must not make the base read this machine's files."""
+def _symlink(root: str, target: str, link: str) -> bool:
+    """A symlink of the revision, made only when it points inside it: a
+    link to /etc/... must not make the base read this machine's files.
+    Its directory is made only where it really is inside root (the links
+    made before it may lead out); a chain of links is checked once all
+    are made (_escaping_links)."""
     resolved = os.path.normpath(os.path.join(os.path.dirname(target), link))
-    if not os.path.isabs(link) and resolved.startswith(root + os.sep):
-        os.symlink(link, target)
+    if os.path.isabs(link) or not resolved.startswith(root + os.sep):
+        return False
+    if not _is_within(os.path.realpath(os.path.dirname(target)), os.path.realpath(root)):
+        return False
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    os.symlink(link, target)
+    return True

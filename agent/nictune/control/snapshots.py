@@ -27,21 +27,31 @@ report, and "snapshot": {"recorded", "age_seconds", "stale"} in --json.
 
 from __future__ import annotations
 
+import errno
+import gc
 import json
 import os
 import re
+import stat
 import tempfile
 import time
 from calendar import timegm
 from typing import Callable, List, Optional
 from urllib.parse import quote
 
-from nictune.host.errors import INVALID_INPUT, InvalidInput, NictuneError, error
+from nictune.host.errors import INVALID_INPUT, SYSTEM, InvalidInput, NictuneError, error
+from nictune.host.recorded import shown
+from nictune.host.snapcheck import BadSnapshot, check_reads
 
 SNAPSHOT_FORMAT = 1
 DEFAULT_MAX_AGE = "24h"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _TIME = "%Y-%m-%dT%H:%M:%SZ"
+# A snapshot of a large host is at most about 15 MiB (host/recorded.py
+# walks at most 50,000 files under /proc/sys/net, about 130 per interface).
+# The cap bounds what a hostile file costs: JSON of tiny lists and
+# mappings takes about 25 times its size in memory, under 1 GiB here.
+MAX_SNAPSHOT_BYTES = 32 << 20
 
 
 def parse_age(text: str) -> float:
@@ -108,27 +118,96 @@ def _write(path: str, text: str) -> None:
 # -- reading ----------------------------------------------------------------------
 
 def load(directory: str, label: str) -> dict:
-    """The snapshot of host `label`; InvalidInput naming the file when it
-    is missing, unreadable or not a snapshot of that host."""
+    """The snapshot of host `label`; InvalidInput naming the file and what
+    is wrong when it is missing, unreadable or not a snapshot of that host.
+    The file may be anybody's (committed for reviewers' CI): it is read
+    only as a regular file of at most MAX_SNAPSHOT_BYTES, and every field
+    is checked before a replay uses it (host/snapcheck.py)."""
     path = path_of(directory, label)
+    data = _read_regular(path, label, directory)
     try:
-        with open(path) as f:
-            doc = json.load(f)
+        doc = _parse(data)
+    except MemoryError:
+        raise InvalidInput(f"{path}: not a snapshot: too large to read into memory") from None
+    except RecursionError:
+        raise InvalidInput(f"{path}: not a snapshot: its JSON is nested more deeply than "
+                           "Python can read") from None
+    except ValueError as e:  # UnicodeDecodeError and a number too long for int() included
+        raise InvalidInput(f"{path}: not a readable snapshot: {str(e)[:200]}") from None
+    if not isinstance(doc, dict) or not _is_format(doc.get("nictune_snapshot")):
+        raise InvalidInput(f"{path}: not a nictune snapshot of format {SNAPSHOT_FORMAT}")
+    if doc.get("host") != label:
+        raise InvalidInput(f"{path}: a snapshot of {shown(doc.get('host'))}, not of {label!r}")
+    if not isinstance(doc.get("agent"), (str, type(None))):
+        raise InvalidInput(f"{path}: agent is not a version text")
+    recorded_at(doc, path)
+    try:
+        check_reads(doc.get("reads"))
+    except BadSnapshot as e:
+        raise InvalidInput(f"{path}: not a snapshot nictune recorded: {e}") from None
+    return doc
+
+
+def _parse(data: bytes):
+    """json.loads, without the garbage collector: parsing makes no cycles,
+    and collector passes over millions of new lists (a hostile file's)
+    would take ten times as long as the parse."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return json.loads(data)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _is_format(value) -> bool:
+    return type(value) is int and value == SNAPSHOT_FORMAT  # true == 1 in Python, not here
+
+
+def _read_regular(path: str, label: str, directory: str) -> bytes:
+    """The bytes of path if it is a regular file (not a link, a FIFO that
+    would block for good, a device such as /dev/zero that never ends, a
+    directory) of at most MAX_SNAPSHOT_BYTES."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise InvalidInput(f"{path}: no snapshot of {label} (make one with "
                            f"`nictune show -i INVENTORY --save {directory}`)") from None
-    except (OSError, ValueError) as e:
-        raise InvalidInput(f"{path}: not a readable snapshot: {e}") from None
-    if not isinstance(doc, dict) or doc.get("nictune_snapshot") != SNAPSHOT_FORMAT:
-        raise InvalidInput(f"{path}: not a nictune snapshot of format {SNAPSHOT_FORMAT}")
-    if doc.get("host") != label:
-        raise InvalidInput(f"{path}: a snapshot of {doc.get('host')!r}, not of {label!r}")
-    reads = doc.get("reads")
-    if (not isinstance(reads, dict) or not isinstance(reads.get("calls", {}), dict)
-            or not isinstance(reads.get("files", {}), dict)):
-        raise InvalidInput(f"{path}: its reads are not {{calls, files}}")
-    recorded_at(doc, path)
-    return doc
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise InvalidInput(f"{path}: a symbolic link; snapshots are read only from regular "
+                               "files (copy the snapshot here instead)") from None
+        raise InvalidInput(f"{path}: not a readable snapshot: {e.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InvalidInput(f"{path}: {_file_kind(st.st_mode)}, not a regular file: "
+                               "not a snapshot")
+        if st.st_size > MAX_SNAPSHOT_BYTES:
+            raise InvalidInput(f"{path}: {st.st_size} bytes, more than a snapshot may hold "
+                               f"({MAX_SNAPSHOT_BYTES >> 20} MiB)")
+        chunks, size = [], 0
+        while size <= MAX_SNAPSHOT_BYTES:  # it may grow while read: the cap holds anyway
+            chunk = os.read(fd, min(1 << 20, MAX_SNAPSHOT_BYTES + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > MAX_SNAPSHOT_BYTES:
+            raise InvalidInput(f"{path}: more than a snapshot may hold "
+                               f"({MAX_SNAPSHOT_BYTES >> 20} MiB)")
+        return b"".join(chunks)
+    except OSError as e:
+        raise InvalidInput(f"{path}: not a readable snapshot: {e.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"),
+             (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "a special file")
 
 
 def recorded_at(doc: dict, path: str = "snapshot") -> float:
@@ -159,6 +238,7 @@ def run(request: dict, label: str, directory: str, max_age: Optional[float],
     request = {k: v for k, v in request.items() if k != "netns"}  # the snapshot's, see RecordedHost
     with host.replaying():
         report = agent.run(dict(request, host=label), host=host)
+    _blame_the_file(report, path_of(directory, label))
     age = (time.time() if now is None else now) - recorded_at(doc)
     stale = max_age is not None and age > max_age
     report["snapshot"] = {"file": path_of(directory, label), "recorded": doc["recorded"],
@@ -168,6 +248,18 @@ def run(request: dict, label: str, directory: str, max_age: Optional[float],
                                   f"{_age_text(age)} old (more than --max-age {_age_text(max_age)}): "
                                   "the host may have changed since")
     return report
+
+
+def _blame_the_file(report: dict, path: str) -> None:
+    """An internal error of a replay (agent.run's report of an exception
+    that is not nictune's) comes from a snapshot whose well-formed values
+    are not what the engine expects of that read, e.g. a number where a
+    recording holds a list: the host's error names the file."""
+    failure = report.get("error") or {}
+    message = failure.get("message") or ""
+    if failure.get("kind") == SYSTEM and message.startswith("internal error: "):
+        failure["message"] = (f"{path}: this snapshot does not replay, it may be damaged "
+                              f"({message})")
 
 
 def _age_text(seconds: float) -> str:

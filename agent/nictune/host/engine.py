@@ -699,18 +699,49 @@ def _fail_if_differs(fams: Families, desire: Desire, changes: list) -> None:
                                     f"{_show_value(change.after)}")
 
 
+# Settings refused for one reason on one target are listed one by one up
+# to SAME_REASON_LISTED, then summarised (a 1,024-VF plan on a PF without
+# SR-IOV refuses 3,000 settings for one reason); at most ENTRIES_LISTED
+# entries in all, then a count.
+SAME_REASON_LISTED = 5
+NAMES_SHOWN = 3
+ENTRIES_LISTED = 20
+
+
 def _report_unsupported(out: Outcome, desire: Desire) -> None:
-    for c in out.changes:
-        if c.status == m.SKIPPED and desire.policy[c.key] == "warn":
-            out.warnings.append(f"skipped {c.key.family} {c.key.name} on {c.key.target}: {c.note}")
+    skipped = [c for c in out.changes if c.status == m.SKIPPED and desire.policy[c.key] == "warn"]
+    for target, family, names, note, _source in _by_reason(skipped):
+        out.warnings.append(f"skipped {family} {names} on {target}: {note}")
     refused = [c for c in out.changes if c.status == m.UNSUPPORTED]
     if refused:
-        listed = "; ".join(f"{c.key.target} {c.key.family} {c.key.name}: {c.note}"
-                           + (f" ({c.source})" if c.source else "") for c in refused)
+        entries = [f"{target} {family} {names}: {note}" + (f" ({source})" if source else "")
+                   for target, family, names, note, source in _by_reason(refused)]
+        if len(entries) > ENTRIES_LISTED:
+            entries = entries[:ENTRIES_LISTED] + [f"and {len(entries) - ENTRIES_LISTED} more"]
         out.error = errors.error(
             errors.UNSUPPORTED,
             f"{len(refused)} setting(s) cannot be applied on this host, so nothing was written: "
-            f"{listed}. Set on_unsupported: warn or skip to apply the rest.")
+            f"{'; '.join(entries)}. Set on_unsupported: warn or skip to apply the rest.")
+
+
+def _by_reason(changes: list) -> list:
+    """(target, family, names, note, source) per change, in order; a change
+    whose target, family and note more than SAME_REASON_LISTED others share
+    is one entry for all of them, at the first one's place, naming the
+    first few keys and how many more, with the first one's source."""
+    groups: dict = {}
+    for c in changes:
+        groups.setdefault((c.key.target, c.key.family, c.note), []).append(c)
+    out = []
+    for c in changes:
+        group = groups[(c.key.target, c.key.family, c.note)]
+        if len(group) <= SAME_REASON_LISTED:
+            out.append((c.key.target, c.key.family, c.key.name, c.note, c.source))
+        elif c is group[0]:
+            names = ", ".join(g.key.name for g in group[:NAMES_SHOWN])
+            out.append((c.key.target, c.key.family,
+                        f"{names} and {len(group) - NAMES_SHOWN} more", c.note, c.source))
+    return out
 
 
 def _entry_name(ifname: str, taken: dict) -> str:

@@ -1,7 +1,9 @@
 """Key files: where nictune's static crypto keys come from (MACsec SAs).
 
-A key file must be a regular file (not a symlink, FIFO or device), owned
-by root (uid 0) and of mode 0600 (no group/other bits, nothing
+A key file must be named by an absolute, normalised path with no
+symbolic link on it (not the file, nor any directory above it: each is
+opened from / down with O_NOFOLLOW), be a regular file (not a FIFO or
+device), owned by root (uid 0) and of mode 0600 (no group/other bits, nothing
 executable); anything else is refused with a message naming the file and
 what is wrong, never its content.  The content is the key in hex, as
 `ip macsec ... key <id> <hex>` takes it: hex digits only, one trailing
@@ -16,6 +18,7 @@ once the kernel has it.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from typing import Optional, Tuple
@@ -32,17 +35,65 @@ def fingerprint(content: bytes) -> str:
     return hashlib.sha256(content).hexdigest()[:8]
 
 
-def _open_checked(path: str, uid: int = 0) -> int:
-    if not isinstance(path, str) or not os.path.isabs(path):
+def _parts(path: str) -> list:
+    """The names on an absolute, normalised path: "/etc/k" -> ["etc", "k"]."""
+    if not isinstance(path, str) or not path.startswith("/"):
         raise InvalidInput(f"key file {path!r}: must be an absolute path")
+    parts = path.split("/")[1:]
+    if any(part in ("", ".", "..") for part in parts) or "\0" in path:
+        raise InvalidInput(f"key file {path!r}: must be an absolute, normalised path (no '.' "
+                           "or '..' parts, no '//', no trailing '/'); refused")
+    return parts
+
+
+def _open_no_links(path: str) -> int:
+    """path opened for reading without following a symbolic link in any
+    part of it: each directory from / down opened with O_NOFOLLOW relative
+    to the one before (a symlinked /etc/nictune/keys would otherwise lead
+    anywhere), the file with O_NONBLOCK (a FIFO must not block)."""
+    parts = _parts(path)
+    here = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise InvalidInput(f"key file {path}: does not exist") from None
-    except OSError as e:
-        # O_NOFOLLOW on a symlink answers ELOOP
-        why = "is a symbolic link" if e.errno == 40 else (e.strerror or str(e))
-        raise InvalidInput(f"key file {path}: {why}; refused") from None
+        for i, name in enumerate(parts[:-1]):
+            try:
+                below = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                dir_fd=here)
+            except FileNotFoundError:
+                raise InvalidInput(f"key file {path}: does not exist") from None
+            except OSError as e:
+                where = "/" + "/".join(parts[:i + 1])
+                raise InvalidInput(f"key file {path}: {where} {_not_a_directory(name, here, e)}; "
+                                   "refused") from None
+            os.close(here)
+            here = below
+        try:
+            return os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                           dir_fd=here)
+        except FileNotFoundError:
+            raise InvalidInput(f"key file {path}: does not exist") from None
+        except OSError as e:
+            # O_NOFOLLOW on a symlink answers ELOOP
+            why = "is a symbolic link" if e.errno == errno.ELOOP else (e.strerror or str(e))
+            raise InvalidInput(f"key file {path}: {why}; refused") from None
+    finally:
+        os.close(here)
+
+
+def _not_a_directory(name: str, parent: int, e: OSError) -> str:
+    """Why a directory on a key file's path did not open."""
+    if e.errno in (errno.ELOOP, errno.ENOTDIR):
+        try:
+            st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except OSError:
+            return "cannot be examined"
+        if stat.S_ISLNK(st.st_mode):
+            return "(on its path) is a symbolic link, which nictune does not follow to a key"
+        return "(on its path) is not a directory"
+    return f"(on its path): {e.strerror or e}"
+
+
+def _open_checked(path: str, uid: int = 0) -> int:
+    fd = _open_no_links(path)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

@@ -52,6 +52,7 @@ import importlib
 import io
 import json
 import os
+import re
 import socket
 import stat as stat_mod
 import sys
@@ -106,25 +107,23 @@ def encode(v: Any) -> Any:
 
 
 def decode(v: Any) -> Any:
+    """The object encode() made v from.  A snapshot is read from a file
+    that may not be nictune's: host/snapcheck.py checks its values before
+    a replay decodes them, and _class names only nictune's own data
+    classes, never a function."""
     if isinstance(v, list):
         return [decode(x) for x in v]
     if not isinstance(v, dict):
         return v
     if "$bytes" in v:
-        return base64.b64decode(v["$bytes"])
+        return base64.b64decode(v["$bytes"], validate=True)
     if "$enum" in v:
-        return _class(v["$enum"])(decode(v["value"]))
+        return _class(v["$enum"], "enum")(decode(v["value"]))
     if "$dc" in v:
-        cls = _class(v["$dc"])
-        values = {k: decode(x) for k, x in v["fields"].items()}
-        init = {f.name for f in dataclasses.fields(cls) if f.init}
-        obj = cls(**{k: x for k, x in values.items() if k in init})
-        for k, x in values.items():
-            if k not in init:
-                object.__setattr__(obj, k, x)
-        return obj
+        return _dataclass(_class(v["$dc"], "dataclass"),
+                          {k: decode(x) for k, x in v["fields"].items()})
     if "$nt" in v:
-        return _class(v["$nt"])(*[decode(x) for x in v["items"]])
+        return _class(v["$nt"], "namedtuple")(*[decode(x) for x in v["items"]])
     if "$tuple" in v:
         return tuple(decode(x) for x in v["$tuple"])
     if "$set" in v:
@@ -132,6 +131,72 @@ def decode(v: Any) -> Any:
     if "$dict" in v:
         return {_hashable(decode(k)): decode(x) for k, x in v["$dict"]}
     return {k: decode(x) for k, x in v.items()}
+
+
+def _dataclass(cls: type, values: dict):
+    """cls from its fields' values, each of its field's type."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for name, value in values.items():
+        if name not in fields:
+            raise ValueError(f"{_class_name(cls)} has no field {shown(name)}")
+        if not _fits(value, fields[name].type):
+            raise ValueError(f"{_class_name(cls)} field {name} is {shown(value)}, "
+                             f"not {fields[name].type}")
+    obj = cls(**{k: x for k, x in values.items() if fields[k].init})
+    for k, x in values.items():
+        if not fields[k].init:
+            object.__setattr__(obj, k, x)
+    return obj
+
+
+_SCALARS = {"int": int, "str": str, "bool": bool, "float": (int, float), "bytes": (bytes, bytearray)}
+_GENERICS = {"List": list, "list": list, "Set": set, "set": set, "FrozenSet": (set, frozenset),
+             "Tuple": tuple, "tuple": tuple, "Dict": dict, "dict": dict}
+
+
+def _fits(value: Any, annotation: Any) -> bool:
+    """Whether value is of the type a dataclass field's annotation names
+    (a string: the modules use `from __future__ import annotations`); a
+    type this does not know (another class) fits anything."""
+    if not isinstance(annotation, str):
+        return True
+    text = annotation.replace(" ", "")
+    options = (_split(text[len("Optional["):-1]) + ["None"] if text.startswith("Optional[")
+               else _split(text, "|"))
+    if len(options) > 1:
+        return any(_fits(value, option) for option in options)
+    if text == "None":
+        return value is None
+    if text in _SCALARS:  # a bool is not a number here, though Python says it is an int
+        return isinstance(value, _SCALARS[text]) and (text == "bool" or not isinstance(value, bool))
+    name, bracket, rest = text.partition("[")
+    if name not in _GENERICS:
+        return True
+    if not isinstance(value, _GENERICS[name]):
+        return False
+    args = _split(rest[:-1]) if bracket else []
+    if isinstance(value, dict) and len(args) == 2:
+        return all(_fits(k, args[0]) and _fits(x, args[1]) for k, x in value.items())
+    if len(args) == 1:
+        return all(_fits(x, args[0]) for x in value)
+    return True
+
+
+def _split(text: str, sep: str = ",") -> list:
+    """text's parts at sep outside brackets: "Dict[str,int],int" -> two."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        depth += {"[": 1, "]": -1}.get(c, 0)
+        if c == sep and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return parts + [text[start:]]
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """repr(value), cut short: a snapshot's text can be as long as its file."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _hashable(v):
@@ -142,14 +207,29 @@ def _class_name(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-def _class(name: str) -> type:
-    """Only nictune's own classes: a snapshot is data, not code to run."""
+# The classes a snapshot may name: a host-side nictune module's public class.
+_CLASS_NAME = re.compile(r"nictune\.host(\.[a-z][a-z0-9_]*)+:[A-Z][A-Za-z0-9_]*(\.[A-Z][A-Za-z0-9_]*)*")
+_CLASS_KINDS = {
+    "enum": lambda cls: issubclass(cls, enum.Enum),
+    "dataclass": dataclasses.is_dataclass,
+    "namedtuple": lambda cls: issubclass(cls, tuple) and hasattr(cls, "_fields"),
+    "error": lambda cls: issubclass(cls, NictuneError),
+}
+
+
+def _class(name: Any, kind: str) -> type:
+    """The nictune class a snapshot names, of the kind its tag says.  A
+    snapshot is data, not code to run: never a function, nor a class that
+    another module imported ("nictune.host.agent:os.system" calls nothing)."""
+    if not isinstance(name, str) or not _CLASS_NAME.fullmatch(name):
+        raise ValueError(f"{shown(name)} is not the name of a nictune {kind} class")
     module, _, qualname = name.partition(":")
-    if not module.startswith("nictune."):
-        raise ValueError(f"snapshot names a class outside nictune: {name}")
     obj: Any = importlib.import_module(module)
     for part in qualname.split("."):
-        obj = getattr(obj, part)
+        obj = getattr(obj, part, None)
+    if (not isinstance(obj, type) or obj.__module__ != module or obj.__qualname__ != qualname
+            or not _CLASS_KINDS[kind](obj)):
+        raise ValueError(f"{name} is not a nictune {kind} class")
     return obj
 
 
@@ -175,8 +255,7 @@ def decode_error(r: dict) -> BaseException:
         return OSError(r["errno"], r.get("strerror") or os.strerror(r["errno"]))
     if kind == "value":
         return ValueError(r["message"])
-    cls = _class(kind)
-    return cls(r["message"]) if issubclass(cls, NictuneError) else ValueError(r["message"])
+    return _class(kind, "error")(r["message"])
 
 
 def _call_id(handle: str, method: str, args: tuple, kwargs: dict) -> str:

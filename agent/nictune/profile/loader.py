@@ -20,7 +20,7 @@ class Profile:
 
     sources: '/'-joined key path (interfaces/rails/mtu,
     host/sysctl/net.ipv4.tcp_ecn) -> "file:line" that supplied it, for every
-    mapping and leaf below the root (list items are part of their list).
+    mapping, list item (interfaces/rails/ipsec/sas/0) and leaf below the root.
     files: every file read, parents before the files that extend them, the
     profile itself last.
     """
@@ -176,10 +176,13 @@ def sources_of(merged: Parsed) -> Dict[str, str]:
     def walk(path: tuple, value: Any) -> None:
         if path:
             file, line = locate(merged.positions, path)
-            out["/".join(path)] = f"{file}:{line}"
+            out["/".join(map(str, path))] = f"{file}:{line}"
         if isinstance(value, dict):
             for key, child in value.items():
                 walk(path + (key,), child)
+        elif isinstance(value, list):  # an item has its own line: an error in it names that line
+            for index, child in enumerate(value):
+                walk(path + (index,), child)
 
     walk((), merged.doc)
     return out

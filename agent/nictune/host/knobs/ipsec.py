@@ -66,6 +66,7 @@ from nictune.host.errors import InvalidInput
 from nictune.host.ipsec import OFFLOAD_MODES, support_note
 from nictune.host.knobs.base import Family
 from nictune.host.model import Desired, Key, Unsupported, Want
+from nictune.host.validate import ABS_PATH, NOT_NORMALISED
 
 REQID_BASE = 0x6E740000
 AEAD = "rfc4106(gcm(aes))"
@@ -73,7 +74,6 @@ ICVS = (64, 96, 128)
 KEY_LENGTHS = (20, 28, 36)  # AES-128/192/256 key + 4-byte salt
 OFFLOADS = ("none", "crypto", "packet")
 MODES = ("transport", "tunnel")
-KEY_PATH = r"^/[A-Za-z0-9_./+-]{1,255}$"
 ADDRESS = r"^[0-9A-Fa-f:.]{2,39}$"
 PREFIX = r"^[0-9A-Fa-f:.]{2,39}(/[0-9]{1,3})?$"
 SPI_MIN = 0x100  # 1..255 are reserved (RFC 4303)
@@ -141,10 +141,11 @@ class IpsecFamily(Family):
             "reqid": reqid, "mode": mode,
             "aead": {"enum": [AEAD], "description": "AEAD algorithm (the only one)."},
             "icv": {"enum": list(ICVS), "description": "ICV length in bits (default 128)."},
-            "key_file": {**s.text(KEY_PATH, 256, words="an absolute path"),
+            "key_file": {**s.text(ABS_PATH, 256), "not": {"pattern": NOT_NORMALISED},
                          "description": "File with the key then the 4-byte salt in hex (20, "
                                         "28 or 36 bytes): a regular file owned by root, mode "
-                                        "0600. Plans show its fingerprint."},
+                                        "0600, with no symbolic link on its path. Plans show "
+                                        "its fingerprint."},
             "offload": {"enum": list(OFFLOADS),
                         "description": "none (software), crypto or packet offload to this "
                                        "interface (default none)."},
@@ -191,7 +192,8 @@ class IpsecFamily(Family):
         out = []
         for i, sa in enumerate(sec.get("sas") or ()):
             where = source("ipsec", "sas", str(i))
-            plan = self._sa_plan(sa, where, f"ipsec.sas[{i}]")
+            plan = self._sa_plan(sa, where, f"ipsec.sas[{i}]",
+                                 source("ipsec", "sas", str(i), "key_file") or where)
             key = Key(self.name, target, sa_name(plan["dst"], plan["spi"]))
             if key in self._sas:
                 raise InvalidInput(f"{where}: ipsec.sas[{i}]: a second SA to {plan['dst']} "
@@ -224,7 +226,7 @@ class IpsecFamily(Family):
             raise InvalidInput(f"{where}: {path}: {e}") from None
         return out
 
-    def _sa_plan(self, sa: dict, where: str, path: str) -> dict:
+    def _sa_plan(self, sa: dict, where: str, path: str, key_where: str) -> dict:
         src, dst = self._addresses(where, path, sa["src"], sa["dst"])
         offload = sa.get("offload", "none")
         if offload != "none" and "dir" not in sa:
@@ -232,11 +234,11 @@ class IpsecFamily(Family):
         try:
             key, fp = keyfile.load(sa["key_file"])
         except InvalidInput as e:
-            raise InvalidInput(f"{where}: {path}.key_file: {e}") from None
+            raise InvalidInput(f"{key_where}: {path}.key_file: {e}") from None
         length = len(key)
         keyfile.wipe(key)
         if length not in KEY_LENGTHS:
-            raise InvalidInput(f"{where}: {path}.key_file: key file {sa['key_file']} holds "
+            raise InvalidInput(f"{key_where}: {path}.key_file: key file {sa['key_file']} holds "
                                f"{length} bytes; {AEAD} takes 20, 28 or 36 (an AES-128, -192 "
                                "or -256 key, then the 4-byte salt)")
         mode, icv = sa.get("mode", "transport"), sa.get("icv", 128)

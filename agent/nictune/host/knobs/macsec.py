@@ -63,11 +63,10 @@ from nictune.host import keyfile, nicclass
 from nictune.host.errors import InvalidInput
 from nictune.host.knobs.base import Family
 from nictune.host.model import Desired, Key, Unsupported, Want
-from nictune.host.validate import IFNAME, MAC
+from nictune.host.validate import ABS_PATH, IFNAME, MAC, NOT_NORMALISED
 
 CIPHERS = ("gcm-aes-128", "gcm-aes-256")
 OFFLOADS = ("off", "phy", "mac")
-KEY_PATH = r"^/[A-Za-z0-9_./+-]{1,255}$"
 SCI = r"^[0-9a-fA-F]{16}$"
 MARK = b"nictune"
 DEFAULTS = {"cipher": "gcm-aes-128", "icv_len": 16, "encrypt": True, "port": 1}
@@ -127,9 +126,10 @@ class MacsecFamily(Family):
         sa = s.section("A static SA: association number, first packet number, key file.", {
             "an": {**s.integer(0, 3), "description": "Association number, 0 to 3."},
             "pn": {**s.integer(1, s.U32), "description": "First packet number (default 1)."},
-            "key_file": {**s.text(KEY_PATH, 256, words="an absolute path"),
+            "key_file": {**s.text(ABS_PATH, 256), "not": {"pattern": NOT_NORMALISED},
                          "description": "File with the key in hex: a regular file owned by "
-                                        "root, mode 0600. Plans show its fingerprint."},
+                                        "root, mode 0600, with no symbolic link on its path. "
+                                        "Plans show its fingerprint."},
         }, required=["an", "key_file"])
         rx = s.section("A peer: its SCI (or address and port) and its SA.", {
             "sci": {**s.text(SCI, 16, words="16 hex digits"),
