@@ -87,3 +87,44 @@ def test_a_missing_path_is_found(tmp_path):
     assert [w for w, _ in cited] == ["gone.md", "agent/nictune/host/nope.py", "knobs/sriov.py",
                                      "tests/unit/test_reference.py"]
     assert [p.exists() for _, p in cited] == [False, False, True, False]
+
+
+def slugs(doc: Path) -> set:
+    """The anchors GitHub gives a page's headings: lower case, punctuation
+    dropped, blanks as '-', a repeated one numbered -1, -2..."""
+    seen, found = {}, set()
+    for heading in re.findall(r"^#{1,6} +(.+?) *#*$", _prose(doc.read_text()), re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        found.add(slug if n == 0 else f"{slug}-{n}")
+    return found
+
+
+def anchors(doc: Path) -> list:
+    """(as written, target page, anchor) of each link into a heading."""
+    found = []
+    for target in LINK.findall(_prose(doc.read_text())):
+        if re.match(r"^[a-z]+:", target) or "#" not in target:
+            continue
+        page, anchor = target.split("#", 1)
+        found.append((target, (doc.parent / page).resolve() if page else doc, anchor))
+    return found
+
+
+def test_every_link_into_a_heading_finds_it():
+    links = [(doc, *link) for doc in DOCS for link in anchors(doc)]
+    assert len(links) >= 5, len(links)
+    broken = [f"{doc.relative_to(REPO)}: {written}" for doc, written, page, anchor in links
+              if not page.exists() or anchor not in slugs(page)]
+    assert not broken, "links to headings that are not there:\n" + "\n".join(broken)
+
+
+def test_a_link_to_a_heading_that_moved_is_found(tmp_path):
+    (tmp_path / "other.md").write_text("# Other\n\n## Drain hooks\n\n## The `gate:` entry\n")
+    doc = tmp_path / "page.md"
+    doc.write_text("# Page\n\n## Latest figures\n\n## Latest figures\n\nSee [a](#drain-hooks), "
+                   "[b](other.md#drain-hooks), [c](other.md#the-gate-entry), [d](#latest-figures-1).\n")
+    assert [(w, anchor in slugs(page)) for w, page, anchor in anchors(doc)] == [
+        ("#drain-hooks", False), ("other.md#drain-hooks", True),
+        ("other.md#the-gate-entry", True), ("#latest-figures-1", True)]
