@@ -1,5 +1,5 @@
 """Every repository path the docs cite exists: in README.md, docs/ and the
-READMEs beside playbooks/ and bench/, each link's target, each path in
+READMEs beside playbooks/, bench/ and tests/vm/, each link's target, each path in
 `backticks` that names a place in this repository (a top-level directory,
 or a room of agent/nictune/ such as `host/knobs/sriov.py`), and each such
 path to a file written as plain text (`tests/unit/test_x.py checks it`)."""
@@ -11,6 +11,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = sorted([REPO / "README.md", REPO / "playbooks" / "README.md", REPO / "bench" / "README.md",
+               REPO / "tests" / "vm" / "README.md",
                *(REPO / "docs").rglob("*.md")])
 TOP = {"agent", "tests", "docs", "profiles", "playbooks", "bench", "scripts", "contrib", ".ci"}
 # Rooms of the package, cited without agent/nictune/ in front; knobs/ and
