@@ -17,7 +17,7 @@ from nictune.profile import reference
 from nictune.profile.schema import KIT, SCHEMA, build, describe
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-REFERENCE = os.path.join(REPO, "docs", "profile-reference.md")
+REFERENCE = os.path.join(REPO, "docs", "reference", "profile.md")
 
 
 def _leaves(node: dict, prefix: str = ""):
@@ -74,8 +74,8 @@ def test_every_setting_is_in_the_checked_in_reference():
 def test_the_checked_in_reference_is_current():
     with open(REFERENCE) as f:
         assert f.read() == reference.render(), (
-            "docs/profile-reference.md is stale: regenerate it with "
-            "`.venv/bin/python -m nictune.profile.reference > docs/profile-reference.md`")
+            "docs/reference/profile.md is stale: regenerate it with "
+            "`.venv/bin/python -m nictune.profile.reference > docs/reference/profile.md`")
 
 
 def test_families_are_registered_once_with_distinct_names_and_positions():

@@ -63,7 +63,7 @@ def test_host_target_name():
 
 
 def test_every_status_is_documented():
-    with open(os.path.join(REPO, "docs", "report-format.md")) as f:
+    with open(os.path.join(REPO, "docs", "reference", "report-format.md")) as f:
         documented = set(re.findall(r"^\| `([a-z-]+)` \|", f.read(), re.M))
     assert set(STATUSES) <= documented
 

@@ -20,7 +20,7 @@ from nictune.host.journal import DEFAULT_STATE_DIR
 
 ProfileArg = Annotated[Path, typer.Argument(metavar="PROFILE", help="Profile YAML file.", show_default=False)]
 ProfilesArg = Annotated[List[Path], typer.Argument(metavar="PROFILE...", help="Profile YAML files.", show_default=False)]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print the JSON report (format: docs/report-format.md).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the JSON report (format: docs/reference/report-format.md).")]
 NetnsOpt = Annotated[Optional[str], typer.Option("--netns", "-n", metavar="NS",
                                                  help="Run inside this network namespace.")]
 StateDirOpt = Annotated[str, typer.Option("--state-dir", metavar="DIR", envvar="NICTUNE_STATE_DIR",

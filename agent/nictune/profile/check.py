@@ -146,7 +146,7 @@ def _check_policy_paths(doc: dict, positions: Dict[Path, Tuple[str, int]]) -> No
         for key in node if isinstance(node, dict) else ():
             if key != "default" and not known(key, hosts_too):
                 where = ("an interface entry's section or setting, such as roce.ecn or rings "
-                         "(docs/profile-reference.md lists them)"
+                         "(docs/reference/profile.md lists them)"
                          + (", or host.<section>" if hosts_too else "; host paths go in the "
                             "profile's own on_unsupported"))
                 raise ProfileError(*locate(positions, path + (key,)), dotted(path + (key,)),
