@@ -375,7 +375,7 @@ def load_gate(parsed: Parsed, at: Path = (), base_dir: str = ".") -> GateSpec:
 
     for name in NOT_YET:
         if name in node:
-            raise refuse((name,), f"{name} gates are not supported by this nictune yet (issue 15); "
+            raise refuse((name,), f"{name} gates are not supported by this nictune yet; "
                                   "use iperf3: for now")
     if "iperf3" not in node and "ib_write_bw" not in node and "nccl_tests" not in node:
         raise refuse((), "a gate needs traffic to measure: add iperf3:, ib_write_bw: or nccl_tests: (counters "
