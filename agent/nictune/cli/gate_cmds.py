@@ -1,5 +1,5 @@
 """`nictune gate record PLAYBOOK -i INVENTORY`: the traffic gate's
-measurements (control/gate.py), without applying anything, written to
+measurements (control/gate/), without applying anything, written to
 the gate's baseline file for later rollouts to compare with.
 
 For each play with a `gate:`, its hosts (narrowed by --limit) are split
@@ -55,13 +55,16 @@ def record(
 
 def run_record(path: str, inventory_path: str, limit: Optional[str], out_file: Optional[str],
                options) -> dict:
-    from nictune.control import gate as gatemod
     from nictune.control import playbook
+    from nictune.control.gate.baselines import write_baseline
+    from nictune.control.gate.runner import for_play
+    from nictune.control.gate.spec import load_play_gates
     from nictune.inventory import load_inventory
+    from nictune.profile.errors import ProfileError
 
     inventory = load_inventory(inventory_path)
     plays = playbook.load_playbook(path)
-    specs = gatemod.load_play_gates(path)
+    specs = load_play_gates(path)
     allowed = None if limit is None else {h.name for h in inventory.select(None, limit=limit)}
     report: dict = {"command": "gate record", "ok": True, "plays": []}
     for play, spec in zip(plays, specs):
@@ -70,10 +73,10 @@ def run_record(path: str, inventory_path: str, limit: Optional[str], out_file: O
         target = out_file or spec.baseline
         if not target:
             file, _, line = spec.source.rpartition(":")
-            raise gatemod.ProfileError(file, int(line), "gate", "the gate names no baseline: file "
+            raise ProfileError(file, int(line), "gate", "the gate names no baseline: file "
                                        "to record into (or give --out)")
         hosts = [play.host(h) for h in inventory.select(play.hosts) if allowed is None or h.name in allowed]
-        runner = gatemod.for_play(play, spec, inventory, options, compare=False)
+        runner = for_play(play, spec, inventory, options, compare=False)
         rows, messages = [], []
         for number, batch in enumerate(playbook.make_batches(play.serial, hosts), start=1):
             result = runner(number, batch)
@@ -81,7 +84,7 @@ def run_record(path: str, inventory_path: str, limit: Optional[str], out_file: O
             rows += result["results"]
             messages.append(result["message"])
         unmeasured = [r for r in rows if r["tool"] not in ("counters",) and not r.get("figures")]
-        written = gatemod.write_baseline(target, rows)
+        written = write_baseline(target, rows)
         report["plays"].append({"play": play.name, "baseline": target, "entries": written,
                                 "results": rows, "messages": messages})
         if unmeasured or not rows:

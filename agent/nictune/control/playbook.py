@@ -15,7 +15,7 @@ A playbook file is a list of plays:
         before_batch: [scontrol, update, "nodename={hosts}", state=drain, reason=nictune]
         after_batch: [scontrol, update, "nodename={hosts}", state=resume]
       require_drain: true            # refuse to start if the plan is disruptive and nothing drains
-      gate: {...}                    # traffic gate after verify (control/gate.py)
+      gate: {...}                    # traffic gate after verify (control/gate/)
 
 A play's hosts are its pattern's hosts, each seen through the play
 (Play.host): the play's vars over the inventory's, connection settings
@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from nictune.control import hooks as hooklib
-from nictune.control.gate import GATE_SCHEMA
+from nictune.control.gate.schema import GATE_SCHEMA
 from nictune.host import errors
 from nictune.host.errors import (
     EXIT_ERROR,
