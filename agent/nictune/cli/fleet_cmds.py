@@ -12,7 +12,6 @@ profile loader still only when a command needs them.
 
 from __future__ import annotations
 
-import sys
 from typing import List, Optional, Tuple, Union
 
 from nictune.cli.lint_cmds import LINTED, lint_gate
@@ -112,7 +111,7 @@ def save_snapshots(report: dict, directory: str, out: Printer) -> None:
     for w in warnings:
         out.warn(w)
     saved = sum(1 for h in report["hosts"] if h.get("snapshot_file"))
-    sys.stderr.write(f"saved {saved} snapshot(s) to {directory}\n")
+    out.note(f"saved {saved} snapshot(s) to {directory}")
 
 
 def _ssh_options(opts: Options) -> SshOptions:

@@ -12,14 +12,23 @@ from nictune.control.gate.parsers import (COUNTERS_SCRIPT, GIDS_SCRIPT, BadOutpu
                                           parse_iperf3, parse_rail_address, rdma_endpoint)
 from nictune.control.gate.rows import describe, fail, row
 from nictune.control.gate.spec import GateSpec
-from nictune.host.errors import NictuneError
+from nictune.control.outcome import Outcome
+from nictune.host.errors import TRAFFIC_GATE, NictuneError
 from nictune.host.text import printable
 from nictune.profile.errors import ProfileError
 
 
+def answer(passed: bool, message: str, results: Optional[List[dict]] = None) -> dict:
+    """A gate's answer: passed, its measurements, and the one result shape
+    (ok as passed; a failure is an error of kind traffic-gate)."""
+    outcome = Outcome(True, message) if passed else Outcome.failed(TRAFFIC_GATE, message)
+    return {"passed": passed, "results": list(results or []), **outcome.fields()}
+
+
 class Gate:
-    """gate(number, hosts) -> {"passed", "message", "results": [rows]}: the
-    gate of one play, called after each batch passed its verify.
+    """gate(number, hosts) -> answer(): {"passed", "message", "results":
+    [rows]} and an Outcome's fields (control/outcome.py): the gate of one
+    play, called after each batch passed its verify.
 
     hosts: the batch, inventory hosts (as the play sees them) or names;
     peers: the hosts of `peers:`; connect(host) -> a traffic.Session.  It
@@ -41,10 +50,10 @@ class Gate:
         try:
             result = self._run(number, hosts)
         except NictuneError as e:
-            result = {"passed": False, "message": f"batch {number}: the gate failed: {e}", "results": []}
+            result = answer(False, f"batch {number}: the gate failed: {e}")
         except Exception as e:  # noqa: BLE001 - a gate that breaks must fail its batch, never pass it
-            result = {"passed": False, "results": [], "message": (
-                f"batch {number}: the gate failed: internal error {type(e).__name__}: {clean(str(e))}")}
+            result = answer(False, f"batch {number}: the gate failed: internal error "
+                                   f"{type(e).__name__}: {clean(str(e))}")
         if result["passed"]:
             self.kept += [_name(h) for h in hosts]
         return result
@@ -56,9 +65,9 @@ class Gate:
         paired = self.spec.iperf3 is not None or self.spec.ib_write_bw is not None
         pairs = pair_up(batch, [_name(p) for p in self.peers], self.kept) if paired else []
         if paired and not pairs:
-            return {"passed": False, "results": [], "message": (
-                f"batch {number}: the gate has nothing to measure {batch[0] if batch else 'it'} against: "
-                "name peers: in the play's gate (a batch of one with no host kept before it)")}
+            return answer(False, f"batch {number}: the gate has nothing to measure "
+                                 f"{batch[0] if batch else 'it'} against: name peers: in the play's gate "
+                                 "(a batch of one with no host kept before it)")
         # nccl-tests runs on the batch's own hosts, never on peers.
         involved = list(dict.fromkeys([h for pair in pairs for h in pair]
                                       + (batch if self.spec.nccl_tests else [])))
@@ -90,7 +99,7 @@ class Gate:
                        + "; ".join(describe(r) for r in failed[:5]) + more)
         else:
             message = f"batch {number}: the traffic gate passed ({len(rows)} checks)"
-        return {"passed": not failed, "message": message, "results": rows}
+        return answer(not failed, message, rows)
 
     def _compare(self, rows: List[dict]) -> None:
         try:
