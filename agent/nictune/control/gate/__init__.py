@@ -91,13 +91,18 @@ and key.
 
 This package, a file per concern:
 
-    schema.py     the gate: section's JSON Schema (GATE_SCHEMA, for playbooks)
-    spec.py       GateSpec and its parts; load_gate, load_play_gates, gate_of_play
-    pairing.py    pair_up, rounds
-    parsers.py    what hosts print, read as untrusted (iperf3, addresses, counters, GIDs)
-    rows.py       a measurement's result row
-    baselines.py  read_baseline, write_baseline, compare
-    runner.py     Gate, and for_play which builds it for a play
+    schema.py       the gate: section's JSON Schema (GATE_SCHEMA, for playbooks)
+    spec.py         GateSpec and its parts; load_gate, load_play_gates, gate_of_play
+    pairing.py      pair_up, rounds
+    parsers.py      what hosts print, read as untrusted (iperf3, addresses, counters, GIDs)
+    rows.py         a measurement's result row
+    iperf3.py       iperf3 between a pair on a rail, judged
+    ib_write_bw.py  the pair's RDMA endpoints, and ib_write_bw between them
+    nccl.py         nccl-tests' all_reduce_perf over a batch
+    counters.py     the counters read around the traffic, and their rises
+    baselines.py    read_baseline, write_baseline, compare
+    parallel.py     work on many hosts at once
+    runner.py       Gate: opens the sessions, runs the above, answers; for_play builds it
 
 Code imports from those files; the names below are kept here for the
 tests, which read the gate as one thing.
