@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from dataclasses import replace
 from typing import List, Optional
 
 import typer
@@ -141,8 +142,6 @@ def uninstall(target: Optional[str], opts: Options) -> None:
 def status(target: Optional[str], opts: Options) -> None:
     """What the resident agent last wrote: desired profile, re-applies, drift per key;
     and its service's state."""
-    from dataclasses import replace
-
     if opts.inventory or opts.limit:
         _service("status", replace(opts, no_start=True))
     out = Printer(opts.as_json)
