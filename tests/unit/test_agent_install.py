@@ -153,7 +153,8 @@ def test_the_unit_names_the_interpreter_by_its_real_path_and_never_one_under_tmp
         copy = os.path.join(venv, "python3-copy")
         shutil.copy(os.path.realpath(sys.executable), copy)
         refused = agent_install.run_local("install", str(state), str(units), start=False, python=copy)
-        assert not refused["ok"] and "PrivateTmp=yes hides" in refused["error"], refused
+        # The same words, in the {kind, message} shape every error has.
+        assert not refused["ok"] and "PrivateTmp=yes hides" in refused["error"]["message"], refused
     finally:
         shutil.rmtree(venv)
 

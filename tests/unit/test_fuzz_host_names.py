@@ -121,7 +121,7 @@ def run_real_hook(tmp_path, names, tally: Tally) -> None:
         timeout=30)
     results, failed = hooklib.run_hooks(hooks, "before_batch", 1, names)
     if failed is not None and failed["exit_code"] is None:
-        assert failed["error"].startswith("was not run: ") and not log.exists()
+        assert failed["error"]["message"].startswith("was not run: ") and not log.exists()
         tally.add("refused by hooks")
         return
     seen = [json.loads(line) for line in log.read_text().splitlines()]

@@ -82,7 +82,7 @@ def test_a_hook_refuses_an_option_shaped_host_and_runs_nothing(tmp_path):
     report = rollout(play, ["h0", "-oProxyCommand=x"], fleet)
     assert report["stopped"]["kind"] == "hook-failed" and fleet.calls == []
     (refused,) = report["batches"][0]["hooks"]
-    assert refused["error"].startswith("was not run: host name '-oProxyCommand=x' starts with '-'")
+    assert refused["error"]["message"].startswith("was not run: host name '-oProxyCommand=x' starts with '-'")
     assert refused["argv"][-1] == "{host}" and refused["exit_code"] is None
     assert not (tmp_path / "log").exists() or [e for e in events(log) if "argv" in e] == []
 

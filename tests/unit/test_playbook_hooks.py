@@ -205,7 +205,9 @@ def test_a_timeout_kills_the_hooks_whole_process_group(tmp_path, monkeypatch, tr
         time.sleep(0.05)
     assert not _alive(pid)
     (result,) = report["batches"][0]["hooks"]
-    assert result["error"] == "timed out after 1 s; its process group was killed"
+    # The same message, in the {kind, message} shape every error has.
+    assert result["error"] == {"kind": "hook-failed",
+                               "message": "timed out after 1 s; its process group was killed"}
     assert result["output"] == "started\n" and fleet.calls == []
     assert report["stopped"]["kind"] == "hook-failed"
 

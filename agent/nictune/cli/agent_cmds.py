@@ -13,19 +13,19 @@ those hosts for the service's state and the agent's status file.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-from typing import Optional
+from dataclasses import replace
+from typing import List, Optional
 
 import typer
 
-from nictune.cli.options import (DEFAULT_STATE, AcceptNewOpt, ConnectTimeoutOpt, ForksOpt,
-                                  InventoryOpt, JsonOpt, LimitOpt, NetnsOpt, SshConfigOpt,
-                                  StateDirOpt, TimeoutOpt)
+from nictune.cli.options import (AGENT_SETTINGS, FORKS, INVENTORY, JSON, NETNS, NO_START, RESIDENT,
+                                 SSH, STATE_DIR, UNIT_DIR, Options, with_options)
+from nictune.cli.output import Printer
 from nictune.host.errors import EXIT_ERROR, EXIT_OK, NictuneError
-from nictune.host.validate import NETNS, matches
+from nictune.host.validate import NETNS as NETNS_NAME, matches
 
 agent = typer.Typer(help="The resident agent: keeps the last applied profile on this host.",
                     no_args_is_help=True)
@@ -34,33 +34,21 @@ agent = typer.Typer(help="The resident agent: keeps the last applied profile on 
 def _state_dir(state_dir: str, netns: Optional[str]) -> str:
     if netns is None:
         return state_dir
-    if not matches(NETNS, netns):
+    if not matches(NETNS_NAME, netns):
         raise typer.BadParameter(f"invalid network namespace name {netns!r}", param_hint="--netns")
     return os.path.join(state_dir, "netns", netns)
 
 
 @agent.command("run")
-def run(
-    netns: NetnsOpt = None,
-    state_dir: StateDirOpt = DEFAULT_STATE,
-    interval: float = typer.Option(30.0, "--interval", metavar="SECONDS", min=0.05,
-                                   help="How often to verify what sends no notification."),
-    flap_limit: int = typer.Option(3, "--flap-limit", metavar="N", min=1,
-                                   help="Leave a key alone at its N-th drift within the window."),
-    flap_window: float = typer.Option(600.0, "--flap-window", metavar="SECONDS", min=0.05,
-                                      help="The window of --flap-limit."),
-    metrics_address: str = typer.Option("127.0.0.1:9463", "--metrics-address", metavar="HOST:PORT",
-                                        help="Where to serve Prometheus metrics ('' for nowhere)."),
-    metrics_textfile: Optional[str] = typer.Option(None, "--metrics-textfile", metavar="FILE",
-                                                   help="Also write them to a node_exporter textfile."),
-) -> None:
+@with_options(NETNS, STATE_DIR, RESIDENT)
+def run(target: Optional[str], opts: Options) -> None:
     """Keep the desired state (the last committed apply's profile), in the foreground."""
-    argv = ["--state-dir", _state_dir(state_dir, netns), "--interval", repr(interval),
-            "--flap-limit", str(flap_limit), "--flap-window", repr(flap_window),
-            "--metrics-address", metrics_address]
-    if metrics_textfile:
-        argv += ["--metrics-textfile", metrics_textfile]
-    if netns is None:
+    argv = ["--state-dir", _state_dir(opts.state_dir, opts.netns), "--interval", repr(opts.interval),
+            "--flap-limit", str(opts.flap_limit), "--flap-window", repr(opts.flap_window),
+            "--metrics-address", opts.metrics_address]
+    if opts.metrics_textfile:
+        argv += ["--metrics-textfile", opts.metrics_textfile]
+    if opts.netns is None:
         from nictune.host import resident
 
         raise typer.Exit(resident.main(argv))
@@ -69,16 +57,8 @@ def run(
     package_root = os.path.dirname(os.path.dirname(nictune.__file__))
     env = dict(os.environ, PYTHONPATH=package_root, LANG="C")
     sys.stdout.flush()
-    os.execvpe("ip", ["ip", "netns", "exec", netns, sys.executable, "-m", "nictune.host.resident",
-                      *argv, "--netns", netns], env)
-
-
-UnitDirOpt = typer.Option(None, "--unit-dir", metavar="DIR",
-                          help="Where the unit goes (default /etc/systemd/system; over SSH, "
-                               "the host's nictune_unit_dir variable first).")
-NoStartOpt = typer.Option(False, "--no-start",
-                          help="Only write or remove the files: no systemctl (hosts where "
-                               "systemd is not running, tests).")
+    os.execvpe("ip", ["ip", "netns", "exec", opts.netns, sys.executable, "-m", "nictune.host.resident",
+                      *argv, "--netns", opts.netns], env)
 
 
 def _fleet_hosts(inventory: str, limit: Optional[str]) -> list:
@@ -87,39 +67,40 @@ def _fleet_hosts(inventory: str, limit: Optional[str]) -> list:
     return load_inventory(inventory).select(None, limit=limit)
 
 
-def _service(action: str, state_dir: str, netns: Optional[str], inventory: Optional[str],
-             limit: Optional[str], unit_dir: Optional[str], no_start: bool, interval: float,
-             metrics_address: str, ssh: tuple, forks: int, as_json: bool) -> None:
-    from nictune.control import agent_install
-    from nictune.control.ssh import SshOptions
-    from nictune.inventory.errors import InventoryError
-
+def _service(action: str, opts: Options) -> None:
+    """install, uninstall or status -i: here or on an inventory's hosts."""
+    out = Printer(opts.as_json)
     try:
-        if inventory:
-            if netns is not None:
-                raise typer.BadParameter("--netns is for this host, not with -i", param_hint="--netns")
-            accept_new, connect_timeout, timeout, ssh_config = ssh
-            options = SshOptions(connect_timeout=connect_timeout, command_timeout=timeout,
-                                 accept_new_host_keys=accept_new, ssh_config=ssh_config)
-            hosts = agent_install.run_fleet(_fleet_hosts(inventory, limit), options, action,
-                                            unit_dir, not no_start, interval, metrics_address, forks)
-        else:
-            if limit:
-                raise typer.BadParameter("--limit needs an inventory (-i)", param_hint="--limit")
-            hosts = [agent_install.run_local(action, _state_dir(state_dir, netns),
-                                             unit_dir or agent_install.UNIT_DIR, not no_start,
-                                             interval, metrics_address)]
-    except (NictuneError, InventoryError) as e:
-        sys.stderr.write(f"nictune agent {action}: {e}\n")
+        hosts = _service_hosts(action, opts)
+    except NictuneError as e:  # InventoryError included
+        out.error(str(e), prefix=f"nictune agent {action}")
         raise typer.Exit(EXIT_ERROR)
     ok = all(h["ok"] for h in hosts)
-    if as_json:
-        sys.stdout.write(json.dumps({"command": f"agent {action}", "ok": ok, "hosts": hosts},
-                                    indent=2, sort_keys=True) + "\n")
+    if opts.as_json:
+        out.json({"command": f"agent {action}", "ok": ok, "hosts": hosts}, sort_keys=True)
     else:
         for h in hosts:
-            sys.stdout.write(_service_line(action, h) + "\n")
+            out.line(_service_line(action, h))
     raise typer.Exit(EXIT_OK if ok else EXIT_ERROR)
+
+
+def _service_hosts(action: str, opts: Options) -> List[dict]:
+    from nictune.control import agent_install
+    from nictune.control.ssh import SshOptions
+
+    if opts.inventory:
+        if opts.netns is not None:
+            raise typer.BadParameter("--netns is for this host, not with -i", param_hint="--netns")
+        options = SshOptions(connect_timeout=opts.connect_timeout, command_timeout=opts.timeout,
+                             accept_new_host_keys=opts.accept_new, ssh_config=opts.ssh_config)
+        return agent_install.run_fleet(_fleet_hosts(opts.inventory, opts.limit), options, action,
+                                       opts.unit_dir, not opts.no_start, opts.interval,
+                                       opts.metrics_address, opts.forks)
+    if opts.limit:
+        raise typer.BadParameter("--limit needs an inventory (-i)", param_hint="--limit")
+    return [agent_install.run_local(action, _state_dir(opts.state_dir, opts.netns),
+                                    opts.unit_dir or agent_install.UNIT_DIR, not opts.no_start,
+                                    opts.interval, opts.metrics_address)]
 
 
 def _unit_words(h: dict) -> str:
@@ -130,7 +111,7 @@ def _unit_words(h: dict) -> str:
 
 def _service_line(action: str, h: dict) -> str:
     if not h["ok"]:
-        return f"{h['host']}: FAILED: {h.get('error')}"
+        return f"{h['host']}: FAILED: {h['error']['message']}"
     if action == "status":
         agent_state = h.get("agent")
         return (f"{h['host']}: {_unit_words(h)}, agent "
@@ -142,77 +123,46 @@ def _service_line(action: str, h: dict) -> str:
 
 
 @agent.command("install")
-def install(
-    state_dir: StateDirOpt = DEFAULT_STATE,
-    inventory: InventoryOpt = None,
-    limit: LimitOpt = None,
-    unit_dir: Optional[str] = UnitDirOpt,
-    no_start: bool = NoStartOpt,
-    interval: float = typer.Option(30.0, "--interval", metavar="SECONDS",
-                                   help="The agent's --interval."),
-    metrics_address: str = typer.Option("127.0.0.1:9463", "--metrics-address", metavar="HOST:PORT",
-                                        help="The agent's --metrics-address ('' for none)."),
-    forks: ForksOpt = 50,
-    accept_new: AcceptNewOpt = False,
-    connect_timeout: ConnectTimeoutOpt = 10.0,
-    timeout: TimeoutOpt = 120.0,
-    ssh_config: SshConfigOpt = "~/.ssh/config",
-    as_json: JsonOpt = False,
-) -> None:
+@with_options(STATE_DIR, INVENTORY, UNIT_DIR, NO_START, AGENT_SETTINGS, FORKS, SSH, JSON)
+def install(target: Optional[str], opts: Options) -> None:
     """Install the agent as a systemd service (nictune-agent.service), enabled and started.
     It runs in the host's own network namespace: for a namespace, use `agent run --netns`."""
-    _service("install", state_dir, None, inventory, limit, unit_dir, no_start, interval,
-             metrics_address, (accept_new, connect_timeout, timeout, ssh_config), forks, as_json)
+    _service("install", opts)
 
 
 @agent.command("uninstall")
-def uninstall(
-    state_dir: StateDirOpt = DEFAULT_STATE,
-    inventory: InventoryOpt = None,
-    limit: LimitOpt = None,
-    unit_dir: Optional[str] = UnitDirOpt,
-    no_start: bool = NoStartOpt,
-    forks: ForksOpt = 50,
-    accept_new: AcceptNewOpt = False,
-    connect_timeout: ConnectTimeoutOpt = 10.0,
-    timeout: TimeoutOpt = 120.0,
-    ssh_config: SshConfigOpt = "~/.ssh/config",
-    as_json: JsonOpt = False,
-) -> None:
+@with_options(STATE_DIR, INVENTORY, UNIT_DIR, NO_START, FORKS, SSH, JSON)
+def uninstall(target: Optional[str], opts: Options) -> None:
     """Stop, disable and remove the service and its zipapp; the desired state and journal stay."""
-    _service("uninstall", state_dir, None, inventory, limit, unit_dir, no_start, 30.0,
-             "127.0.0.1:9463", (accept_new, connect_timeout, timeout, ssh_config), forks, as_json)
+    _service("uninstall", opts)
 
 
 @agent.command("status")
-def status(
-    netns: NetnsOpt = None,
-    state_dir: StateDirOpt = DEFAULT_STATE,
-    inventory: InventoryOpt = None,
-    limit: LimitOpt = None,
-    unit_dir: Optional[str] = UnitDirOpt,
-    forks: ForksOpt = 50,
-    accept_new: AcceptNewOpt = False,
-    connect_timeout: ConnectTimeoutOpt = 10.0,
-    timeout: TimeoutOpt = 120.0,
-    ssh_config: SshConfigOpt = "~/.ssh/config",
-    as_json: JsonOpt = False,
-) -> None:
+@with_options(NETNS, STATE_DIR, INVENTORY, UNIT_DIR, FORKS, SSH, JSON)
+def status(target: Optional[str], opts: Options) -> None:
     """What the resident agent last wrote: desired profile, re-applies, drift per key;
     and its service's state."""
+    if opts.inventory or opts.limit:
+        _service("status", replace(opts, no_start=True))
+    out = Printer(opts.as_json)
+    report = _status_here(_state_dir(opts.state_dir, opts.netns), opts.unit_dir, out)
+    if opts.as_json:
+        out.json(report, sort_keys=True)
+    else:
+        for line in _lines(report):
+            out.line(line)
+    raise typer.Exit(EXIT_OK if report["agent"] else EXIT_ERROR)
+
+
+def _status_here(where: str, unit_dir: Optional[str], out: Printer) -> dict:
     from nictune.control import agent_install
     from nictune.host import resident
     from nictune.host.journal import Journal
 
-    if inventory or limit:
-        _service("status", state_dir, netns, inventory, limit, unit_dir, True, 30.0,
-                 "127.0.0.1:9463", (accept_new, connect_timeout, timeout, ssh_config), forks,
-                 as_json)
-    where = _state_dir(state_dir, netns)
     try:
         found = resident.load_status(where)
     except (NictuneError, ValueError, OSError) as e:
-        sys.stderr.write(f"nictune agent status: {e}\n")
+        out.error(str(e), prefix="nictune agent status")
         raise typer.Exit(EXIT_ERROR)
     # A desired state that cannot be read is part of the status, not a
     # reason to show none of it (the agent idles then: say why).
@@ -221,16 +171,11 @@ def status(
         desired = journal.load_desired()
     except NictuneError as e:
         desired, desired_error = None, str(e)
-    report = {"state_dir": where, "running": _running(found),
-              "service": agent_install.service_status(where, unit_dir or agent_install.UNIT_DIR),
-              "desired": desired and {k: desired.get(k) for k in ("path", "apply", "stored")},
-              "desired_error": desired_error or "; ".join(journal.desired_warnings) or None,
-              "agent": found}
-    if as_json:
-        sys.stdout.write(json.dumps(report, indent=2, sort_keys=True) + "\n")
-    else:
-        sys.stdout.write("".join(line + "\n" for line in _lines(report)))
-    raise typer.Exit(EXIT_OK if found else EXIT_ERROR)
+    return {"state_dir": where, "running": _running(found),
+            "service": agent_install.service_status(where, unit_dir or agent_install.UNIT_DIR),
+            "desired": desired and {k: desired.get(k) for k in ("path", "apply", "stored")},
+            "desired_error": desired_error or "; ".join(journal.desired_warnings) or None,
+            "agent": found}
 
 
 def _running(found: Optional[dict]) -> bool:

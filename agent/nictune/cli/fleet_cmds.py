@@ -12,7 +12,6 @@ profile loader still only when a command needs them.
 
 from __future__ import annotations
 
-import sys
 from typing import List, Optional, Tuple, Union
 
 from nictune.cli.lint_cmds import LINTED, lint_gate
@@ -112,7 +111,7 @@ def save_snapshots(report: dict, directory: str, out: Printer) -> None:
     for w in warnings:
         out.warn(w)
     saved = sum(1 for h in report["hosts"] if h.get("snapshot_file"))
-    sys.stderr.write(f"saved {saved} snapshot(s) to {directory}\n")
+    out.note(f"saved {saved} snapshot(s) to {directory}")
 
 
 def _ssh_options(opts: Options) -> SshOptions:
@@ -170,12 +169,13 @@ def _run_playbook(command: str, path: str, parsed: Parsed, inventory, opts: Opti
 def _gate_for(play, inventory, opts: Options):
     """The traffic gate for a play with a gate: key, as rollout() calls it:
     gate(batch number, hosts) -> {"passed", "message", "results"}
-    (control/playbook.py Gate), built by control/gate.py over the fleet's
+    (control/playbook.py Gate), built by control/gate/runner.py over the fleet's
     own SSH settings; a bad gate: raises ProfileError before any write."""
-    from nictune.control import gate
+    from nictune.control.gate.runner import for_play
+    from nictune.control.gate.spec import gate_of_play
 
-    spec = gate.gate_of_play(play)
-    return gate.for_play(play, spec, inventory, _ssh_options(opts)) if spec is not None else None
+    spec = gate_of_play(play)
+    return for_play(play, spec, inventory, _ssh_options(opts)) if spec is not None else None
 
 
 def _gate(command: str, opts: Options):

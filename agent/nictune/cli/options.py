@@ -1,8 +1,9 @@
 """Every option of the command line, declared once (Typer's Annotated style).
 
 Commands with few options use the aliases directly.  The host and fleet
-commands (plan, apply, verify, audit, rollback, show) share most of theirs:
-they take groups of them through with_options(), and get one Options.
+commands (plan, apply, verify, audit, rollback, show), `agent` and `gate
+record` share most of theirs: they take groups of them through
+with_options(), and get one Options.
 """
 
 from __future__ import annotations
@@ -81,6 +82,33 @@ MaxAgeOpt = Annotated[str, typer.Option(
                                      "(90s, 30m, 24h, 7d).")]
 
 
+# -- the resident agent and its service (cli/agent_cmds.py) -------------------
+PlaybookArg = Annotated[Path, typer.Argument(metavar="PLAYBOOK", show_default=False,
+                                             help="Playbook whose plays have gate:.")]
+OutFileOpt = Annotated[Optional[str], typer.Option(
+    "--out", metavar="FILE", help="Write here rather than to the gate's baseline: file.")]
+RunIntervalOpt = Annotated[float, typer.Option("--interval", metavar="SECONDS", min=0.05,
+                                               help="How often to verify what sends no notification.")]
+FlapLimitOpt = Annotated[int, typer.Option("--flap-limit", metavar="N", min=1,
+                                           help="Leave a key alone at its N-th drift within the window.")]
+FlapWindowOpt = Annotated[float, typer.Option("--flap-window", metavar="SECONDS", min=0.05,
+                                              help="The window of --flap-limit.")]
+RunMetricsAddressOpt = Annotated[str, typer.Option(
+    "--metrics-address", metavar="HOST:PORT", help="Where to serve Prometheus metrics ('' for nowhere).")]
+MetricsTextfileOpt = Annotated[Optional[str], typer.Option(
+    "--metrics-textfile", metavar="FILE", help="Also write them to a node_exporter textfile.")]
+UnitDirOpt = Annotated[Optional[str], typer.Option(
+    "--unit-dir", metavar="DIR", help="Where the unit goes (default /etc/systemd/system; over SSH, "
+                                      "the host's nictune_unit_dir variable first).")]
+NoStartOpt = Annotated[bool, typer.Option(
+    "--no-start", help="Only write or remove the files: no systemctl (hosts where "
+                       "systemd is not running, tests).")]
+InstallIntervalOpt = Annotated[float, typer.Option("--interval", metavar="SECONDS",
+                                                   help="The agent's --interval.")]
+InstallMetricsAddressOpt = Annotated[str, typer.Option(
+    "--metrics-address", metavar="HOST:PORT", help="The agent's --metrics-address ('' for none).")]
+
+
 class Format(str, enum.Enum):
     text = "text"
     markdown = "markdown"
@@ -124,6 +152,15 @@ class Options:
     save: Optional[str] = None
     from_snapshots: Optional[str] = None
     max_age: str = "24h"
+    # agent run|install|uninstall|status, gate record
+    interval: float = 30.0
+    flap_limit: int = 3
+    flap_window: float = 600.0
+    metrics_address: str = "127.0.0.1:9463"
+    metrics_textfile: Optional[str] = None
+    unit_dir: Optional[str] = None
+    no_start: bool = False
+    out_file: Optional[str] = None
 
 
 APPLY_CONFIRM_TIMEOUT = 30.0
@@ -142,12 +179,15 @@ def _param(name: str, annotation: Any, default: Any = MISSING) -> inspect.Parame
 # Option groups, in the order --help lists them.
 Group = Tuple[inspect.Parameter, ...]
 TARGET: Group = (inspect.Parameter("target", _KEYWORD, annotation=TargetArg),)
-FLEET: Group = (_param("inventory", InventoryOpt), _param("limit", LimitOpt),
-                _param("forks", ForksOpt))
+INVENTORY: Group = (_param("inventory", InventoryOpt), _param("limit", LimitOpt))
+FORKS: Group = (_param("forks", ForksOpt),)
+FLEET: Group = INVENTORY + FORKS
 AUDIT_FILES: Group = (_param("junit", JunitOpt), _param("prometheus", PrometheusOpt))
 JUNIT: Group = (_param("junit", JunitOpt),)  # apply: a playbook rollout's report
-COMMON: Group = (_param("netns", NetnsOpt), _param("state_dir", StateDirOpt),
-                 _param("as_json", JsonOpt))
+NETNS: Group = (_param("netns", NetnsOpt),)
+STATE_DIR: Group = (_param("state_dir", StateDirOpt),)
+JSON: Group = (_param("as_json", JsonOpt),)
+COMMON: Group = NETNS + STATE_DIR + JSON
 SHOW_ALL: Group = (_param("show_all", AllOpt),)
 CONTENT: Group = (_param("show_file_content", ContentOpt),)
 SSH: Group = (_param("accept_new", AcceptNewOpt), _param("connect_timeout", ConnectTimeoutOpt),
@@ -159,6 +199,15 @@ BASE: Group = (_param("base", BaseOpt), _param("base_file", BaseFileOpt))
 FORMAT: Group = (_param("format", FormatOpt),)
 SAVE: Group = (_param("save", SaveOpt),)
 SNAPSHOTS: Group = (_param("from_snapshots", FromSnapshotsOpt), _param("max_age", MaxAgeOpt))
+PLAYBOOK: Group = (inspect.Parameter("target", _KEYWORD, annotation=PlaybookArg),)
+OUT_FILE: Group = (_param("out_file", OutFileOpt),)
+RESIDENT: Group = (_param("interval", RunIntervalOpt), _param("flap_limit", FlapLimitOpt),
+                   _param("flap_window", FlapWindowOpt), _param("metrics_address", RunMetricsAddressOpt),
+                   _param("metrics_textfile", MetricsTextfileOpt))
+UNIT_DIR: Group = (_param("unit_dir", UnitDirOpt),)
+NO_START: Group = (_param("no_start", NoStartOpt),)
+AGENT_SETTINGS: Group = (_param("interval", InstallIntervalOpt),
+                         _param("metrics_address", InstallMetricsAddressOpt))
 
 Body = Callable[[Optional[str], Options], None]
 

@@ -57,8 +57,8 @@ class Printer:
         return sys.stdout.isatty()
 
     # -- generic ---------------------------------------------------------
-    def json(self, data) -> None:
-        sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    def json(self, data, sort_keys: bool = False) -> None:
+        sys.stdout.write(json.dumps(data, indent=2, sort_keys=sort_keys, default=str) + "\n")
 
     def line(self, text: str = "", style: Optional[str] = None) -> None:
         text = printable(text)
@@ -70,8 +70,13 @@ class Printer:
     def warn(self, text: str) -> None:
         sys.stderr.write(f"warning: {printable(text)}\n")
 
-    def error(self, text: str) -> None:
-        sys.stderr.write(f"error: {printable(text)}\n")
+    def error(self, text: str, prefix: str = "error") -> None:
+        """On stderr; prefix names who failed ("nictune agent status")."""
+        sys.stderr.write(f"{prefix}: {printable(text)}\n")
+
+    def note(self, text: str) -> None:
+        """Progress and side facts, on stderr: stdout stays the report."""
+        sys.stderr.write(printable(text) + "\n")
 
     # -- reports ----------------------------------------------------------
     def _printed_whole(self, report: dict) -> bool:
@@ -170,8 +175,8 @@ class Printer:
         if self.as_json:
             return
         names = batch.get("hosts", [])
-        sys.stderr.write(printable(f"batch {batch.get('number', '?')}: {len(names)} host(s) "
-                                   f"{_listing(names)}: {batch.get('result', '')}") + "\n")
+        self.note(f"batch {batch.get('number', '?')}: {len(names)} host(s) "
+                  f"{_listing(names)}: {batch.get('result', '')}")
 
     def fleet(self, report: dict, show_ok: bool = False, target: str = "") -> None:
         if self._printed_whole(report):
@@ -253,7 +258,7 @@ def _drain_line(check: dict) -> str:
 
 def _hook_line(batch: dict, hook: dict) -> str:
     argv = " ".join(str(a) for a in hook.get("argv") or [])
-    state = "ok" if hook.get("ok") else f"FAILED: {hook.get('error', '')}"
+    state = "ok" if hook.get("ok") else f"FAILED: {(hook.get('error') or {}).get('message', '')}"
     line = (f"batch {batch.get('number', '?')} {hook.get('hook', 'hook')}: {argv}: {state} "
             f"({hook.get('seconds', 0):.1f} s)")
     tail = [t for t in (hook.get("output") or "").split("\n") if t.strip()]

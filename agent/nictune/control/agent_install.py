@@ -36,7 +36,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import List, Optional
 
 from nictune.control import agentzip
-from nictune.host.errors import InvalidInput, NictuneError, TransportError
+from nictune.control.outcome import Outcome
+from nictune.host.errors import SYSTEM, InvalidInput, NictuneError, TransportError
 from nictune.host import knobs
 from nictune.host.validate import within
 from nictune.profile.check import OWNED_SECTIONS
@@ -326,7 +327,16 @@ def _exchange(send, readline, action: str, state_dir: str, interval: float,
         raise TransportError(f"{label}: the installer sent no report") from None
     if not isinstance(report, dict) or not isinstance(report.get("ok"), bool):
         raise TransportError(f"{label}: the installer's report is not one")
-    return dict(report, host=label)
+    return {**report, **_outcome(report).fields(), "host": label}
+
+
+def _outcome(report: dict) -> Outcome:
+    """The installer's report in the one result shape: its error (a string,
+    as the installer runs without nictune) becomes {kind, message}."""
+    if report["ok"]:
+        changed = report.get("changed")
+        return Outcome(True, changed=[str(p) for p in changed] if isinstance(changed, list) else [])
+    return Outcome.failed(SYSTEM, str(report.get("error") or "the installer failed without saying why"))
 
 
 def run_local(action: str, state_dir: str, unit_dir: str = UNIT_DIR, start: bool = True,
@@ -400,9 +410,9 @@ def run_fleet(hosts: list, options, action: str, unit_dir: Optional[str], start:
             return run_ssh(fleet.ssh_host(host), options, action, str(where), start, interval,
                            metrics_address)
         except NictuneError as e:
-            return {"host": host.name, "ok": False, "error": str(e)}
+            return {"host": host.name, **Outcome.of_error(e).fields()}
         except Exception as e:  # noqa: BLE001 - one host's surprise is that host's error
-            return {"host": host.name, "ok": False, "error": f"{type(e).__name__}: {e}"}
+            return {"host": host.name, **Outcome.failed(SYSTEM, f"{type(e).__name__}: {e}").fields()}
 
     if not hosts:
         return []

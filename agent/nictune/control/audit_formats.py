@@ -212,8 +212,9 @@ def _batch_cases(batch: dict) -> List[ET.Element]:
         argv = " ".join(str(a) for a in hook.get("argv") or [])
         case = _case(f"{classname}.hooks", f"{i} {hook.get('hook', 'hook')}: {argv}", hook.get("seconds") or 0.0)
         if not hook.get("ok"):
-            _end(case, "failure", "hook-failed", f"{hook.get('source', '')}: {hook.get('error', '')}",
-                 f"{hook.get('error', '')}\n{hook.get('output', '')}".rstrip("\n"))
+            why = (hook.get("error") or {}).get("message", "")
+            _end(case, "failure", "hook-failed", f"{hook.get('source', '')}: {why}",
+                 f"{why}\n{hook.get('output', '')}".rstrip("\n"))
         cases.append(case)
     by_host = {}
     for part in ("reports", "verify", "rollback"):

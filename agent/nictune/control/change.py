@@ -47,7 +47,7 @@ from collections import Counter
 from typing import Callable, Dict, List, Optional
 
 from nictune.host.agent import BASE_FORMAT
-from nictune.host.errors import NictuneError
+from nictune.host.errors import TRANSPORT, NictuneError, error
 
 CHANGE_FORMAT = 1
 DRIFTED = ("pending", "drift")  # the base plan's word for "current != old wanted"
@@ -177,7 +177,7 @@ def effect(hosts: List[dict], base: dict, lint: Optional[dict] = None,
         problem = checked_base(h)
         if problem:
             if not h.get("error"):  # an unreachable host has no base, and says why already
-                errors.append({"host": name, "side": "base", "kind": "transport", "message": problem})
+                errors.append({"host": name, "side": "base", **error(TRANSPORT, problem)})
             continue
         if h["base"].get("error"):
             errors.append({"host": name, "side": "base", **_error_fields(h["base"]["error"])})

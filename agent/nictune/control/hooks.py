@@ -44,6 +44,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from nictune.control.outcome import Outcome
+from nictune.host.errors import HOOK_FAILED
 from nictune.host.text import printable
 from nictune.inventory.hostnames import host_name_problem
 from nictune.profile.check import locate
@@ -258,28 +260,30 @@ def run_hooks(hooks: Optional[Hooks], when: str, number: int, names: Sequence[st
 
 def _refused(hook: Hook, why: str) -> dict:
     """The result of a hook nictune would not run: as written, and why."""
-    return {"argv": list(hook.argv), "exit_code": None, "seconds": 0.0, "output": "", "ok": False,
-            "error": f"was not run: {why}", "hook": hook.when, "source": hook.where}
+    return {"argv": list(hook.argv), "exit_code": None, "seconds": 0.0, "output": "",
+            **Outcome.failed(HOOK_FAILED, f"was not run: {why}").fields(),
+            "hook": hook.when, "source": hook.where}
 
 
 def run_command(argv: List[str], env: Dict[str, str], timeout: float) -> dict:
-    """Run argv without a shell; the result dict of the rollout report."""
+    """Run argv without a shell; the result dict of the rollout report:
+    argv, exit_code, seconds, output, and an Outcome's fields (control/outcome.py)."""
     start = time.monotonic()
-    result: Dict[str, Any] = {"argv": list(argv), "exit_code": None, "seconds": 0.0, "output": "",
-                              "ok": False, "error": None}
+    result: Dict[str, Any] = {"argv": list(argv), "exit_code": None, "seconds": 0.0, "output": ""}
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True,
                                 env={**os.environ, **env})
     except (OSError, ValueError) as e:
-        result["error"] = f"cannot start {printable(argv[0])}: {printable(getattr(e, 'strerror', None) or e)}"
-        return result
+        why = f"cannot start {printable(argv[0])}: {printable(getattr(e, 'strerror', None) or e)}"
+        return {**result, **Outcome.failed(HOOK_FAILED, why).fields()}
     tail = _Tail(proc.stdout)
+    why: Optional[str] = None
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
-        result["error"] = f"timed out after {timeout:g} s; its process group was killed"
+        why = f"timed out after {timeout:g} s; its process group was killed"
     except BaseException:
         # Ctrl-C: the hook's session of its own never saw the terminal's SIGINT.
         _kill_group(proc)
@@ -292,13 +296,12 @@ def run_command(argv: List[str], env: Dict[str, str], timeout: float) -> dict:
             proc.stdout.close()
     result["seconds"] = round(time.monotonic() - start, 3)
     result["output"] = tail.text()
-    if result["error"] is None:
+    if why is None:
         result["exit_code"] = proc.returncode
-        result["ok"] = proc.returncode == 0
         if proc.returncode != 0:
-            result["error"] = (f"exited with {proc.returncode}" if proc.returncode > 0 else
-                               f"killed by signal {-proc.returncode}")
-    return result
+            why = (f"exited with {proc.returncode}" if proc.returncode > 0 else
+                   f"killed by signal {-proc.returncode}")
+    return {**result, **(Outcome(True) if why is None else Outcome.failed(HOOK_FAILED, why)).fields()}
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

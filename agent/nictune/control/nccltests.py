@@ -3,7 +3,7 @@ of the table it prints, for a bus bandwidth threshold.
 
 No machine here has GPUs: the argv is tested as a list and the parser on
 outputs recorded on real clusters (tests/fixtures/nccl-tests/, each named
-in its SOURCE.md).  The gate runner (control/gate.py) starts it, usually
+in its SOURCE.md).  The gate runner (control/gate/) starts it, usually
 behind an MPI launcher of the site's (mpirun ... + argv()), and bounds it
 in time; only rank 0 prints the table.
 

@@ -1,7 +1,7 @@
 """perftest (ib_write_bw, ib_send_lat ...) for the traffic gate: argv lists
 for the server and the client, and the parsing of their text reports.
 
-The gate runner (control/gate.py) runs these over its SSH connections; this
+The gate runner (control/gate/) runs these over its SSH connections; this
 module never starts a process.  Each side gets its own RDMA device, port and
 GID index (the GID index of one rail may differ between hosts) and the same
 traffic class, so the data packets (client) and the ACKs (server) carry the

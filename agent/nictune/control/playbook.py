@@ -15,7 +15,7 @@ A playbook file is a list of plays:
         before_batch: [scontrol, update, "nodename={hosts}", state=drain, reason=nictune]
         after_batch: [scontrol, update, "nodename={hosts}", state=resume]
       require_drain: true            # refuse to start if the plan is disruptive and nothing drains
-      gate: {...}                    # traffic gate after verify (control/gate.py)
+      gate: {...}                    # traffic gate after verify (control/gate/)
 
 A play's hosts are its pattern's hosts, each seen through the play
 (Play.host): the play's vars over the inventory's, connection settings
@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from nictune.control import hooks as hooklib
-from nictune.control.gate import GATE_SCHEMA
+from nictune.control.gate.schema import GATE_SCHEMA
+from nictune.control.outcome import Outcome
 from nictune.host import errors
 from nictune.host.errors import (
     EXIT_ERROR,
@@ -548,7 +549,7 @@ def _hook_words(result: dict) -> str:
     argv = " ".join(printable(a) for a in result["argv"])
     if len(argv) > 120:
         argv = argv[:117] + "..."
-    return f"{result['hook']} hook ({result['source']}) {argv!r} {result['error']}"
+    return f"{result['hook']} hook ({result['source']}) {argv!r} {result['error']['message']}"
 
 
 def _ran_before(results: List[dict]) -> str:
@@ -571,8 +572,11 @@ def _traffic_gate(gate: Gate, number: int, hosts: list) -> dict:
                   "results": []}
     results = answer.get("results")
     rows = [r for r in results if isinstance(r, dict)] if isinstance(results, list) else []
-    return {**answer, "passed": answer["passed"], "message": printable(answer.get("message") or ""),
-            "results": rows, "seconds": round(time.monotonic() - start, 3)}
+    passed, message = answer["passed"], printable(answer.get("message") or "")
+    # Whatever the gate said besides, the result shape is the one every gate has.
+    outcome = Outcome(True, message) if passed else Outcome.failed(errors.TRAFFIC_GATE, message)
+    return {**answer, "passed": passed, "results": rows, **outcome.fields(),
+            "seconds": round(time.monotonic() - start, 3)}
 
 
 def _gate_words(gated: dict) -> str:

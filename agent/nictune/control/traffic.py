@@ -1,4 +1,4 @@
-"""Commands on hosts over SSH for the traffic gate (control/gate.py):
+"""Commands on hosts over SSH for the traffic gate (control/gate/):
 bounded in time, quoted, and cleaned up.
 
 One Session per host and gate run: one paramiko connection (ssh._open,

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_
     from typing import Optional
 
 from nictune.host import nicclass
+from nictune.host.errors import NictuneError
 from nictune.host.knobs.base import Family, group_by_target
 from nictune.host.model import Unsupported
 from nictune.host.validate import FEATURE_NAME, check
@@ -44,8 +45,9 @@ FEATURE_GROUPS = {
 }
 
 
-class ApplyRefused(RuntimeError):
-    pass
+class ApplyRefused(NictuneError):
+    """The kernel acknowledged a features write but left bits unchanged: a
+    refusal, as knobs/base.py says apply may raise (kind "system")."""
 
 
 class FeaturesFamily(Family):
