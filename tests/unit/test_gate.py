@@ -1,4 +1,4 @@
-"""The traffic gate's parts that need no host (control/gate.py, traffic.py):
+"""The traffic gate's parts that need no host (control/gate/, traffic.py):
 the gate: spec and its errors (file:line:key, no traceback), hostile
 iperf3 / ip / counter output, pairing, baselines, and the Gate's
 decisions with fake sessions.  The real runs are tests/fleet/test_gate_fleet.py.

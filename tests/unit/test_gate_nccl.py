@@ -1,4 +1,4 @@
-"""The traffic gate's nccl-tests entry (control/gate.py nccl_tests:): the
+"""The traffic gate's nccl-tests entry (control/gate/ nccl_tests:): the
 spec and its errors (file:line:key, one paragraph), the exact argv with
 the launcher's placeholders filled, and the runner's decisions on the
 output, with the SSH session faked.  The output is real: recorded

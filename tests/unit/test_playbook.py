@@ -3,7 +3,7 @@ documented examples and, when it is installed, ansible-playbook itself),
 max_fail_percentage, and the staged rollout driven by a fake `run`.
 
 The fake `run` stands in for the SSH transport: it answers host reports of
-the shape of docs/report-format.md from a per-host script of exit codes.
+the shape of docs/reference/report-format.md from a per-host script of exit codes.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The traffic gate's place in a rollout (control/playbook.py), not its
-measurements (control/gate.py): when the gate runs, what a failed,
+measurements (control/gate/): when the gate runs, what a failed,
 broken or missing gate does to the batch, and how its results reach the
 rollout report, the human printer, JUnit and the CLI's gate seam
 (cli/fleet_cmds.py _gate_for).

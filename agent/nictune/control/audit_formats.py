@@ -2,7 +2,7 @@
 node_exporter's textfile collector; and a playbook apply's rollouts as
 JUnit XML (junit_rollouts: a testsuite per rollout).
 
-Both take the JSON envelope of docs/report-format.md (`verify` or `audit`,
+Both take the JSON envelope of docs/reference/report-format.md (`verify` or `audit`,
 one HOST per audited host).  A change whose status is `drift` (or `pending`,
 the same fact seen by `plan`) is a drifted key; a host whose report carries
 an `error` could not be audited (unreachable, timed out, agent failure).

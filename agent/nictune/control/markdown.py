@@ -1,6 +1,6 @@
 """Reports as Markdown for a pull-request comment (`--format markdown`).
 
-Renders a plan or audit envelope (docs/report-format.md) and the change
+Renders a plan or audit envelope (docs/reference/report-format.md) and the change
 document of a plan with a base (control/change.py): the summary first,
 then one table per group of hosts with identical rows, multi-line values
 (the NCCL file) as fenced ```diff blocks, long parts inside <details>.

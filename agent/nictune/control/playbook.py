@@ -368,7 +368,7 @@ def rollout(play: Play, hosts: Sequence, run: Run, on_batch: Optional[Callable[[
 
     run(command, hosts) runs "plan", "apply", "verify" or "rollback" on some
     of the hosts (the objects given here: inventory hosts or names) and
-    returns their host reports (docs/report-format.md), "host" being the
+    returns their host reports (docs/reference/report-format.md), "host" being the
     host's name; it must report errors in them rather than raise.
 
     With require_drain, every host is planned first; a disruptive change

@@ -7,7 +7,7 @@ by the host's label in the inventory (never by anything the host says):
 DIR/<label>.json, where the label is percent-encoded if it holds anything
 but letters, digits and "._-" (local: "local", a namespace: "netns:NAME").
 
-File (format 1, docs/report-format.md "Snapshots"):
+File (format 1, docs/reference/report-format.md "Snapshots"):
 
     {"nictune_snapshot": 1, "host": "<label>", "recorded": "2026-12-01T03:00:00Z",
      "agent": "<nictune version>", "reads": {"root_is_system": true,

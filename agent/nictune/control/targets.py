@@ -49,7 +49,7 @@ class Target(Protocol):
                 ``state_dir`` (the host's own) before sending it.
 
         Returns:
-            dict: the host report (docs/report-format.md, HOST) whose
+            dict: the host report (docs/reference/report-format.md, HOST) whose
             ``host`` is this target's label.  Whatever went wrong on the
             host (a bad value, a refused write, a rollback) is in the report
             and its ``exit_code``, never raised.

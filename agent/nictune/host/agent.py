@@ -16,7 +16,7 @@ A verify may add "learn": true: the report then carries "questions", the
 reads it made of the kernel, without their answers (host/rawreads.py), for
 control/probe.py to ask again later without starting the agent.
 A request (either version) may add "record": true: the report then carries
-"snapshot" (host/recorded.py, docs/report-format.md): every read a show made
+"snapshot" (host/recorded.py, docs/reference/report-format.md): every read a show made
 on the host, recorded while it ran (for a show, the same run; for any other
 read-only command (plan, verify), its own reads and a show's after it).
 `show --save` and `audit --save` ask for it.

@@ -4,11 +4,11 @@ CATALOG names each family's module and class and the profile sections it
 owns, so that the agent imports only the families a command needs
 (families_for(), load()): a verify of sysctls and MTUs does not pay for
 importing OVS, IPsec or MACsec.  REGISTERED and FAMILIES import them all,
-on first use (the controller's schema, docs/profile-reference.md, `show`);
+on first use (the controller's schema, docs/reference/profile.md, `show`);
 tests/unit/test_agent_imports.py checks CATALOG against the classes.
 
 REGISTERED is in the order a reader meets the sections in a profile (and
-in the schema and docs/profile-reference.md).  FAMILIES is the order an
+in the schema and docs/reference/profile.md).  FAMILIES is the order an
 apply writes them: each family's `position`, whose reason its module gives.
 In short: sysctls and files first; then device settings, channels before
 rings; global pause before DCB, DCB before the RoCE files; link MTU and

@@ -64,7 +64,7 @@ if TYPE_CHECKING:  # annotations only: importing typing costs every agent run, a
 class Family:
     name: ClassVar[str] = ""
     # Apply order, low first; a rollback walks it backwards.  position_note
-    # says why the family sits there (docs/profile-reference.md lists them).
+    # says why the family sits there (docs/reference/profile.md lists them).
     position: ClassVar[int] = 0
     position_note: ClassVar[str] = ""
     sections: ClassVar[Tuple[str, ...]] = ()       # keys of an interfaces entry this family owns
