@@ -15,7 +15,7 @@ import os
 import pytest
 from fleet_helpers import audit, comparable, drift_of, nictune, profile_file
 
-from nictune.control import probe
+from nictune.control import probe, probecache
 from nictune.lab.fleet import run_in
 
 pytestmark = pytest.mark.netns
@@ -119,8 +119,8 @@ def test_a_verify_a_probe_cannot_ask_is_not_learned_again(make_fleet, tmp_path, 
     # The next audit goes to the agent at once, without asking it to learn
     # (which costs the host a recording every time) and without a probe.
     asked = []
-    real = probe.QuestionCache.learned
-    monkeypatch.setattr(probe.QuestionCache, "learned", lambda self, *a: asked.append(a) or real(self, *a))
+    real = probecache.QuestionCache.learned
+    monkeypatch.setattr(probecache.QuestionCache, "learned", lambda self, *a: asked.append(a) or real(self, *a))
     monkeypatch.setattr(probe, "encode_questions", lambda q: pytest.fail("a probe was sent"))
     second = audit(fleet, profile)
     assert {h["via"] for h in second.values()} == {"zipapp"} and asked == []

@@ -48,7 +48,7 @@ from paramiko.common import cMSG_CHANNEL_OPEN
 from paramiko.message import Message
 
 import nictune
-from nictune.control import agentzip, hostreport, probe
+from nictune.control import agentzip, hostreport, probe, probecache
 from nictune.host import errors
 from nictune.host.errors import TransportError
 from nictune.host.journal import DEFAULT_STATE_DIR
@@ -566,12 +566,15 @@ class SshTarget:
             if report is not None:
                 return report
         user = client.get_transport().get_username()
-        learn = None
+        learn, cache_warning = None, None
         if request["command"] == "verify" and self.options.probe and not request.get("record"):
-            cache = probe.QuestionCache(self.options.probe_cache)
+            cache = probecache.QuestionCache(self.options.probe_cache)
             key = cache.key([self.host.label, self.host.address, self.host.port, user],
                             request, bundle.sha256)
-            questions, refused = cache.lookup(key)
+            try:
+                questions, refused = cache.lookup(key)
+            except probecache.CacheRefused as e:  # nothing in it is used, nothing learned
+                questions, refused, cache_warning = None, True, str(e)
             if questions is not None:
                 report = self._via_probe(client, request, questions, user)
                 if report is not None:
@@ -594,13 +597,15 @@ class SshTarget:
         line = lines.readline("report")
         try:
             report = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise self._failed(chan, "the agent sent no report") from None
         if learn is not None and isinstance(report, dict):
             learn[0].learned(learn[1], report.pop("questions", None))
         report = hostreport.accept(report, self.label, request["command"])
         report["via"] = "zipapp"
         report["transport"] = {"agent_sent": answer == b"need"}
+        if cache_warning:
+            report["warnings"] = report["warnings"] + [cache_warning]
         if damaged:
             why = damaged.decode("ascii", "replace")
             report["transport"]["cache_damaged"] = why
