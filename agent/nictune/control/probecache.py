@@ -103,8 +103,10 @@ class QuestionCache:
         JSON, is removed (the next verify learns again)."""
         try:
             fd = os.open(name, _READ, dir_fd=directory)
-        except OSError:
-            return None  # not there; a symbolic link (ELOOP)
+        except OSError as e:
+            if e.errno != errno.ENOENT:  # a symbolic link (ELOOP), unreadable
+                _unlink(directory, name)
+            return None
         try:
             st = os.fstat(fd)
             data = _read_capped(fd) if _is_own_file(st) else None
