@@ -168,10 +168,14 @@ posix._exit(0)
 # others 26-47 questions, 3 KB, 8 KB.  The bounds leave room for hosts with
 # dozens of matched ports, some 25 times that, while a host's report can
 # no longer make every later audit of it cost seconds and hundreds of MB.
+# The answers' bound fits a link dump of some 2,400 links (3.3 KB each: a
+# switchdev host's 1,024 VF representors and more); the controller's verify
+# takes at most some 40 times its answers' size in memory (tests/fuzz/
+# probe_driver.py measures it), so one hostile host costs it 350 MB at most.
 MAX_QUESTIONS = 2000
 MAX_QUESTION_BYTES = 1 << 20  # paths and requests of one verify together
 MAX_REQUEST = 1 << 16         # bytes of one netlink request or ioctl buffer
-MAX_ANSWERS = 16 << 20        # bytes of all answers together
+MAX_ANSWERS = 8 << 20         # bytes of all answers together
 PROBE = PROBE.replace("@CAP@", str(MAX_OWNED_BYTES)).replace("@LIMIT@", str(MAX_ANSWERS))
 _IFNAME = re.compile(r"^[^\x00-\x20\x7f/:]{1,15}$")
 _PATH = re.compile(r"^/[^\x00-\x1f\x7f]{0,4095}$")
@@ -292,7 +296,9 @@ def parse_answers(data: bytes, q: dict) -> rawreads.Answers:
     head = data[:pos].split(b" ") if pos > 0 else []
     if len(head) != 3 or head[:2] != [b"nictune-probe", b"1"] or not head[2].isdigit():
         raise BadProbe("the probe did not answer")
-    page_size = int(head[2])
+    page_size = int(head[2][:8])
+    if not 1024 <= page_size <= 1 << 20:
+        raise BadProbe("the probe's page size is out of range")
     pos += 1
     answers = []
     for _ in range(len(q["files"]) + len(q["kernel"])):
@@ -302,6 +308,10 @@ def parse_answers(data: bytes, q: dict) -> rawreads.Answers:
                 p.lstrip(b"-").isdigit() for p in parts[1:]):
             raise BadProbe("an answer is malformed")
         value, size = int(parts[1]), int(parts[2])
+        # An ioctl's result is a C int, an errno below 4096: a value past
+        # them is no answer (and would overflow what it is handed to).
+        if not (0 <= value < 4096 if parts[0] == b"e" else -2**31 <= value < 2**31):
+            raise BadProbe("an answer's value is out of range")
         body = data[end + 1:end + 1 + size]
         if len(body) != size:
             raise BadProbe("an answer is cut short")
@@ -335,9 +345,12 @@ def _file_answer(ident: str, good: bool, value: int, body: bytes) -> dict:
             return {"$bytes": base64.b64encode(body).decode()}
     if op in ("stat", "lstat"):
         fields = body.split(b" ")
-        if len(fields) != 10 or not all(f.lstrip(b"-").isdigit() for f in fields):
+        if len(fields) != 10 or not all(f.lstrip(b"-").isdigit() and len(f) <= 20 for f in fields):
             raise BadProbe("a stat answer is malformed")
-        return {"stat": [int(f) for f in fields]}
+        values = [int(f) for f in fields]
+        if not all(-2**63 <= v < 2**64 for v in values):
+            raise BadProbe("a stat answer is out of range")
+        return {"stat": values}
     if op == "listdir":
         return {"value": [os.fsdecode(n) for n in body.split(b"\0")] if body else []}
     if op == "readlink":

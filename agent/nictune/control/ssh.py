@@ -679,8 +679,10 @@ class SshTarget:
             return None
         finally:
             chan.close()
-        if (report.get("error") or {}).get("kind") == errors.SYSTEM:
-            return None  # a replay that went wrong here: the agent's own answer is worth more
+        if (report.get("error") or {}).get("kind") in (errors.SYSTEM, errors.INVALID_INPUT):
+            # A replay that went wrong here (answers no kernel would give
+            # make the families fail): the agent's own answer is worth more.
+            return None
         report["agent"] = nictune.__version__
         report = hostreport.accept(report, self.label, request["command"])
         report["via"] = "probe"
