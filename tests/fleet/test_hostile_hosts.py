@@ -75,9 +75,10 @@ def test_edited_cache_code_is_detected_and_not_run(fleet, profile, tmp_path):
 
 def stub_python(tmp_path, name: str, report) -> str:
     """An executable that the controller takes for python3: it answers the
-    bootstrap's "have" and then prints `report`, whatever it was asked."""
+    bootstrap's "have" and then prints `report` (a str as it is), whatever
+    it was asked."""
     data = tmp_path / f"{name}.json"
-    data.write_text(json.dumps(report))
+    data.write_text(report if isinstance(report, str) else json.dumps(report))
     path = tmp_path / name
     path.write_text(textwrap.dedent(f"""\
         #!{sys.executable}
@@ -173,3 +174,16 @@ def test_a_malformed_report_is_that_hosts_protocol_error(fleet, profile, tmp_pat
     result = CliRunner().invoke(app, ["audit", profile, "-i", inventory, "--limit", host.name])
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_a_report_nested_too_deep_to_read_is_that_hosts_error_not_a_traceback(fleet, profile, tmp_path):
+    # A verify's report is read before anything else is done with it (the
+    # questions it teaches the probe are taken out of it): JSON nested
+    # deeper than Python recurses is "no report", as any other non-JSON.
+    host = fleet.of_kind("sshd")[0]
+    nested = "[" * 100_000 + "]" * 100_000
+    inventory = inventory_with(fleet, tmp_path, {host.name: stub_python(tmp_path, "deep", nested)})
+    result = CliRunner().invoke(app, ["audit", profile, "-i", inventory, "--limit", host.name, "--json"])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output[-2000:]
+    [told] = json.loads(result.stdout)["hosts"]
+    assert told["error"]["kind"] == "transport" and "the agent sent no report" in told["error"]["message"]

@@ -15,7 +15,7 @@ import os
 import pytest
 from fleet_helpers import audit, comparable, drift_of, nictune, profile_file
 
-from nictune.control import probe
+from nictune.control import probe, probecache
 from nictune.lab.fleet import run_in
 
 pytestmark = pytest.mark.netns
@@ -119,9 +119,26 @@ def test_a_verify_a_probe_cannot_ask_is_not_learned_again(make_fleet, tmp_path, 
     # The next audit goes to the agent at once, without asking it to learn
     # (which costs the host a recording every time) and without a probe.
     asked = []
-    real = probe.QuestionCache.learned
-    monkeypatch.setattr(probe.QuestionCache, "learned", lambda self, *a: asked.append(a) or real(self, *a))
+    real = probecache.QuestionCache.learned
+    monkeypatch.setattr(probecache.QuestionCache, "learned", lambda self, *a: asked.append(a) or real(self, *a))
     monkeypatch.setattr(probe, "encode_questions", lambda q: pytest.fail("a probe was sent"))
     second = audit(fleet, profile)
     assert {h["via"] for h in second.values()} == {"zipapp"} and asked == []
     assert comparable(second[fleet.hosts[0].name])["summary"] == comparable(first[fleet.hosts[0].name])["summary"]
+
+
+def test_a_question_cache_that_is_not_the_users_own_is_not_used(make_fleet, profile, tmp_path, monkeypatch):
+    # What a cache holds decides what root opens on every host: one another
+    # user can write is left alone, and the audit says so.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    fleet = make_fleet(1)
+    name = fleet.hosts[0].name
+    assert audit(fleet, profile)[name]["via"] == "zipapp"
+    assert audit(fleet, profile)[name]["via"] == "probe"
+    directory = tmp_path / "xdg" / "nictune" / "probe"
+    kept = {p: p.read_bytes() for p in directory.iterdir()}
+    os.chmod(directory, 0o755)
+    third = audit(fleet, profile)[name]
+    assert third["via"] == "zipapp", third
+    assert [w for w in third["warnings"] if f"question cache {directory} is not used: its mode is 0755" in w]
+    assert {p: p.read_bytes() for p in directory.iterdir()} == kept  # nothing learned into it

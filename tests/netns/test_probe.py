@@ -15,6 +15,8 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -156,3 +158,89 @@ def test_an_owned_file_swapped_for_a_fifo_or_a_symlink_is_never_waited_on_or_fol
         probed = by_probe(ns, req, questions)
         assert comparable(probed) == comparable(agent_in(ns, req))
         assert probed["summary"] != {"ok": 1}
+
+
+# -- what the probe program opens on the host -----------------------------------------
+
+OPENAT = {"x86_64": 257, "aarch64": 56}.get(os.uname().machine)
+
+
+def _blocked_writer(fifo: str):
+    """A thread opening `fifo` for writing: it blocks until some reader
+    opens it, so whether it got through tells whether anything opened it."""
+    through, started = threading.Event(), threading.Event()
+    tid = []
+
+    def write():
+        tid.append(threading.get_native_id())
+        started.set()
+        os.close(os.open(fifo, os.O_WRONLY))
+        through.set()
+
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    started.wait(5)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:  # until it waits inside open()
+        with open(f"/proc/self/task/{tid[0]}/syscall") as f:
+            if OPENAT is not None and f.read().split()[0] == str(OPENAT):
+                break
+        time.sleep(0.01)
+    else:
+        time.sleep(0.5)
+
+    def release() -> bool:
+        opened = through.wait(0.5)
+        if not opened:
+            os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+        thread.join(5)
+        return opened
+    return release
+
+
+def probe_answers(*files: str) -> bytes:
+    asked = b"nictune-probe 1\n" + b"".join(b"f %s\n" % f.encode() for f in files)
+    return subprocess.run([SYSTEM_PYTHON, "-I", "-S", "-c", probe.PROBE], input=asked, capture_output=True,
+                          check=True, timeout=30).stdout.split(b"\n", 1)[1]
+
+
+@pytest.fixture
+def shm_fifo():
+    path = f"/dev/shm/nt-probe-{os.getpid()}"
+    os.mkfifo(path, 0o600)
+    try:
+        yield path
+    finally:
+        os.unlink(path)
+
+
+def test_the_probe_never_opens_under_dev(shm_fifo):
+    # Whatever a cache asks: the controller refuses such questions, and the
+    # probe on the host refuses them again, before opening anything.
+    release = _blocked_writer(shm_fifo)
+    answer = probe_answers(f"open {shm_fifo}")
+    assert not release(), "the probe opened a FIFO under /dev"
+    assert answer == b"e 1 0\n"
+    assert probe_answers("open /dev/null", "open-nofollow /dev/zero") == b"e 1 0\ne 1 0\n"
+
+
+@pytest.mark.parametrize("op, via_link, errno_", [("open", False, 29), ("open", True, 29),
+                                                  ("open-nofollow", True, 40)])
+def test_the_probe_looks_at_a_files_type_before_opening_it(tmp_path, op, via_link, errno_):
+    fifo = str(tmp_path / "fifo")
+    os.mkfifo(fifo, 0o600)
+    asked = fifo
+    if via_link:
+        asked = str(tmp_path / "link")
+        os.symlink(fifo, asked)
+    release = _blocked_writer(fifo)
+    answer = probe_answers(f"{op} {asked}")
+    assert not release(), "the probe opened a FIFO"
+    assert answer == b"e %d 0\n" % errno_
+
+
+def test_the_probe_still_reads_regular_files_and_through_links(tmp_path):
+    (tmp_path / "f").write_text("42\n")
+    os.symlink(tmp_path / "f", tmp_path / "l")
+    assert probe_answers(f"open {tmp_path}/f", f"open {tmp_path}/l", f"open-nofollow {tmp_path}/f") == \
+        b"o 0 3\n42\n" * 3

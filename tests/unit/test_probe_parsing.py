@@ -4,14 +4,20 @@ before any is used, and the probe itself imports only C modules."""
 
 from __future__ import annotations
 
+import array
 import base64
+import errno
 import shutil
+import struct
 import subprocess
+import tracemalloc
 
 import pytest
 
 from nictune.control import probe
-from nictune.host import rawreads
+from nictune.host import health, rawreads
+from nictune.host.netlink import ethtool, ioctl
+from nictune.host.netlink.errors import NetlinkError
 
 QUESTIONS = {"format": rawreads.FORMAT, "files": ["open /proc/sys/net/ipv4/tcp_ecn", "stat /sys/class/net",
                                                   "listdir /sys/class/net", "access /proc/sys/net/ipv4/tcp_ecn 2"],
@@ -94,3 +100,119 @@ def test_the_probe_imports_nothing_but_c_modules():
     extra = imported(probe.PROBE, b"nictune-probe 1\n") - imported("pass")
     # array only once an ioctl is asked; never socket.py, os.py, json, re, enum...
     assert extra == {"_socket", "_struct", "fcntl"}, extra
+
+
+# -- what a host's answers may make the controller allocate ---------------------------
+
+def _sset_info_answering(count: int, calls: list):
+    """A SIOCETHTOOL stand-in: GSSET_INFO answers `count`; every call noted."""
+    def kernel(sock, ifname, buf):
+        calls.append(len(buf))
+        raw = bytearray(buf.tobytes())
+        if struct.unpack_from("=I", raw)[0] == ioctl.ETHTOOL_GSSET_INFO:
+            struct.pack_into("=IIQI", raw, 0, ioctl.ETHTOOL_GSSET_INFO, 0,
+                             struct.unpack_from("=Q", raw, 8)[0], count)
+            buf[:] = array.array("B", raw)
+        return 0
+    return kernel
+
+
+@pytest.mark.parametrize("count", [(1 << 16) + 1, 1 << 22])
+def test_a_string_set_claimed_too_big_is_refused_before_a_buffer_is_sized_from_it(monkeypatch, count):
+    calls: list = []
+    monkeypatch.setattr(ioctl, "_kernel", _sset_info_answering(count, calls))
+    tracemalloc.start()
+    try:
+        with pytest.raises(OSError) as caught:
+            health.ethtool_stats("eth0", sock=object())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert caught.value.errno == errno.EPROTO and f"claims {count} strings" in str(caught.value)
+    assert calls == [20] and peak < 1 << 20  # GSSET_INFO alone; the unbounded code sized 268 MB
+
+
+def test_a_string_set_within_the_bound_is_still_read(monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(ioctl, "_kernel", _sset_info_answering(3, calls))
+    assert ioctl.string_set(object(), "eth0", health.ETH_SS_STATS) == ["", "", ""]
+    assert calls == [20, 12 + 3 * 32]
+
+
+def test_feature_bitsets_are_read_no_further_than_the_feature_names():
+    class Bitset:
+        def get_attr(self, name):
+            return b"\xff" * (1 << 16)  # as long as an attribute goes: 524,288 bits set
+    assert len(ethtool._bits(Bitset())) == 1024  # the unbounded code: a set of 524,288
+    assert ethtool._bits(Bitset(), limit=40) == set(range(64))  # whole words, never the rest
+
+
+# -- what a learning report may make every later audit cost ---------------------------
+
+def _questions(**change) -> dict:
+    q = {k: (list(v) if isinstance(v, list) else v) for k, v in QUESTIONS.items()}
+    q.update(change)
+    return q
+
+
+def test_questions_past_the_bounds_are_not_kept():
+    big = base64.b64encode(bytes(probe.MAX_REQUEST)).decode()
+    fits = probe.MAX_QUESTION_BYTES // probe.MAX_REQUEST - 1  # and the file questions
+    assert probe.checked_questions(_questions(kernel=[["ioctl", "eth0", big]] * fits)) is not None
+    assert probe.checked_questions(_questions(kernel=[["ioctl", "eth0", big]] * (fits + 2))) is None
+    assert probe.MAX_QUESTIONS <= 2000
+    files = ["open /proc/sys/net/ipv4/tcp_ecn"] * (probe.MAX_QUESTIONS - 2)
+    assert probe.checked_questions(_questions(files=files)) is not None
+    assert probe.checked_questions(_questions(files=files + ["stat /sys"])) is None
+
+
+@pytest.mark.parametrize("change", [
+    {"files": ["open /dev/watchdog"]},
+    {"files": ["open /dev"]},
+    {"files": ["open /sys/../dev/watchdog"]},
+    {"files": ["open /sys/./class"]},
+    {"files": ["open //dev/watchdog"]},
+    {"files": ["open /sys/class/net/"]},
+    {"kernel": [["netlink", True, base64.b64encode(bytes(20)).decode()]]},
+    {"nofollow": [["open /proc/sys/net/ipv4/tcp_ecn"]]},   # unhashable: once a TypeError
+    {"nofollow": {"open /x": 1}},
+])
+def test_questions_that_would_open_a_device_or_are_not_of_the_form_are_refused(change):
+    assert probe.checked_questions(_questions(**change)) is None
+
+
+def test_reads_under_dev_that_open_nothing_are_still_asked():
+    q = _questions(files=["lstat /dev", "stat /dev/shm", "readlink /dev/stdin"])
+    assert probe.checked_questions(q) is not None
+
+
+def test_answers_past_the_bound_are_refused_before_they_are_parsed():
+    q = probe.checked_questions(QUESTIONS)
+    with pytest.raises(probe.BadProbe, match="too large"):
+        probe.parse_answers(GOOD + bytes(probe.MAX_ANSWERS), q)
+    assert probe.MAX_ANSWERS <= 16 << 20
+
+
+@pytest.mark.parametrize("count", [1025, 1 << 20])
+def test_a_feature_count_claimed_too_big_is_refused_before_a_list_is_made_of_it(count):
+    sent = ethtool.strset_msg()
+    stringset = {"attrs": [("ETHTOOL_A_STRINGSET_ID", ethtool.ETH_SS_FEATURES), ("ETHTOOL_A_STRINGSET_COUNT", count)]}
+    sent["attrs"] = [("ETHTOOL_A_STRSET_STRINGSETS", {"attrs": [("ETHTOOL_A_STRINGSETS_STRINGSET", stringset)]})]
+    sent.encode()
+    reply = ethtool.strset_msg(sent.data)
+    reply.decode()
+
+    class Answering:
+        def request(self, *args):
+            return [reply]
+
+    nl = object.__new__(ethtool.Ethtool)
+    nl._nl, nl._family, nl._feature_names = Answering(), 20, None
+    tracemalloc.start()
+    try:
+        with pytest.raises(NetlinkError, match=f"claims {count} feature bits"):
+            nl.feature_names()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20

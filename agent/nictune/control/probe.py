@@ -5,8 +5,8 @@ its JSON far more than the reads themselves (issue 13).  So the first
 verify of a host with a profile runs the agent as always, with "learn":
 true, and its report brings back the questions that verify asked the
 kernel (host/rawreads.py): netlink requests, ethtool ioctls, file reads.
-The controller keeps them (QuestionCache, keyed by host, request and
-agent archive), and from then on sends them to PROBE, a few dozen lines of
+The controller keeps them (control/probecache.py, keyed by host, request
+and agent archive), and from then on sends them to PROBE, a few dozen lines of
 Python that read each answer and print it, nothing else imported; the
 controller runs the same engine and knob families on the answers
 (rawreads.ProbedHost).  Nothing is kept on the host between audits, and no
@@ -21,12 +21,9 @@ are checked like any report field before they are kept or sent.
 from __future__ import annotations
 
 import base64
-import hashlib
-import json
 import os
 import re
 import shlex
-import threading
 from typing import Optional
 
 from nictune.host import rawreads
@@ -50,7 +47,25 @@ buf = bytearray(65536)
 ioctl_sock = None
 READ = posix.O_RDONLY | posix.O_NONBLOCK | posix.O_NOCTTY | posix.O_CLOEXEC
 CAP = @CAP@
+LIMIT = @LIMIT@
+def regular(path, nofollow):
+    # ((st_dev, st_ino), whether path itself is the file, not a link to it)
+    if path == b"/dev" or path.startswith(b"/dev/"):
+        raise OSError(1, "under /dev")
+    st = posix.lstat(path)
+    direct = st.st_mode & 0o170000 != 0o120000
+    if not direct:
+        if nofollow:
+            raise OSError(40, "a symbolic link")
+        st = posix.stat(path)
+    if st.st_mode & 0o170000 != 0o100000:
+        raise OSError(29, "not a regular file")
+    return (st.st_dev, st.st_ino), direct
+said = [0]
 def ok(value, data=b""):
+    said[0] += len(data)
+    if said[0] > LIMIT:  # the controller would refuse it all: stop reading
+        posix._exit(4)
     res.append(b"o %d %d\n" % (value, len(data)))
     res.append(data)
 def netlink(proto, req):
@@ -107,11 +122,15 @@ for line in inp:
                 path, _, mode = path.rpartition(b" ")
                 ok(int(posix.access(path, int(mode))))
             elif op in (b"open", b"open-nofollow"):
-                # Never wait for a writer, never take a terminal, never read
-                # what is not a regular file (sysfs and procfs files are).
-                fd = posix.open(path, READ | (posix.O_NOFOLLOW if op == b"open-nofollow" else 0))
+                # Never wait for a writer, never take a terminal, never open
+                # what is not a regular file (sysfs and procfs files are):
+                # its type is looked at first, for opening a device is
+                # already acting on it; nothing under /dev is ever opened.
+                st = regular(path, op == b"open-nofollow")
+                fd = posix.open(path, (READ | posix.O_NOFOLLOW) if st[1] else READ)
                 try:
-                    if posix.fstat(fd).st_mode & 0o170000 != 0o100000:
+                    got = posix.fstat(fd)
+                    if got.st_mode & 0o170000 != 0o100000 or (got.st_dev, got.st_ino) != st[0]:
                         raise OSError(29, "not a regular file")
                     data, size = [], 0
                     while size <= CAP:
@@ -140,11 +159,26 @@ for line in inp:
 out.write(b"".join(res))
 out.flush()
 posix._exit(0)
-""".replace("@CAP@", str(MAX_OWNED_BYTES))
+"""
 
-MAX_QUESTIONS = 5000
-MAX_REQUEST = 1 << 16        # bytes of one netlink request or ioctl buffer
-MAX_ANSWERS = 64 << 20       # bytes of all answers together
+# What a learned verify may ask, and what its answers may weigh.  Measured
+# on the lab (lab/fleet.py hosts: two veth rails, mgmt0), the biggest
+# shipped profile's verify (profiles/lab-fleet.yaml) asks 74 questions of
+# 13 KB as kept, its largest request 2.7 KB, and is answered in 20 KB; the
+# others 26-47 questions, 3 KB, 8 KB.  The bounds leave room for hosts with
+# dozens of matched ports, some 25 times that, while a host's report can
+# no longer make every later audit of it cost seconds and hundreds of MB.
+# The answers' bound fits a link dump of some 2,400 links (3.3 KB each: a
+# switchdev host's 1,024 VF representors and more).  What answers of that
+# size cost the controller's verify was measured by filling each of the lab
+# verify's dump answers with copies of one of its messages: 17 to 223 MiB
+# at the peak and 1 to 17 s of CPU (under tracemalloc), the worst a hostile
+# host can make one audit of it cost.
+MAX_QUESTIONS = 2000
+MAX_QUESTION_BYTES = 1 << 20  # paths and requests of one verify together
+MAX_REQUEST = 1 << 16         # bytes of one netlink request or ioctl buffer
+MAX_ANSWERS = 8 << 20         # bytes of all answers together
+PROBE = PROBE.replace("@CAP@", str(MAX_OWNED_BYTES)).replace("@LIMIT@", str(MAX_ANSWERS))
 _IFNAME = re.compile(r"^[^\x00-\x20\x7f/:]{1,15}$")
 _PATH = re.compile(r"^/[^\x00-\x1f\x7f]{0,4095}$")
 
@@ -165,43 +199,71 @@ def remote_command(python: str, sudo: bool) -> str:
 def checked_questions(q) -> Optional[dict]:
     """The questions of a learned report, checked; None when the host's
     verify cannot be asked this way (or the report's questions are not
-    questions)."""
+    questions, or more than a verify asks)."""
     if not isinstance(q, dict) or q.get("format") != rawreads.FORMAT or q.get("why_not"):
         return None
-    files, kernel = q.get("files"), q.get("kernel")
-    if not (isinstance(files, list) and isinstance(kernel, list)) or len(files) + len(kernel) > MAX_QUESTIONS:
+    files, kernel, nofollow = q.get("files"), q.get("kernel"), q.get("nofollow", [])
+    if not (isinstance(files, list) and isinstance(kernel, list) and isinstance(nofollow, list)):
         return None
+    if len(files) + len(kernel) > MAX_QUESTIONS:
+        return None
+    weight = 0
     for ident in files:
-        if not isinstance(ident, str):
+        if not _file_question(ident):
             return None
-        op, _, path = ident.partition(" ")
-        if op == "access":
-            path, _, mode = path.rpartition(" ")
-            if mode not in ("0", "1", "2", "4", "6", "7"):
-                return None
-        if op not in rawreads.READ_OPS or not _PATH.fullmatch(path):
-            return None
+        weight += len(ident)
     for item in kernel:
-        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[2], str)):
+        size = _kernel_question(item)
+        if size is None:
             return None
-        try:
-            raw = base64.b64decode(item[2], validate=True)
-        except ValueError:
-            return None
-        if len(raw) > MAX_REQUEST:
-            return None
-        if item[0] == "netlink":
-            if not (isinstance(item[1], int) and 0 <= item[1] < 32 and len(raw) >= 16):
-                return None
-        elif item[0] == "ioctl":
-            if not (isinstance(item[1], str) and _IFNAME.fullmatch(item[1])):
-                return None
-        else:
-            return None
-    nofollow = q.get("nofollow", [])
-    if not isinstance(nofollow, list) or not set(nofollow) <= {f for f in files if f.startswith("open ")}:
+        weight += size
+    if weight > MAX_QUESTION_BYTES:
+        return None
+    if not all(isinstance(f, str) for f in nofollow) or not set(nofollow) <= {
+            f for f in files if f.startswith("open ")}:
         return None
     return {"format": rawreads.FORMAT, "files": files, "kernel": kernel, "nofollow": nofollow}
+
+
+def _file_question(ident) -> bool:
+    """A file operation from the fixed set, on a normalised absolute path;
+    no open under /dev (no agent reads there, and opening a device acts on
+    it: a stat does not)."""
+    if not isinstance(ident, str) or len(ident) > 4200:
+        return False
+    op, _, path = ident.partition(" ")
+    if op == "access":
+        path, _, mode = path.rpartition(" ")
+        if mode not in ("0", "1", "2", "4", "6", "7"):
+            return False
+    if op not in rawreads.READ_OPS or not _PATH.fullmatch(path):
+        return False
+    parts = path.split("/")[1:]
+    if path != "/" and any(p in ("", ".", "..") for p in parts):
+        return False
+    return not (op == "open" and parts[0] == "dev")
+
+
+def _kernel_question(item) -> Optional[int]:
+    """The size of a netlink request or ethtool ioctl asked, None for
+    anything else."""
+    if not (isinstance(item, list) and len(item) == 3 and isinstance(item[2], str)):
+        return None
+    if len(item[2]) > (MAX_REQUEST + 2) // 3 * 4:
+        return None  # longer than any request, without decoding it
+    try:
+        raw = base64.b64decode(item[2], validate=True)
+    except ValueError:
+        return None
+    if len(raw) > MAX_REQUEST:
+        return None
+    if item[0] == "netlink":
+        ok = type(item[1]) is int and 0 <= item[1] < 32 and len(raw) >= 16
+    elif item[0] == "ioctl":
+        ok = isinstance(item[1], str) and bool(_IFNAME.fullmatch(item[1]))
+    else:
+        ok = False
+    return len(raw) if ok else None
 
 
 def refusal(q) -> Optional[list]:
@@ -236,7 +298,9 @@ def parse_answers(data: bytes, q: dict) -> rawreads.Answers:
     head = data[:pos].split(b" ") if pos > 0 else []
     if len(head) != 3 or head[:2] != [b"nictune-probe", b"1"] or not head[2].isdigit():
         raise BadProbe("the probe did not answer")
-    page_size = int(head[2])
+    page_size = int(head[2][:8])
+    if not 1024 <= page_size <= 1 << 20:
+        raise BadProbe("the probe's page size is out of range")
     pos += 1
     answers = []
     for _ in range(len(q["files"]) + len(q["kernel"])):
@@ -246,6 +310,10 @@ def parse_answers(data: bytes, q: dict) -> rawreads.Answers:
                 p.lstrip(b"-").isdigit() for p in parts[1:]):
             raise BadProbe("an answer is malformed")
         value, size = int(parts[1]), int(parts[2])
+        # An ioctl's result is a C int, an errno below 4096: a value past
+        # them is no answer (and would overflow what it is handed to).
+        if not (0 <= value < 4096 if parts[0] == b"e" else -2**31 <= value < 2**31):
+            raise BadProbe("an answer's value is out of range")
         body = data[end + 1:end + 1 + size]
         if len(body) != size:
             raise BadProbe("an answer is cut short")
@@ -279,9 +347,12 @@ def _file_answer(ident: str, good: bool, value: int, body: bytes) -> dict:
             return {"$bytes": base64.b64encode(body).decode()}
     if op in ("stat", "lstat"):
         fields = body.split(b" ")
-        if len(fields) != 10 or not all(f.lstrip(b"-").isdigit() for f in fields):
+        if len(fields) != 10 or not all(f.lstrip(b"-").isdigit() and len(f) <= 20 for f in fields):
             raise BadProbe("a stat answer is malformed")
-        return {"stat": [int(f) for f in fields]}
+        values = [int(f) for f in fields]
+        if not all(-2**63 <= v < 2**64 for v in values):
+            raise BadProbe("a stat answer is out of range")
+        return {"stat": values}
     if op == "listdir":
         return {"value": [os.fsdecode(n) for n in body.split(b"\0")] if body else []}
     if op == "readlink":
@@ -310,60 +381,3 @@ def verify(answers: rawreads.Answers, request: dict, label: str) -> dict:
     host = rawreads.ProbedHost(answers, label)
     with host.replaying():
         return agent.run(request, host=host, label=label)
-
-
-# -- the questions kept on the controller --------------------------------------------
-
-class QuestionCache:
-    """Learned questions, one file per (host, request, agent archive), in a
-    directory of the controller user's own.  Only questions are kept, or,
-    for a verify a probe cannot ask, why not: that host and request then go
-    to the agent without learning again, until the profile or nictune
-    changes (the key)."""
-
-    def __init__(self, directory: Optional[str] = None):
-        home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        self.directory = directory or os.path.join(home, "nictune", "probe")
-
-    @staticmethod
-    def key(where: list, request: dict, archive: str) -> str:
-        asked = {k: v for k, v in request.items() if k not in ("learn",)}
-        text = json.dumps([where, asked, archive], sort_keys=True, separators=(",", ":"), default=str)
-        return hashlib.sha256(text.encode()).hexdigest()
-
-    def lookup(self, key: str) -> tuple:
-        """(the questions to ask or None, whether this verify was found not
-        to be askable by a probe)."""
-        try:
-            with open(os.path.join(self.directory, key + ".json"), encoding="utf-8") as f:
-                kept = json.load(f)
-        except (OSError, ValueError):
-            return None, False
-        questions = checked_questions(kept)
-        return questions, questions is None and refusal(kept) is not None
-
-    def learned(self, key: str, asked) -> None:
-        """Keep what a learning verify brought back: its questions, checked,
-        or why a probe cannot ask them."""
-        questions = checked_questions(asked)
-        if questions is not None:
-            self.put(key, questions)
-        elif refusal(asked) is not None:
-            self.put(key, {"format": rawreads.FORMAT, "why_not": refusal(asked)})
-
-    def put(self, key: str, q: dict) -> None:
-        try:
-            os.makedirs(self.directory, mode=0o700, exist_ok=True)
-            path = os.path.join(self.directory, key + ".json")
-            tmp = f"{path}.{os.getpid()}.{threading.get_ident()}"
-            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-                json.dump(q, f)
-            os.replace(tmp, path)
-        except OSError:
-            pass  # not kept: the next audit learns again
-
-    def drop(self, key: str) -> None:
-        try:
-            os.unlink(os.path.join(self.directory, key + ".json"))
-        except OSError:
-            pass

@@ -51,7 +51,7 @@ from paramiko.common import cMSG_CHANNEL_OPEN
 from paramiko.message import Message
 
 import nictune
-from nictune.control import agentzip, hostreport, probe, sshargs
+from nictune.control import agentzip, hostreport, probe, probecache, sshargs
 from nictune.host import errors
 from nictune.host.errors import TransportError
 from nictune.host.journal import DEFAULT_STATE_DIR
@@ -626,12 +626,15 @@ class SshTarget:
             if report is not None:
                 return report
         user = client.get_transport().get_username()
-        learn = None
+        learn, cache_warning = None, None
         if request["command"] == "verify" and self.options.probe and not request.get("record"):
-            cache = probe.QuestionCache(self.options.probe_cache)
+            cache = probecache.QuestionCache(self.options.probe_cache)
             key = cache.key([self.host.label, self.host.address, self.host.port, user],
                             request, bundle.sha256)
-            questions, refused = cache.lookup(key)
+            try:
+                questions, refused = cache.lookup(key)
+            except probecache.CacheRefused as e:  # nothing in it is used, nothing learned
+                questions, refused, cache_warning = None, True, str(e)
             if questions is not None:
                 report = self._via_probe(client, request, questions, user)
                 if report is not None:
@@ -654,7 +657,7 @@ class SshTarget:
         line = lines.readline("report")
         try:
             report = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise self._failed(chan, "the agent sent no report",
                                self._left_behind(request["command"], confirm)) from None
         if learn is not None and isinstance(report, dict):
@@ -662,6 +665,8 @@ class SshTarget:
         report = hostreport.accept(report, self.label, request["command"])
         report["via"] = "zipapp"
         report["transport"] = {"agent_sent": answer == b"need"}
+        if cache_warning:
+            report["warnings"] = report["warnings"] + [cache_warning]
         if damaged:
             why = damaged.decode("ascii", "replace")
             report["transport"]["cache_damaged"] = why
@@ -735,8 +740,10 @@ class SshTarget:
             return None
         finally:
             chan.close()
-        if (report.get("error") or {}).get("kind") == errors.SYSTEM:
-            return None  # a replay that went wrong here: the agent's own answer is worth more
+        if (report.get("error") or {}).get("kind") in (errors.SYSTEM, errors.INVALID_INPUT):
+            # A replay that went wrong here (answers no kernel would give
+            # make the families fail): the agent's own answer is worth more.
+            return None
         report["agent"] = nictune.__version__
         report = hostreport.accept(report, self.label, request["command"])
         report["via"] = "probe"

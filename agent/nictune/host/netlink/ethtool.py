@@ -20,6 +20,7 @@ support that operation; a single-device GET/SET on it gives EOPNOTSUPP.
 
 from __future__ import annotations
 
+import errno
 import struct
 from dataclasses import dataclass, field
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_
     _Spec = Dict[str, Tuple[str, bool, bool]]
 
 from nictune.host.netlink._nlmsg import NLA_F_NESTED, genlmsg, nla
+from nictune.host.netlink.errors import NetlinkError
 from nictune.host.netlink.genl import GenlFamily
 from nictune.host.netlink.names import param_value, validate_features, validate_ifname
 from nictune.host.netlink.socket import NLM_F_ACK, NLM_F_REQUEST
@@ -45,6 +47,10 @@ PAUSE_GET, PAUSE_SET = 21, 22
 
 ETHTOOL_FLAG_COMPACT_BITSETS = 1
 ETH_SS_FEATURES = 4
+# The kernel's feature set is NETDEV_FEATURE_COUNT bits (a u64 mask today):
+# a count or bitset beyond this is a host's answer not to be trusted with a
+# list or set that size (host/rawreads.py replays answers on the controller).
+MAX_FEATURE_BITS = 1024
 
 
 # --- message classes -------------------------------------------------------
@@ -309,7 +315,7 @@ _PAUSE = _spec(
 # --- helpers -----------------------------------------------------------------
 
 
-def _bits(bitset, attr: str = "ETHTOOL_A_BITSET_VALUE") -> Set[int]:
+def _bits(bitset, attr: str = "ETHTOOL_A_BITSET_VALUE", limit: int = MAX_FEATURE_BITS) -> Set[int]:
     """Indices of the bits set in a compact bitset's VALUE (or MASK) words.
 
     We request ETHTOOL_FLAG_COMPACT_BITSETS: the default verbose form lists
@@ -317,6 +323,7 @@ def _bits(bitset, attr: str = "ETHTOOL_A_BITSET_VALUE") -> Set[int]:
     list has no BIT_VALUE flags).  Compact is u32 words in host order.
     """
     data = (bitset.get_attr(attr) if bitset is not None else None) or b""
+    data = data[:(limit + 31) // 32 * 4]  # bits past the names are never looked at
     words = struct.unpack(f"={len(data) // 4}I", data[: len(data) // 4 * 4])
     return {w * 32 + b for w, word in enumerate(words) if word for b in range(32) if word >> b & 1}
 
@@ -402,6 +409,9 @@ class Ethtool(GenlFamily):
             for s in strings.get_attrs("ETHTOOL_A_STRINGS_STRING") if strings else []:
                 names[s.get_attr("ETHTOOL_A_STRING_INDEX")] = s.get_attr("ETHTOOL_A_STRING_VALUE") or ""
             count = sset.get_attr("ETHTOOL_A_STRINGSET_COUNT") or 0
+            if not isinstance(count, int) or count > MAX_FEATURE_BITS:
+                raise NetlinkError(errno.EPROTO, f"the kernel claims {count!r} feature bits, "
+                                   f"more than the {MAX_FEATURE_BITS} nictune reads")
             self._feature_names = [names.get(i, "") for i in range(count)]
         return self._feature_names
 

@@ -26,6 +26,12 @@ _IFREQ_SIZE = 40  # sizeof(struct ifreq) on 64-bit; the union is 24 bytes
 _SSET_INFO = struct.Struct("=IIQI")
 # struct ethtool_gstrings { u32 cmd; u32 string_set; u32 len; u8 data[]; }
 _GSTRINGS = struct.Struct("=III")
+# The most strings a set may claim before a buffer is sized from it.  The
+# largest real set is a driver's statistics (mlx5 with hundreds of channels:
+# some tens of thousands); the count is the host's answer, and on the
+# controller (host/rawreads.py replays a probe's answers) a host that lies
+# must not make it allocate gigabytes.
+MAX_STRINGS = 1 << 16
 
 
 def inet_socket() -> socket.socket:
@@ -64,7 +70,8 @@ def string_set(sock: socket.socket, ifname: str, sset: int,
     `room(count)` gives the number of strings to leave room for (default:
     the count GSSET_INFO reported, right for a set that cannot change).
     Raises OSError: EOPNOTSUPP when the device has no such set, EOVERFLOW
-    when the set outgrew the room; others from the ioctl."""
+    when the set outgrew the room, EPROTO when it claims more than
+    MAX_STRINGS; others from the ioctl."""
     info = array.array("B", _SSET_INFO.pack(ETHTOOL_GSSET_INFO, 0, 1 << sset, 0))
     siocethtool(sock, ifname, info)
     _cmd, _reserved, mask, count = _SSET_INFO.unpack(info.tobytes())
@@ -72,6 +79,9 @@ def string_set(sock: socket.socket, ifname: str, sset: int,
         raise OSError(errno.EOPNOTSUPP, f"no ethtool string set {sset} on {ifname}")
     if count == 0:
         return []
+    if count > MAX_STRINGS:
+        raise OSError(errno.EPROTO, f"ethtool string set {sset} of {ifname} claims {count} strings, "
+                      f"more than the {MAX_STRINGS} nictune reads")
     size = room(count) if room is not None else count
     buf = array.array("B", _GSTRINGS.pack(ETHTOOL_GSTRINGS, sset, count))
     buf.extend(bytes(size * ETH_GSTRING_LEN))
