@@ -117,6 +117,7 @@ def test_offline_plans_from_the_fleets_snapshots_are_the_live_plans(make_fleet, 
     assert code == 2, off
     live_hosts, off_hosts = by_host(live), by_host(off)
     assert sorted(off_hosts) == sorted(h.name for h in hosts)
+    assert sorted(live_hosts) == sorted(off_hosts)
     for name, a in live_hosts.items():
         b = off_hosts[name]
         assert a["error"] is None and b["error"] is None, (a["error"], b["error"])
