@@ -70,9 +70,10 @@ def ci_failure(reason: str) -> Optional[str]:
     if not in_ci() or machine_reason(reason) is not None:
         return None
     return (f"skipped under CI: {reason}. CI must run this test: install what it needs "
-            "(scripts/setup), run as root with network namespaces and sshd, or, if this is "
-            "a fact about the machine that nothing can install, list it in tests/skips.py "
-            "MACHINE_SKIPS saying why")
+            "(scripts/setup), run as root with network namespaces and sshd, with the reference "
+            "files beside the clone (tests/real_world.py), or, if this is a fact about the "
+            "machine that nothing can install, list it in tests/skips.py MACHINE_SKIPS "
+            "saying why")
 
 
 def _skip_reason(report) -> Optional[str]:
