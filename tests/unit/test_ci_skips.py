@@ -6,6 +6,7 @@ a skip.  Run through a real pytest, as CI runs it."""
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 import subprocess
@@ -82,7 +83,8 @@ def test_ci_false_is_not_ci(tmp_path):
     assert summary(run_pytest(tmp_path, ci="false")).count("skipped") == 1
 
 
-def skip_reasons_in_tests() -> list:
+@functools.lru_cache(maxsize=None)
+def skip_reasons_in_tests() -> tuple:
     """Every literal reason text given to pytest.skip/skipif/mark.skip in
     tests/ (f-strings by their literal parts)."""
     texts = []
@@ -92,7 +94,7 @@ def skip_reasons_in_tests() -> list:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, (ast.Constant, ast.JoinedStr)):
                 texts.append(ast.unparse(node))
-    return texts
+    return tuple(texts)
 
 
 @pytest.mark.parametrize("pattern", [p for p, _ in skips.MACHINE_SKIPS])
