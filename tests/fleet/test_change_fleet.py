@@ -7,10 +7,9 @@ from it, writes nothing, and leaves the repository as it was.
 
 from __future__ import annotations
 
-import subprocess
 
 import pytest
-from fleet_helpers import mtu, nictune
+from fleet_helpers import git, mtu, nictune
 from markdown_it import MarkdownIt
 from typer.testing import CliRunner
 
@@ -37,11 +36,6 @@ interfaces:
 # moves every line below it, which alone is no effect.
 SECOND = FIRST.replace("interfaces:\n", "# rails: 8000 leaves room for the overlay\ninterfaces:\n") \
     .replace("9000", "8000").replace("106", "104")
-
-
-def git(repo, *args) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                          text=True).stdout
 
 
 def rows_of(group) -> set:

@@ -12,7 +12,7 @@ import time
 from xml.etree import ElementTree
 
 import pytest
-from fleet_helpers import mtu, nictune, profile_file
+from fleet_helpers import by_host, drift_of, mtu, nictune, profile_file, sysctl
 
 from nictune.lab.fleet import run_in
 
@@ -37,19 +37,6 @@ interfaces:
 @pytest.fixture
 def profile(tmp_path):
     return profile_file(tmp_path, PROFILE, "fleet.yaml")
-
-
-def sysctl(host, key) -> str:
-    return run_in(host, ["sysctl", "-n", key]).stdout.strip()
-
-
-def by_host(report) -> dict:
-    return {h["host"]: h for h in report["hosts"]}
-
-
-def drift_of(host_report) -> set:
-    return {(c["key"]["target"], c["key"]["name"]) for c in host_report["changes"]
-            if c["status"] == "drift"}
 
 
 def test_audit_finds_exactly_the_injected_drift_and_apply_fixes_it(fleet, profile, tmp_path):

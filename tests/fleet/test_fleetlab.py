@@ -178,12 +178,15 @@ def test_inventory_groups_as_ansible_reads_them(fleet):
     assert sorted(inv["fleet"]["children"]) == ["canary", "rest"]
     assert sorted(inv["broken"]["children"]) == ["silent", "unreachable"]
     assert inv["silent"]["hosts"] == names[4:5] and inv["unreachable"]["hosts"] == names[5:6]
+    assert len(fleet.hosts) == 6, fleet.hosts
     for h in fleet.hosts:
         v = inv["_meta"]["hostvars"][h.name]
         assert v["ansible_host"] == h.address and v["ansible_user"] == "root"
         assert v["ansible_ssh_private_key_file"] == fleet.key_file
         assert v["nictune_state_dir"] == os.path.join(fleet.dir, h.name, "state")
-    for line in open(fleet.known_hosts):
+    known_hosts = open(fleet.known_hosts).read().splitlines(keepends=True)
+    assert known_hosts, fleet.known_hosts
+    for line in known_hosts:
         assert re.match(r"^198\.19\.\d+\.\d+ ssh-ed25519 \S+$", line)
 
 
@@ -290,7 +293,9 @@ def test_down_leaves_alone_what_the_record_does_not_list(make_fleet):
 def test_up_refuses_what_is_in_use_and_cleans_up_when_a_server_fails(fleet, make_fleet, tmp_path, monkeypatch):
     with pytest.raises(fleetlab.FleetError, match="in use"):
         make_fleet(1, prefix=fleet.prefix)
-    assert all(alive(p["pid"]) for p in json.load(open(fleet.record))["processes"])  # untouched
+    processes = json.load(open(fleet.record))["processes"]
+    assert processes, fleet.record
+    assert all(alive(p["pid"]) for p in processes)  # untouched
     with pytest.raises(fleetlab.FleetError, match="not empty"):
         fleetlab.up(1, fleet.dir, prefix="nt" + os.urandom(2).hex())
     with pytest.raises(fleetlab.FleetError, match=f"1 to {fleetlab.MAX_HOSTS}"):

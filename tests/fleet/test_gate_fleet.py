@@ -11,54 +11,23 @@ baseline that a later gate fails a regression against.
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import shutil
 import subprocess
 
 import pytest
-from fleet_helpers import nictune
+from fleet_helpers import gate_playbook, nictune, run_gate, running_fleet, tcp_ecn
 
-from nictune.control import gate as gatemod
-from nictune.control import playbook
-from nictune.control.ssh import SshOptions
-from nictune.inventory import load_inventory
 from nictune.lab import fleet as fleetlab
 
 pytestmark = pytest.mark.netns
 
-PROFILE = "nictune: 1\nhost:\n  sysctl:\n    net.ipv4.tcp_ecn: 1\n"
-
 
 @pytest.fixture(scope="module")
 def rails_fleet(tmp_path_factory):
-    if os.geteuid() != 0 or shutil.which("iperf3") is None or shutil.which("tc") is None:
-        pytest.skip("needs root, iperf3 (scripts/setup installs it) and tc")
-    if not os.access(fleetlab.SSHD, os.X_OK):
-        pytest.skip("needs OpenSSH's sshd")
-    directory = str(tmp_path_factory.mktemp("gatefleet"))
-    f = fleetlab.up(2, directory, prefix="nt" + secrets.token_hex(2), data_rails=True)
-    try:
+    if shutil.which("iperf3") is None or shutil.which("tc") is None:
+        pytest.skip("needs iperf3 (scripts/setup installs it) and tc")
+    with running_fleet(tmp_path_factory, 2, data_rails=True) as f:
         yield f
-    finally:
-        fleetlab.down(f.record)
-
-
-def write_playbook(tmp_path, fleet, gate_yaml: str) -> str:
-    (tmp_path / "p.yaml").write_text(PROFILE)
-    path = tmp_path / "pb.yaml"
-    path.write_text(f"- hosts: fleet\n  profile: p.yaml\n  gate:\n" +
-                    "".join(f"    {line}\n" for line in gate_yaml.strip().splitlines()))
-    return str(path)
-
-
-def run_gate(fleet, path: str, number: int = 1):
-    inventory = load_inventory(fleet.inventory)
-    [play] = playbook.load_playbook(path)
-    [spec] = gatemod.load_play_gates(path)
-    runner = gatemod.for_play(play, spec, inventory, SshOptions(ssh_config=fleet.ssh_config))
-    hosts = [play.host(h) for h in inventory.select(play.hosts)]
-    return runner(number, hosts)
 
 
 def iperf3_left(fleet) -> list:
@@ -89,7 +58,7 @@ counters: {max: {rx_dropped: 0, tx_packets: 100000000}}
 
 def test_the_gate_passes_on_clean_rails_and_counts_the_traffic(rails_fleet, tmp_path):
     a, b = rails_fleet.of_kind("sshd")
-    result = run_gate(rails_fleet, write_playbook(tmp_path, rails_fleet, GATE))
+    result = run_gate(rails_fleet, gate_playbook(tmp_path, GATE))
     assert result["passed"], result["message"]
     [tcp] = rows_of(result, a.name, b.name, "iperf3-tcp")
     assert tcp["rail"] == "data0" and tcp["figures"]["gbps"] > 0.5 and "retransmits" in tcp["figures"]
@@ -106,7 +75,7 @@ def test_the_gate_passes_on_clean_rails_and_counts_the_traffic(rails_fleet, tmp_
 
 def test_a_shaped_rail_fails_the_gate_naming_pair_and_rail(rails_fleet, tmp_path):
     a, b = rails_fleet.of_kind("sshd")
-    path = write_playbook(tmp_path, rails_fleet, GATE)
+    path = gate_playbook(tmp_path, GATE)
     shape(b, "tbf", "rate", "40mbit", "burst", "32kbit", "latency", "50ms")
     try:
         result = run_gate(rails_fleet, path, number=3)
@@ -125,7 +94,7 @@ def test_loss_on_one_rail_fails_the_udp_check_of_that_direction_only(rails_fleet
     a, b = rails_fleet.of_kind("sshd")
     # 20%: a clean veth on this busy 2-core machine loses a few percent
     # at times (the receiver's socket buffer); the bucket drops about 80%.
-    path = write_playbook(tmp_path, rails_fleet, 'rails: [data0]\niperf3: {seconds: 1, udp: {gbps: 0.05, max_loss: "20%"}}')
+    path = gate_playbook(tmp_path, 'rails: [data0]\niperf3: {seconds: 1, udp: {gbps: 0.05, max_loss: "20%"}}')
     shape(a, "tbf", "rate", "10mbit", "burst", "10kb", "limit", "10kb")
     try:
         result = run_gate(rails_fleet, path)
@@ -145,7 +114,7 @@ def test_a_failed_run_leaves_no_iperf3_server_behind(rails_fleet, tmp_path):
     its run fails after iperf3's 5 s connect timeout, and the server, which
     would wait 25 s for its one client, is stopped by the controller."""
     a, b = rails_fleet.of_kind("sshd")
-    path = write_playbook(tmp_path, rails_fleet, "rails: [data0]\ntimeout: 20\niperf3: {seconds: 1}")
+    path = gate_playbook(tmp_path, "rails: [data0]\ntimeout: 20\niperf3: {seconds: 1}")
     shape(a, "pfifo", "limit", "0")
     try:
         result = run_gate(rails_fleet, path)
@@ -160,8 +129,8 @@ def test_a_failed_run_leaves_no_iperf3_server_behind(rails_fleet, tmp_path):
 
 def test_a_counter_over_its_limit_fails_the_gate(rails_fleet, tmp_path):
     a, b = rails_fleet.of_kind("sshd")
-    path = write_playbook(tmp_path, rails_fleet,
-                          "rails: [data0]\niperf3: {seconds: 1}\ncounters: {max: {tx_packets: 5, no_such_counter: 0}}")
+    path = gate_playbook(tmp_path,
+                         "rails: [data0]\niperf3: {seconds: 1}\ncounters: {max: {tx_packets: 5, no_such_counter: 0}}")
     result = run_gate(rails_fleet, path)
     assert not result["passed"]
     [row] = [r for r in result["results"] if r["tool"] == "counters" and r["client"] == a.name]
@@ -171,7 +140,7 @@ def test_a_counter_over_its_limit_fails_the_gate(rails_fleet, tmp_path):
 
 def test_record_a_baseline_then_a_regression_fails_the_gate(rails_fleet, tmp_path):
     a, b = rails_fleet.of_kind("sshd")
-    path = write_playbook(tmp_path, rails_fleet, 'rails: [data0]\niperf3: {seconds: 1}\n'
+    path = gate_playbook(tmp_path, 'rails: [data0]\niperf3: {seconds: 1}\n'
                                                   'baseline: base.json\nmax_regression: "50%"')
     code, report = nictune("gate", "record", path, "-i", rails_fleet.inventory,
                            "--ssh-config", rails_fleet.ssh_config)
@@ -194,10 +163,6 @@ def test_record_a_baseline_then_a_regression_fails_the_gate(rails_fleet, tmp_pat
     assert iperf3_left(rails_fleet) == []
 
 
-def tcp_ecn(host) -> str:
-    return fleetlab.run_in(host, ["sysctl", "-n", "net.ipv4.tcp_ecn"]).stdout.strip()
-
-
 def test_a_rollout_whose_gate_fails_on_a_shaped_rail_rolls_the_batch_back(rails_fleet, tmp_path):
     """nictune apply PLAYBOOK: the batch applies and verifies, then its gate
     fails on b's shaped rail, and the batch is rolled back as a failed
@@ -205,7 +170,7 @@ def test_a_rollout_whose_gate_fails_on_a_shaped_rail_rolls_the_batch_back(rails_
     a, b = rails_fleet.of_kind("sshd")
     before = {h.name: tcp_ecn(h) for h in (a, b)}
     assert set(before.values()) != {"1"}
-    path = write_playbook(tmp_path, rails_fleet, "rails: [data0]\niperf3: {seconds: 1, min_gbps: 0.5}")
+    path = gate_playbook(tmp_path, "rails: [data0]\niperf3: {seconds: 1, min_gbps: 0.5}")
     shape(b, "tbf", "rate", "40mbit", "burst", "32kbit", "latency", "50ms")
     try:
         code, report = nictune("apply", path, "-i", rails_fleet.inventory, "--ssh-config", rails_fleet.ssh_config,
@@ -224,11 +189,9 @@ def test_a_rollout_whose_gate_fails_on_a_shaped_rail_rolls_the_batch_back(rails_
     assert iperf3_left(rails_fleet) == []
 
 
-def test_a_fleet_with_data_rails_goes_away_whole_and_quickly(tmp_path):
-    if os.geteuid() != 0 or not os.access(fleetlab.SSHD, os.X_OK):
-        pytest.skip("needs root and sshd")
-    prefix = "nt" + secrets.token_hex(2)
-    f = fleetlab.up(2, str(tmp_path / "f"), prefix=prefix, data_rails=True)
+def test_a_fleet_with_data_rails_goes_away_whole_and_quickly(make_fleet):
+    f = make_fleet(2, data_rails=True)
+    prefix = f.prefix
     try:
         [h1, h2] = f.hosts
         assert h1.data_address.startswith("198.18.") and h1.data_address != h2.data_address

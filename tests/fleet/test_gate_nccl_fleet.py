@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
 import stat
 import subprocess
@@ -23,31 +22,21 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from fleet_helpers import nictune
+from fleet_helpers import gate_playbook, nictune, run_gate, running_fleet, tcp_ecn
 
-from nictune.control import gate as gatemod
-from nictune.control import playbook
-from nictune.control.ssh import SshOptions
-from nictune.inventory import load_inventory
-from nictune.lab import fleet as fleetlab
 
 pytestmark = pytest.mark.netns
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "nccl-tests", "wrong-column-h100-2nodes.txt")
-PROFILE = "nictune: 1\nhost:\n  sysctl:\n    net.ipv4.tcp_ecn: 1\n"
 ARGS = "-b 8 -e 8589934592 -f 2 -g 1 -n 20 -w 5 -c 1"
 
 
 @pytest.fixture(scope="module")
 def gpu_fleet(tmp_path_factory):
-    if os.geteuid() != 0 or not os.access(fleetlab.SSHD, os.X_OK) or shutil.which("timeout") is None:
-        pytest.skip("needs root, OpenSSH's sshd and coreutils timeout")
-    directory = str(tmp_path_factory.mktemp("ncclfleet"))
-    f = fleetlab.up(2, directory, prefix="nt" + secrets.token_hex(2))
-    try:
+    if shutil.which("timeout") is None:
+        pytest.skip("needs coreutils timeout")
+    with running_fleet(tmp_path_factory, 2) as f:
         yield f
-    finally:
-        fleetlab.down(f.record)
 
 
 def script(path, body: str) -> str:
@@ -80,14 +69,6 @@ def fake_mpirun(tmp_path) -> str:
                   'while [ "$1" != "--" ]; do shift; done; shift\nexec "$@"\n')
 
 
-def write_playbook(tmp_path, gate_yaml: str) -> str:
-    (tmp_path / "p.yaml").write_text(PROFILE)
-    path = tmp_path / "pb.yaml"
-    path.write_text("- hosts: fleet\n  profile: p.yaml\n  gate:\n" +
-                    "".join(f"    {line}\n" for line in gate_yaml.strip().splitlines()))
-    return str(path)
-
-
 def nccl_gate(tmp_path, min_busbw: float, launcher: bool = True, hang: bool = False, timeout: int = 30) -> str:
     binary = fake_all_reduce_perf(tmp_path, hang)
     lines = ["rails: [data0]", "nccl_tests:", f"  binary: {binary}", "  gpus: 8", "  min_bytes: 8",
@@ -95,15 +76,7 @@ def nccl_gate(tmp_path, min_busbw: float, launcher: bool = True, hang: bool = Fa
     if launcher:
         lines.append(f'  launcher: ["{fake_mpirun(tmp_path)}", -np, "{{np}}", -H, "{{hosts}}", '
                      f'--addr, "{{addresses}}", --]')
-    return write_playbook(tmp_path, "\n".join(lines))
-
-
-def run_gate(fleet, path: str):
-    inventory = load_inventory(fleet.inventory)
-    [play] = playbook.load_playbook(path)
-    [spec] = gatemod.load_play_gates(path)
-    runner = gatemod.for_play(play, spec, inventory, SshOptions(ssh_config=fleet.ssh_config))
-    return runner(1, [play.host(h) for h in inventory.select(play.hosts)])
+    return gate_playbook(tmp_path, "\n".join(lines))
 
 
 def left_running(tmp_path) -> str:
@@ -154,10 +127,6 @@ def test_a_hanging_run_is_killed_at_the_timeout_and_nothing_is_left(gpu_fleet, t
     assert "did not finish within 3 s and was killed" in r["why"] and "# nThread 1 nGpus 1" in r["why"]
     assert took < 3 + 2 + 5, took
     assert left_running(tmp_path) == ""
-
-
-def tcp_ecn(host) -> str:
-    return fleetlab.run_in(host, ["sysctl", "-n", "net.ipv4.tcp_ecn"]).stdout.strip()
 
 
 def test_a_rollout_whose_nccl_gate_fails_rolls_the_batch_back(gpu_fleet, tmp_path):

@@ -9,12 +9,9 @@ tests/fleet/conftest.py, removed when the module ends.
 from __future__ import annotations
 
 import pytest
-from fleet_helpers import nictune
+from fleet_helpers import ECN_PROFILE, nictune
 
 pytestmark = pytest.mark.netns
-
-PROFILE = "nictune: 1\nhost:\n  sysctl:\n    net.ipv4.tcp_ecn: 1\n"
-
 
 def test_play_vars_set_address_port_user_and_key(fleet, tmp_path):
     host = fleet.of_kind("sshd")[0]
@@ -25,7 +22,7 @@ def test_play_vars_set_address_port_user_and_key(fleet, tmp_path):
         f"{host.name} ansible_host={wrong_address} ansible_port=1 ansible_user=nobody "
         f"ansible_ssh_private_key_file={tmp_path}/absent_key"))
     assert wrong_address in inventory.read_text()
-    (tmp_path / "p.yaml").write_text(PROFILE)
+    (tmp_path / "p.yaml").write_text(ECN_PROFILE)
     playbook = tmp_path / "pb.yaml"
     playbook.write_text(f"- hosts: {host.name}\n  profile: p.yaml\n  vars:\n"
                         f"    ansible_host: {host.address}\n    ansible_port: 22\n    ansible_user: root\n"

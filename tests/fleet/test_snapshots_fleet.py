@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 
 import pytest
-from fleet_helpers import nictune
+from fleet_helpers import by_host, git, nictune
 from typer.testing import CliRunner
 
 from nictune.cli.app import app
@@ -58,15 +57,6 @@ CRYPTO = """\
 """
 KEY = "0a1b2c3d4e5f60718293a4b5c6d7e8f901234567"
 SECOND = FIRST.replace("mtu: 9000", "mtu: 8000").replace("106", "104") + CRYPTO
-
-
-def git(repo, *args) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                          text=True).stdout
-
-
-def by_host(report: dict) -> dict:
-    return {h["host"]: h for h in report["hosts"]}
 
 
 def test_offline_plans_from_the_fleets_snapshots_are_the_live_plans(make_fleet, tmp_path):
@@ -117,6 +107,7 @@ def test_offline_plans_from_the_fleets_snapshots_are_the_live_plans(make_fleet, 
     assert code == 2, off
     live_hosts, off_hosts = by_host(live), by_host(off)
     assert sorted(off_hosts) == sorted(h.name for h in hosts)
+    assert sorted(live_hosts) == sorted(off_hosts)
     for name, a in live_hosts.items():
         b = off_hosts[name]
         assert a["error"] is None and b["error"] is None, (a["error"], b["error"])

@@ -55,6 +55,7 @@ def _expected_messages(case: dict, ifname: str) -> list:
 
 def test_every_brief_case_is_recorded():
     names = {p.stem for p in CASE_FILES}
+    assert rec.CASES and names
     for case in rec.CASES:
         assert case["case"] in names or case.get("needs"), f"no recording for {case['case']}"
 
@@ -98,6 +99,7 @@ def test_dcb_sends_the_recorded_bytes_over_its_socket(shim, tmp_path):
         jobs.append({"log": str(tmp_path / f"{path.stem}.hex"), "replies": str(replies),
                      "ifname": ifname, "spec": case["nictune"]})
     results = _run_under_shim(shim, jobs)
+    assert len(results) == len(jobs) == len(CASE_FILES) > 0, results
     for path, job, result in zip(CASE_FILES, jobs, results):
         assert result == {"ok": True}, path.stem
         sent = [rec.normalised(bytes.fromhex(line)) for line in Path(job["log"]).read_text().split()]

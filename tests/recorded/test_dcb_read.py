@@ -106,7 +106,9 @@ def test_decoder_agrees_with_installed_dcb_show(path, shim, tmp_path):
     data = _load(path)
     replies = {f"{nd.RTM_GETDCB}-{nd.DCB_CMD_IEEE_GET}.bin": bytes.fromhex(data["ieee_get_reply"])}
     shows = {}
-    for obj, _, r in rec.run_shows(data["state"], shim, tmp_path, replies):
+    runs = rec.run_shows(data["state"], shim, tmp_path, replies)
+    assert runs, data["state"]
+    for obj, _, r in runs:
         assert r.returncode == 0, r.stderr
         shows[obj] = json.loads(r.stdout)
     _check_against_dcb_show(_decoded(data), shows)

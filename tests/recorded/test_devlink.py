@@ -91,6 +91,7 @@ def shim():
 
 def test_the_installed_devlink_still_sends_the_recorded_bytes(shim):
     so, work = shim
+    assert rec.REQUESTS
     for name, args in rec.REQUESTS:
         _, sent = rec.run(so, work, args)
         assert [_no_seq(s) for s in sent] == [_no_seq(s) for s in RECORDED["requests"][name]["sent"]], name

@@ -99,6 +99,7 @@ def shim():
 
 def test_the_installed_ip_still_sends_the_recorded_bytes(shim):
     so, work = shim
+    assert rec.GENL_REQUESTS and rec.LINK_REQUESTS
     for name, args in rec.GENL_REQUESTS:
         _, sent = rec.run_genl(so, work, args)
         assert [_no_seq(s) for s in sent] == [_no_seq(s) for s in RECORDED["requests"][name]["sent"]], name

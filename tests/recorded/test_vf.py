@@ -55,6 +55,7 @@ def test_the_installed_ip_still_sends_the_recorded_bytes():
     why = rec.unavailable()
     if why:
         pytest.skip(why)
+    assert rec.REQUESTS
     for name, args in rec.REQUESTS.items():
         now = rec.record_one(args)
         assert _no_seq(now["sent"]) == _no_seq(RECORDED["requests"][name]["sent"]), name

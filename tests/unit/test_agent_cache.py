@@ -190,9 +190,10 @@ def test_what_the_bootstrap_creates_is_private_whatever_the_umask(tmp_path):
     home = os.path.join(state, "agent", BUNDLE.sha256)
     for path in (os.path.dirname(state), state, os.path.dirname(home), home):
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o700, path
-    for folder, _, files in os.walk(home):
-        for name in files:
-            assert stat.S_IMODE(os.stat(os.path.join(folder, name)).st_mode) & 0o077 == 0, name
+    created = [os.path.join(folder, name) for folder, _, files in os.walk(home) for name in files]
+    assert created, home
+    for path in created:
+        assert stat.S_IMODE(os.stat(path).st_mode) & 0o077 == 0, os.path.basename(path)
     answer, _, _ = bootstrap(state, send_archive=False, umask=0)
     assert answer == "have"
 

@@ -149,6 +149,7 @@ def test_plan_on_a_bad_profile(tmp_path, body, words):
     assert result.exit_code == 1 and result.stdout == ""
     err = one_paragraph(result.stderr)
     assert len(err.strip().splitlines()) == 1
+    assert words
     for word in words:
         assert word in err
 

@@ -205,6 +205,7 @@ def test_netdev_statistics_are_counters_too(tmp_path):
 
 
 def test_the_roce_health_set_is_what_health_facts_show():
+    assert ROCE_HEALTH
     for name, source, meaning in ROCE_HEALTH:
         concrete = name.replace("<N>", "3")
         assert _ETHTOOL_COUNTERS.match(concrete) or concrete in RDMA_COUNTERS, name

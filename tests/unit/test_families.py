@@ -54,6 +54,7 @@ def test_the_host_schema_holds_exactly_what_the_families_declare():
 
 
 def test_each_family_declares_the_sections_its_schema_has():
+    assert REGISTERED
     for family in REGISTERED:
         parts = family.schema(KIT)
         assert tuple(parts.get("entry", {})) == family.sections, family.name
@@ -64,6 +65,7 @@ def test_each_family_declares_the_sections_its_schema_has():
 def test_every_setting_is_in_the_checked_in_reference():
     with open(REFERENCE) as f:
         text = f.read()
+    assert REGISTERED
     for family in REGISTERED:
         found = [path for path, _ in reference.settings_of(family)]
         assert found, family.name
@@ -92,6 +94,7 @@ def test_the_apply_order_keeps_its_rules():
     before = lambda a, b: order.index(a) < order.index(b)  # noqa: E731
     # Files and sysctls cannot cut the management path: before any device.
     device = [f.name for f in FAMILIES if f.sections and not f.host_sections and not f.read_only]
+    assert device
     assert all(before("sysctl", d) and before("nccl", d) for d in device)
     assert before("channels", "rings")       # a channel change can reallocate rings
     assert before("pause", "dcb")            # mlx5: pause off before PFC on

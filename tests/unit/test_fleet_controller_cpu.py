@@ -156,6 +156,7 @@ def test_known_hosts_of_a_big_fleet_are_not_scanned_per_host(tmp_path, monkeypat
 
     monkeypatch.setattr(paramiko.HostKeys, "_hostname_matches", counting)
     monkeypatch.setattr(ssh, "_known_hosts", {})
+    assert hosts
     for i, h in enumerate(hosts):
         assert ssh._known_keys([str(path)], h)["ssh-ed25519"].get_base64() == _key(i % 250 + 1).get_base64()
     assert len(calls) == 0

@@ -206,6 +206,7 @@ def test_hostile_snapshot_files_are_refused_per_host(tmp_path, snapshot_dir):
         else:  # an internal error always names the file
             assert "internal error" not in r["message"], r
             replay_errors.append(r)
+    assert specials
     for label in specials:
         assert by_label[label] in refused, by_label[label]
     # Mutations that never pass would test the file checks only.

@@ -184,6 +184,7 @@ def test_a_big_fleet_fits_one_comment_by_summarising(n_hosts, n_groups, rows):
     text = markdown.report(report, "p.yaml")
     assert len(text) <= markdown.LIMIT
     tokens = parse(text)
+    assert tables(tokens)
     for table in tables(tokens):
         assert len({len(r) for r in table}) == 1
     if n_groups > 1:

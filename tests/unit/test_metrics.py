@@ -111,6 +111,7 @@ def test_a_series_twice_is_written_once_and_unknown_metrics_are_refused():
 
 
 def test_catalog_follows_the_naming_conventions():
+    assert metrics.CATALOG
     for name, (kind, text) in metrics.CATALOG.items():
         assert re.fullmatch(r"nictune_[a-z0-9_]+", name), name
         assert (kind == "counter") == name.endswith("_total"), name
@@ -344,7 +345,9 @@ def test_the_dashboard_plots_per_host_and_rail():
     dashboard = json.loads(DASHBOARD.read_text())
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
     assert {"instance", "rail"} <= set(variables)
-    for where, expr in _dashboard_queries(dashboard):
+    queries = _dashboard_queries(dashboard)
+    assert [where for where, _ in queries if where not in variables], queries
+    for where, expr in queries:
         if where in variables:
             continue
         assert 'instance=~"$instance"' in expr, where

@@ -90,6 +90,7 @@ def _hash(obj):
 @pytest.mark.parametrize("name", list(SAMPLES))
 def test_each_record_behaves_as_its_dataclass(name):
     pairs = list(_pairs(name))
+    assert pairs, name
     for mine, theirs in pairs:
         assert repr(mine) == repr(theirs).replace("twin.", "")
         assert type(mine).__match_args__ == type(theirs).__match_args__

@@ -19,6 +19,7 @@ PROFILE = {"nictune": 1,
 def test_host_families_see_the_rails_and_every_matched_interface(tmp_path):
     fams = Families(FakeHost("cx7-host", tmp_path / "root"))
     desire = expand(fams.ordered[0].host, fams, PROFILE, {})
+    assert fams.ordered
     for fam in fams.ordered:
         assert fam.profile_interfaces == {"roce": [P0], "all": [P1, P0]}
     # Host keys still come first, as the profile reads.
@@ -28,5 +29,6 @@ def test_host_families_see_the_rails_and_every_matched_interface(tmp_path):
 def test_without_interface_entries_there_is_nothing_to_keep_to(tmp_path):
     fams = Families(FakeHost("cx7-host", tmp_path / "root"))
     expand(fams.ordered[0].host, fams, {"nictune": 1, "host": PROFILE["host"]}, {})
+    assert fams.ordered
     assert all(fam.profile_interfaces is None for fam in fams.ordered)
     assert Family(None).profile_interfaces is None

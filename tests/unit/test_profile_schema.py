@@ -42,19 +42,21 @@ def test_schema_json_is_pretty_sorted_and_round_trips():
 
 
 def test_every_string_has_max_length_and_pattern():
-    for path, node in _nodes(SCHEMA):
-        if node.get("type") == "string":
-            assert "maxLength" in node, path
-            assert "pattern" in node, path
+    strings = [(path, node) for path, node in _nodes(SCHEMA) if node.get("type") == "string"]
+    assert len(strings) > 10, strings
+    for path, node in strings:
+        assert "maxLength" in node, path
+        assert "pattern" in node, path
 
 
 def test_every_mapping_is_closed():
     # additionalProperties is either false or a schema for the values of a
     # map whose keys propertyNames restricts.
-    for path, node in _nodes(SCHEMA):
-        if node.get("type") == "object":
-            extra = node.get("additionalProperties")
-            assert extra is False or "propertyNames" in node, path
+    mappings = [(path, node) for path, node in _nodes(SCHEMA) if node.get("type") == "object"]
+    assert len(mappings) > 10, mappings
+    for path, node in mappings:
+        extra = node.get("additionalProperties")
+        assert extra is False or "propertyNames" in node, path
 
 
 def test_patterns_come_from_validate_and_have_words():
@@ -62,6 +64,7 @@ def test_patterns_come_from_validate_and_have_words():
     for name in ("IFGLOB", "SYSCTL_KEY", "IF_SYSCTL_KEY", "SYSCTL_VALUE", "NCCL_NAME", "NCCL_VALUE",
                  "FEATURE_NAME", "MAC", "PCI_ID", "DRIVER", "OWNED_PATH", "OWNED_DIR"):
         assert getattr(validate, name) in used, name
+    assert used - {NOT_NORMALISED}
     for pattern in used - {NOT_NORMALISED}:
         assert pattern in PATTERN_WORDS, pattern
 

@@ -83,5 +83,6 @@ def test_maia_mana_says_mana_has_none_of_it_and_the_families_agree():
     assert ExpectFamily.nic_support("mana", "expect.ipsec_offload").startswith("not supported by mana")
     assert MacsecFamily.nic_support("mana", "macsec.offload").startswith("not supported by mana")
     assert EswitchFamily.nic_support("mana", "eswitch.mode").startswith("not supported by mana")
+    assert CRYPTO_BITS
     for name in CRYPTO_BITS:
         assert CryptoFamily.nic_support("mana", f"crypto.{name}").startswith("not supported by mana")

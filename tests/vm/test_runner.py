@@ -101,7 +101,9 @@ def test_netdevsim_needs_a_packaged_kernel(tmp_path):
 @pytest.mark.skipif(os.path.isdir("/sys/bus/netdevsim"),
                     reason="this kernel has netdevsim loaded: the guest tests would act on it")
 def test_guest_netdevsim_tests_skip_saying_why_without_the_module():
-    env = {k: v for k, v in os.environ.items() if k != "NICTUNE_VM_NETDEVSIM"}
+    # Not under CI: inside the VM, as here, CI is not set (run.guest_script);
+    # under CI the runner itself refuses to go on without netdevsim.
+    env = {k: v for k, v in os.environ.items() if k not in ("NICTUNE_VM_NETDEVSIM", "CI")}
     env.update(NICTUNE_VM_GUEST="1", NICTUNE_VM_NETDEVSIM_SKIP="linux-headers-X is not installed")
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs",
                            "tests/vm/guest/test_netdevsim.py"],
@@ -109,3 +111,66 @@ def test_guest_netdevsim_tests_skip_saying_why_without_the_module():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "3 skipped" in proc.stdout, proc.stdout
     assert "NETDEVSIM UNAVAILABLE: linux-headers-X is not installed" in proc.stdout, proc.stdout
+
+
+def test_netdevsim_unavailable_is_a_skip_outside_ci_and_an_error_under_ci(tmp_path, monkeypatch):
+    monkeypatch.delenv("CI", raising=False)
+    assert run.netdevsim_or_skip("0.0.0-none", str(tmp_path)) == {
+        "NICTUNE_VM_NETDEVSIM_SKIP": "no Debian package linux-image-0.0.0-none is installed"}
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(run.VmError, match="^CI cannot skip the netdevsim tests: no Debian package"):
+        run.netdevsim_or_skip("0.0.0-none", str(tmp_path))
+
+
+def path_without(tmp_path, hidden: dict) -> str:
+    """A PATH with every command of this one but those in `hidden`, which
+    are replaced by the given shell scripts (None: absent)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for directory in os.environ["PATH"].split(os.pathsep):
+        if not os.path.isdir(directory):
+            continue
+        for name in os.listdir(directory):
+            target = os.path.join(directory, name)
+            link = bin_dir / name
+            if name in hidden or link.exists() or not os.access(target, os.X_OK):
+                continue
+            link.symlink_to(target)
+    for name, script in hidden.items():
+        if script is not None:
+            (bin_dir / name).write_text(f"#!/bin/sh\n{script}\n")
+            (bin_dir / name).chmod(0o755)
+    return str(bin_dir)
+
+
+@pytest.fixture
+def vm_unreachable(tmp_path):
+    """An environment in which scripts/test-vm cannot get the VM tier: no
+    QEMU, and apt-get fails as it does without the right sources."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (scripts/test-vm runs scripts/setup)")
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env["PATH"] = path_without(tmp_path, {"qemu-system-x86_64": None,
+                                          "apt-get": "echo 'E: no sources' >&2; exit 100"})
+    return env
+
+
+def test_vm_tier_skip_is_a_clear_exit_0_outside_ci(vm_unreachable):
+    proc = subprocess.run([os.path.join(REPO, "scripts", "test-vm")], env=vm_unreachable,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "nictune test-vm: SKIPPED the soft-RoCE VM tier: apt-get" in proc.stderr, proc.stderr
+    assert "nictune-vm:" not in proc.stdout + proc.stderr  # tests/vm/run.py never started
+
+
+@pytest.mark.parametrize("ci", ["true", "1"])
+def test_vm_tier_skip_fails_under_ci(vm_unreachable, ci):
+    proc = subprocess.run([os.path.join(REPO, "scripts", "test-vm")],
+                          env={**vm_unreachable, "CI": ci}, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert ("nictune test-vm: FAILED: CI cannot skip the VM tier (the only real-kernel test of "
+            "eswitch, SR-IOV, MACsec, IPsec, crypto and soft-RoCE): apt-get") in proc.stderr, \
+        proc.stderr
+    assert "SKIPPED" not in proc.stderr, proc.stderr
+    assert "nictune-vm:" not in proc.stdout + proc.stderr

@@ -106,6 +106,7 @@ def test_first_boot_commits_the_desired_state_and_installs_the_agent(device_avai
     with netdevsim.netdevsim_device(ports=2, queues=4) as dev:
         code, report, _ = nictune("apply", str(profile), "--state-dir", STATE)
         assert code == 0, report
+        assert dev.ifnames, dev.ifnames
         assert all(wanted(ethtool_state(name)) == WANT for name in dev.ifnames)
     os.makedirs(UNITS, exist_ok=True)
     code, report, _ = nictune("agent", "install", "--no-start", "--state-dir", STATE,

@@ -1,4 +1,4 @@
-"""`match: {lower_driver: ...}` on real kernel devices (issue 11, item 7):
+"""`match: {lower_driver: ...}` on real kernel devices:
 a bridge in namespace A of the veth_pair fixture with the veth end ntv0
 enslaved to it, so the kernel itself makes /sys/class/net/ntbr0/lower_ntv0
 (net/core/dev.c netdev_adjacent_sysfs_add), as it does for an Azure

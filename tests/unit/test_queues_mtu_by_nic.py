@@ -1,11 +1,11 @@
-"""Issue 11, items 2, 7 and 13 (rings, channels, MTU): mlx5 ring sizes as the
+"""Rings, channels and MTU by NIC class: mlx5 ring sizes as the
 driver takes them, MANA's MTU only behind a MANA VF, MANA queues left alone
 under mana_ib, and disruptive changes marked.
 
 The hosts are recorded ConnectX-7 and MANA states on the fake kernel
 (tests/fakes.py), which stands in for hardware no kernel here has; the
 `lower_driver` selector on real kernel devices is in
-tests/netns/test_lower_driver_issue11.py.
+tests/netns/test_lower_driver_match.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Lint rules of issue 11: the CNP class, PFC against global pause and ECN,
+"""Lint rules for RoCE and rings: the CNP class, PFC against global pause and ECN,
 ECT in every ToS, one traffic class across RDMA-CM, verbs, NCCL, UCX and
 NVSHMEM, NCCL_IB_FIFO_TC placement, and ring sizes the NIC class rounds or
 refuses; plus the README's RoCE example, linted as it is written.
