@@ -74,6 +74,10 @@ class Family:
     # a mapping of free-form keys (features, sysctl) stands for all of them.
     settings: ClassVar[Tuple[str, ...]] = ()
     read_only: ClassVar[bool] = False  # facts to check (expect:), never written
+    # None when a plan from a recorded `show` (host/recorded.py) is the live
+    # plan; else why it is not.  tests/netns/test_offline_plans.py reads it
+    # and fails when a family said to plan offline does not, or the reverse.
+    offline_plan: ClassVar[Optional[str]] = None
 
     def __init__(self, host: Host):
         self.host = host
