@@ -21,7 +21,9 @@ A family is one module that says everything about one kind of setting:
 
 Diff, verify, journal and rollback are written once, in the engine, over
 what families return.  Adding a family that needs no new kernel message is
-this module's subclass, its tests, and one line in knobs/__init__.py.
+this module's subclass, its tests, and one line in knobs/__init__.py's
+REGISTRY (then `python -m nictune.profile.catalog` derives the rest), with
+its example in profile/examples.yaml for the reference.
 
 State.  The engine makes new family instances for every command, so a
 family may keep what one phase learns (device limits from read, a resolved
