@@ -8,7 +8,10 @@ status, note, source).  The host is whichever the family has here:
 
 - the recorded ConnectX-7 host on the fake kernel (tests/fakes.py), with
   the family's example from the profile reference
-  (nictune/profile/examples.yaml), unless CASES says otherwise;
+  (nictune/profile/examples.yaml), unless CASES says otherwise: a golden
+  host (RDMA, DCB, the libraries' files), the ConnectX-7 port as a PCI
+  function with a devlink eswitch and SR-IOV (eswitch, sriov), a MACsec
+  handle with no links yet (this kernel has no macsec module);
 - a veth in a namespace (tests/netns/conftest.py veth_pair) for IPsec
   (this kernel has xfrm policies), through the CLI as a user runs it;
 - a real ovsdb-server (tests/ovsdb.py) for OVS.
@@ -283,7 +286,8 @@ FAMILIES = list(knobs.CATALOG)
 
 
 def test_the_cases_are_the_registered_families():
-    assert len(FAMILIES) >= 20 and FAMILIES == [f.name for f in knobs.REGISTERED]
+    assert len(FAMILIES) >= 20 and len(FAMILIES) == len(knobs.REGISTRY)
+    assert FAMILIES == [f.name for f in knobs.REGISTERED]
     assert set(CASES) <= set(FAMILIES)
 
 
