@@ -3,9 +3,8 @@ plan, apply, verify and rollback through the CLI on this host (LocalTarget,
 a temporary state directory), each read back by ovsdb-client, OVS's own
 client, not by nictune.
 
-Each test starts its own ovsdb-server on a database made from the packaged
-vswitch schema, listening only on a unix socket in the test's directory,
-and kills it when the test ends, whatever happened.  No ovs-vswitchd runs:
+Each test starts its own ovsdb-server (tests/ovsdb.py), killed when the
+test ends, whatever happened.  No ovs-vswitchd runs:
 these tests prove what reaches the database, not what the daemon does with
 it (that needs a NIC with an eswitch).
 
@@ -16,12 +15,7 @@ instead (tests/skips.py), so that CI never passes having tested nothing.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 import time
-
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -30,78 +24,13 @@ from nictune.cli.app import app
 from nictune.host.knobs.ovs import OvsFamily
 from nictune.host.machine import Host
 from nictune.host.model import HOST, Key
-
-# Installed with openvswitch-switch, or taken out of that package by
-# scripts/setup (installing it would start OVS on the host).
-SCHEMA = next((p for p in ("/usr/share/openvswitch/vswitch.ovsschema",
-                           str(Path(__file__).resolve().parents[2] / ".venv/share/openvswitch/vswitch.ovsschema"))
-               if os.path.exists(p)), "/usr/share/openvswitch/vswitch.ovsschema")
-TOOLS = ("ovsdb-tool", "ovsdb-server", "ovsdb-client")
-# Another key of other_config, as a DPDK host has it: never touched.
-OTHER = {"dpdk-extra": "-a 0000:3b:00.0 --huge-unlink"}
-
-
-def missing() -> str:
-    gone = [t for t in TOOLS if shutil.which(t) is None]
-    if not os.path.exists(SCHEMA):
-        gone.append(SCHEMA)
-    return ", ".join(gone)
-
-
-class Ovsdb:
-    def __init__(self, directory):
-        self.dir = directory
-        self.sock = str(directory / "db.sock")
-
-    def client(self, *args: str) -> str:
-        return subprocess.run(["ovsdb-client", *args], check=True, capture_output=True,
-                              text=True, timeout=20).stdout
-
-    def transact(self, *ops: dict) -> list:
-        return json.loads(self.client("transact", f"unix:{self.sock}",
-                                      json.dumps(["Open_vSwitch", *ops])))
-
-    def other_config(self) -> dict:
-        """The root row's other_config, as ovsdb-client dumps it."""
-        dump = json.loads(self.client("-f", "json", "dump", f"unix:{self.sock}",
-                                      "Open_vSwitch", "Open_vSwitch", "other_config"))
-        ((cell,),) = dump["data"]
-        assert cell[0] == "map"
-        return dict(cell[1])
-
-    def set_other(self, **pairs) -> None:
-        """Set keys of other_config by hand (another operator)."""
-        self.transact({"op": "mutate", "table": "Open_vSwitch", "where": [],
-                       "mutations": [["other_config", "delete", ["set", sorted(pairs)]],
-                                     ["other_config", "insert", ["map", sorted(pairs.items())]]]})
+from ovsdb import OTHER, running_ovsdb
 
 
 @pytest.fixture
 def ovs(tmp_path):
-    why = missing()
-    if why:
-        pytest.skip(f"OVS tools missing ({why}): scripts/setup installs openvswitch-switch; "
-                    "the host.ovs tests did not run")
-    db = Ovsdb(tmp_path)
-    subprocess.run(["ovsdb-tool", "create", str(tmp_path / "conf.db"), SCHEMA], check=True,
-                   capture_output=True, timeout=20)
-    server = subprocess.Popen(
-        ["ovsdb-server", str(tmp_path / "conf.db"), f"--remote=punix:{db.sock}",
-         f"--unixctl={tmp_path / 'ctl'}", "--no-chdir", f"--log-file={tmp_path / 'log'}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 20
-        while not os.path.exists(db.sock):
-            assert server.poll() is None, "ovsdb-server exited: " + (tmp_path / "log").read_text()
-            assert time.monotonic() < deadline, "ovsdb-server did not open its socket"
-            time.sleep(0.05)
-        # The root row, as `ovs-vsctl init` makes it, with a key of someone else's.
-        db.transact({"op": "insert", "table": "Open_vSwitch",
-                     "row": {"other_config": ["map", sorted(OTHER.items())]}})
+    with running_ovsdb(tmp_path) as db:
         yield db
-    finally:
-        server.kill()
-        server.wait(timeout=20)
 
 
 def nictune(tmp_path, *args: str) -> tuple:

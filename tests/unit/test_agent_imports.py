@@ -147,3 +147,21 @@ def test_the_engine_imports_no_family_until_a_profile_names_it():
     # aside.py reads sysctl's SPREAD table: that family comes with the engine.
     assert sorted(m for m in loaded if m.startswith("nictune.host.knobs.")) == [
         "nictune.host.knobs.base", "nictune.host.knobs.sysctl"]
+
+
+def test_the_catalog_is_derived_from_the_registry_and_the_classes():
+    """REGISTRY is the one list a family is registered in; CATALOG (what the
+    agent reads to import only the families at hand) and the owned-file
+    sections are what `python -m nictune.profile.catalog` derives from it
+    and the classes, never a second hand-kept copy."""
+    from nictune.host.knobs.envfile import OwnedFileFamily
+    from nictune.profile import catalog, check, loader
+
+    assert len(knobs.REGISTRY) >= 20
+    assert [f"{c.__module__.rpartition('.')[2]}.{c.__name__}" for c in knobs.REGISTERED] == \
+        list(knobs.REGISTRY)
+    assert catalog.written() == knobs.derived_catalog(), \
+        "CATALOG is stale: run python -m nictune.profile.catalog"
+    owned = [f for f in knobs.REGISTERED if issubclass(f, OwnedFileFamily)]
+    assert owned and check.OWNED_SECTIONS == tuple(s for f in owned for s in f.host_sections)
+    assert {path[1] for path in loader.FILE_POLICY} == set(check.OWNED_SECTIONS)

@@ -16,6 +16,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 from jsonschema.validators import extend
 
+from ..host import knobs
 from ..host import validate as v
 from .errors import ProfileError, dotted, has_control, kind, show
 from .schema import SCHEMA, describe
@@ -160,7 +161,6 @@ def _check_owned_paths(doc: dict, positions: Dict[Path, Tuple[str, int]]) -> Non
     where a shell, the loader, cron... read, or neither the family's own
     nor below allowed_dirs, is refused before anything is sent; so is a
     path two families would share."""
-    from ..host import knobs
 
     host = doc.get("host") if isinstance(doc.get("host"), dict) else {}
     owners: Dict[str, str] = {}
@@ -194,8 +194,9 @@ def _host_rule(positions: Dict[Path, Tuple[str, int]], path: Path, rule: Any, *a
         raise ProfileError(*locate(positions, path), dotted(path), message) from None
 
 
-# The sections of the owned-file families (host/knobs/envfile.py).
-OWNED_SECTIONS = ("nccl", "ucx", "mpi", "nvshmem")
+# The sections of the owned-file families (host/knobs/envfile.py), as the
+# registry derives them.
+OWNED_SECTIONS = knobs.OWNED_FILE_SECTIONS
 
 
 # on_unsupported and on_drift take a word or such a mapping (schema.py).

@@ -1,11 +1,14 @@
-"""Every knob family, registered here and nowhere else.
+"""Every knob family, registered here and nowhere else: one line in REGISTRY.
 
-CATALOG names each family's module and class and the profile sections it
-owns, so that the agent imports only the families a command needs
-(families_for(), load()): a verify of sysctls and MTUs does not pay for
-importing OVS, IPsec or MACsec.  REGISTERED and FAMILIES import them all,
-on first use (the controller's schema, docs/reference/profile.md, `show`);
-tests/unit/test_agent_imports.py checks CATALOG against the classes.
+A family's class says everything about it (its name, sections, position,
+schema...).  CATALOG, below REGISTRY, is derived from the classes by
+profile/catalog.py and kept in this file, so that the agent imports only the
+families a command needs (families_for(), load()) without importing all of
+them to learn who owns which section: a verify of sysctls and MTUs does not
+pay for importing OVS, IPsec or MACsec.  tests/unit/test_agent_imports.py
+fails when CATALOG is not what the classes say.  REGISTERED and FAMILIES
+import them all, on first use (the controller's schema,
+docs/reference/profile.md, `show`).
 
 REGISTERED is in the order a reader meets the sections in a profile (and
 in the schema and docs/reference/profile.md).  FAMILIES is the order an
@@ -13,10 +16,39 @@ apply writes them: each family's `position`, whose reason its module gives.
 In short: sysctls and files first; then device settings, channels before
 rings; global pause before DCB, DCB before the RoCE files; link MTU and
 admin state last.  Expectations (expect:) are only read.
+
+Adding a family: its module, its tests, its line in REGISTRY, then
+`python -m nictune.profile.catalog` rewrites CATALOG.
 """
 
-# name -> (module under nictune.host.knobs, class, entry sections, host
-# sections), in REGISTERED order.
+# The registration: "module.Class" under nictune.host.knobs, one line per
+# family, in REGISTERED order.
+REGISTRY = (
+    "link.LinkFamily",
+    "eswitch.EswitchFamily",
+    "sriov.SriovFamily",
+    "ethtool.FeaturesFamily",
+    "crypto.CryptoFamily",
+    "ethtool.RingsFamily",
+    "ethtool.ChannelsFamily",
+    "ethtool.CoalesceFamily",
+    "ethtool.PauseFamily",
+    "sysctl.SysctlFamily",
+    "roce.RoceFamily",
+    "dcb.DcbFamily",
+    "tunable.TunableFamily",
+    "nccl.NcclFamily",
+    "ucx.UcxFamily",
+    "mpi.MpiFamily",
+    "nvshmem.NvshmemFamily",
+    "ovs.OvsFamily",
+    "macsec.MacsecFamily",
+    "ipsec.IpsecFamily",
+    "expect.ExpectFamily",
+)
+
+# BEGIN derived by profile/catalog.py from REGISTRY and the classes: do not edit.
+# name -> (module, class, entry sections, host sections), in REGISTERED order.
 CATALOG = {
     "link": ("link", "LinkFamily", ("mtu", "txqueuelen", "state"), ()),
     "eswitch": ("eswitch", "EswitchFamily", ("eswitch",), ()),
@@ -40,6 +72,9 @@ CATALOG = {
     "ipsec": ("ipsec", "IpsecFamily", ("ipsec",), ()),
     "expect": ("expect", "ExpectFamily", ("expect",), ()),
 }
+# The host: sections of the families that own a file (knobs/envfile.py).
+OWNED_FILE_SECTIONS = ("nccl", "ucx", "mpi", "nvshmem")
+# END derived by profile/catalog.py.
 
 
 def load(name: str):
@@ -61,6 +96,32 @@ def families_for(doc: dict) -> list:
 def family_named(name: str):
     """The family class whose keys carry `name`, or None."""
     return load(name) if name in CATALOG else None
+
+
+def derived_catalog() -> str:
+    """The text profile/catalog.py keeps between the BEGIN and END lines,
+    from REGISTRY and the classes it names (importing every family)."""
+    from nictune.host.knobs.envfile import OwnedFileFamily
+
+    classes = []
+    for line in REGISTRY:
+        module, _, cls = line.partition(".")
+        classes.append(getattr(__import__("nictune.host.knobs." + module, fromlist=[cls]), cls))
+    rows = [f"    {_text(c.name)}: ({_text(c.__module__.rpartition('.')[2])}, {_text(c.__name__)}, "
+            f"{_text(c.sections)}, {_text(c.host_sections)})," for c in classes]
+    owned = tuple(s for c in classes if issubclass(c, OwnedFileFamily) for s in c.host_sections)
+    return "\n".join([
+        "# name -> (module, class, entry sections, host sections), in REGISTERED order.",
+        "CATALOG = {", *rows, "}",
+        "# The host: sections of the families that own a file (knobs/envfile.py).",
+        f"OWNED_FILE_SECTIONS = {_text(owned)}"]) + "\n"
+
+
+def _text(value) -> str:
+    """A str or tuple of str as Python source, in double quotes."""
+    if isinstance(value, str):
+        return '"' + value + '"'
+    return "(" + ", ".join(map(_text, value)) + ("," if len(value) == 1 else "") + ")"
 
 
 def __getattr__(attr: str):

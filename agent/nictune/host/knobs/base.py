@@ -21,7 +21,9 @@ A family is one module that says everything about one kind of setting:
 
 Diff, verify, journal and rollback are written once, in the engine, over
 what families return.  Adding a family that needs no new kernel message is
-this module's subclass, its tests, and one line in knobs/__init__.py.
+this module's subclass, its tests, and one line in knobs/__init__.py's
+REGISTRY (then `python -m nictune.profile.catalog` derives the rest), with
+its example in profile/examples.yaml for the reference.
 
 State.  The engine makes new family instances for every command, so a
 family may keep what one phase learns (device limits from read, a resolved
@@ -74,6 +76,10 @@ class Family:
     # a mapping of free-form keys (features, sysctl) stands for all of them.
     settings: ClassVar[Tuple[str, ...]] = ()
     read_only: ClassVar[bool] = False  # facts to check (expect:), never written
+    # None when a plan from a recorded `show` (host/recorded.py) is the live
+    # plan; else why it is not.  tests/netns/test_offline_plans.py reads it
+    # and fails when a family said to plan offline does not, or the reverse.
+    offline_plan: ClassVar[Optional[str]] = None
 
     def __init__(self, host: Host):
         self.host = host

@@ -120,6 +120,9 @@ class IpsecFamily(Family):
     position_note = ("after the device's features (esp-hw-offload must be on before an SA is "
                      "offloaded to it), before link admin state; a rollback deletes the "
                      "policies, then the SAs")
+    # A plan reads the xfrm SA table and the SAs' key files, which a
+    # recorded show does not read.
+    offline_plan = "the xfrm SA table and the SAs' key files are not in a snapshot"
     sections = ("ipsec",)
     settings = ("ipsec.sas", "ipsec.policies")
 

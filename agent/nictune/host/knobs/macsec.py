@@ -116,6 +116,9 @@ class MacsecFamily(Family):
     position_note = ("after the parent's device settings, before link (MTU and admin state stay "
                      "last): the kernel lowers a macsec link's MTU with its parent's, never "
                      "raises it; a rollback deletes the link after the parent's MTU went back")
+    # A plan reads the SAs' key files (their fingerprints), and a snapshot
+    # holds only the key files its show read: none.
+    offline_plan = "the SAs' key files are not in a snapshot"
     sections = ("macsec",)
     settings = ("macsec.name", "macsec.cipher", "macsec.icv_len", "macsec.encrypt",
                 "macsec.port", "macsec.offload", "macsec.tx_sa.an", "macsec.tx_sa.pn",

@@ -104,6 +104,8 @@ class OvsFamily(Family):
                      "on the PF and its representors): a running ovs-vswitchd starts offloading "
                      "flows as soon as hw-offload turns on, onto ports that must take TC flower "
                      "rules by then; a rollback turns it off first. Before link, which is last")
+    # OVSDB is a unix socket of its own, which a snapshot does not record.
+    offline_plan = "OVSDB is not recorded in a snapshot"
     host_sections = ("ovs",)
     settings = ("ovs.hw_offload", "ovs.tc_policy", "ovs.db")
 
