@@ -19,7 +19,12 @@ Everything it creates (namespaces ntbench<hex> and ntbench<hex>p, a temp
 dir holding the profile, NCCL file, state dir and bytecode cache) is removed
 in a `finally`, also on Ctrl-C.  Needs root.  See bench/README.md.
 
-    sudo .venv/bin/python bench/bench_plan_apply.py [--repeat R] [--json FILE]
+With --baseline DIR (another checkout with its own .venv, made by its
+scripts/setup), DIR's nictune runs the same sequences too, its turn and this
+tree's alternating round by round, each with its own state dir, and a
+before/after table follows section 1.
+
+    sudo .venv/bin/python bench/bench_plan_apply.py [--repeat R] [--json FILE] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ from _util import BenchError, Commands, med, table
 # could pick up another install.
 PY = sys.executable
 NICTUNE = str(Path(PY).parent / "nictune")
+HERE = Path(__file__).resolve().parent
+CURRENT, BASELINE = "current", "baseline"  # --baseline: the other checkout's label
 SIZES = (1, 16)
 STEPS = ("plan", "apply", "apply-again", "plan-again", "rollback")
 IMPORT_RUNS = 7  # start-up timings are short and noisy: more runs than --repeat
@@ -218,9 +225,9 @@ interfaces:
 # --- plan / apply sequences -----------------------------------------------------
 
 
-def cli(step: str, lab: Lab, profile: Path, state: Path) -> list:
+def cli(step: str, lab: Lab, profile: Path, state: Path, nictune: str = NICTUNE) -> list:
     command = {"apply-again": "apply", "plan-again": "plan"}.get(step, step)
-    argv = [NICTUNE, command]
+    argv = [nictune, command]
     if command != "rollback":
         argv.append(str(profile))
     return argv + ["--netns", lab.ns, "--state-dir", str(state), "--json"]
@@ -251,30 +258,61 @@ def check_step(step: str, host: dict, rc: int, seen: dict) -> str | None:
     return None
 
 
-def run_sequences(n: int, lab: Lab, profile: Path, state: Path, scratch: Path, repeat: int,
-                  problems: list) -> dict:
-    results = {step: {"wall": [], "agent": [], "rss_kb": [], "summary": None} for step in STEPS}
+def run_sequences(n: int, lab: Lab, profile: Path, scratch: Path, repeat: int, problems: list,
+                  versions: dict) -> dict:
+    """versions: {label: (nictune CLI, its state dir)}.  Each round runs the
+    whole sequence with each version in turn, the order swapped every round,
+    so that the machine's drifts hit them alike; rollback ends each version's
+    turn with the namespace as it found it.  {label: results}."""
+    out = {label: {step: {"wall": [], "agent": [], "rss_kb": [], "summary": None} for step in STEPS}
+           for label in versions}
     floor = 0
+    labels = list(versions)
     # One unmeasured round first: fills the page cache and the bytecode
     # cache (the first run compiles every module it imports).
     for rnd in range(repeat + 1):
-        seen: dict = {}
+        for label in (labels if rnd % 2 == 0 else labels[::-1]):
+            nictune, state = versions[label]
+            seen: dict = {}
+            for step in STEPS:
+                run = measured(cli(step, lab, profile, state, nictune), scratch)
+                host = run.report()
+                bad = check_step(step, host, run.rc, seen)
+                if bad:
+                    problems.append(f"{'' if label == CURRENT else label + ' '}N={n} round {rnd} {step}: {bad}")
+                if rnd == 0:
+                    continue
+                r = out[label][step]
+                r["wall"].append(run.wall)
+                r["agent"].append(host.get("seconds", float("nan")))
+                r["rss_kb"].append(run.rss_kb)
+                r["summary"] = host.get("summary")
+                floor = max(floor, run.floor_kb)
+    for results in out.values():
+        results["_floor_kb"] = floor
+    return out
+
+
+def commit_of(checkout: Path) -> str:
+    """Short commit of a checkout, "+dirty" if its tracked files changed."""
+    head = spawn(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"]).stdout.strip() or "?"
+    dirty = spawn(["git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=no"]).stdout.strip()
+    return head + ("+dirty" if dirty else "")
+
+
+def report_baseline(fig: dict, seq: dict, base: dict) -> None:
+    """Before/after, step by step: medians of the interleaved rounds."""
+    print(f"\n1b. Baseline {fig['baseline']['dir']} ({fig['baseline']['commit']}) vs this tree "
+          f"({fig['commit']}), interleaved round by round (medians; ratio = this tree / baseline)")
+    rows = []
+    for n in SIZES:
         for step in STEPS:
-            run = measured(cli(step, lab, profile, state), scratch)
-            host = run.report()
-            bad = check_step(step, host, run.rc, seen)
-            if bad:
-                problems.append(f"N={n} round {rnd} {step}: {bad}")
-            if rnd == 0:
-                continue
-            r = results[step]
-            r["wall"].append(run.wall)
-            r["agent"].append(host.get("seconds", float("nan")))
-            r["rss_kb"].append(run.rss_kb)
-            r["summary"] = host.get("summary")
-            floor = max(floor, run.floor_kb)
-    results["_floor_kb"] = floor
-    return results
+            b, c = base[n][step], seq[n][step]
+            rows.append((step, n, ms(med(b["wall"])), ms(med(c["wall"])), f"{med(c['wall']) / med(b['wall']):.2f}x",
+                         ms(min(b["wall"])), ms(min(c["wall"])), ms(med(b["agent"])), ms(med(c["agent"])),
+                         mb(max(b["rss_kb"])), mb(max(c["rss_kb"]))))
+    print(table(rows, ("step", "N", "before", "after", "ratio", "min before", "min after",
+                       "agent.run before", "after", "peak RSS before", "after")))
 
 
 # --- start-up and imports ---------------------------------------------------------
@@ -594,10 +632,20 @@ def mb(kb: float) -> str:
     return f"{kb / 1024:6.1f} MB"
 
 
+def baseline_cli(checkout: str) -> str:
+    """The nictune CLI of the --baseline checkout (its own venv, as scripts/setup makes it)."""
+    cli_path = Path(checkout) / ".venv" / "bin" / "nictune"
+    if not os.access(cli_path, os.X_OK):
+        sys.exit(f"bench: --baseline {checkout}: no {cli_path} (run that checkout's scripts/setup)")
+    return str(cli_path)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=5, help="measured rounds per interface count (default 5)")
     ap.add_argument("--json", metavar="FILE", help="also save every figure as JSON")
+    ap.add_argument("--baseline", metavar="DIR",
+                    help="another nictune checkout (with its .venv) to measure alongside, interleaved")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench: needs root (network namespaces); run it with sudo")
@@ -607,6 +655,7 @@ def main() -> int:
     if not os.access(NICTUNE, os.X_OK):
         sys.exit(f"bench: no nictune CLI at {NICTUNE}: run it with the project's venv Python "
                  "(sudo scripts/setup; sudo .venv/bin/python bench/bench_plan_apply.py)")
+    base_cli = baseline_cli(args.baseline) if args.baseline else None
     has_strace = shutil.which("strace", path=ENV["PATH"]) is not None
     repeat = max(1, args.repeat)
 
@@ -621,7 +670,11 @@ def main() -> int:
     problems: list = []
     figures: dict = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
                      "python": PY, "nictune": NICTUNE, "kernel": platform.release(),
-                     "cpus": os.cpu_count(), "repeat": repeat, "namespace": lab.ns}
+                     "cpus": os.cpu_count(), "repeat": repeat, "namespace": lab.ns,
+                     "commit": commit_of(HERE.parent)}
+    if base_cli:
+        figures["baseline"] = {"dir": args.baseline, "nictune": base_cli,
+                               "commit": commit_of(Path(args.baseline))}
     try:
         profile, state, scratch = tmp / "profile.yaml", tmp / "state", tmp / "scratch"
         scratch.mkdir()
@@ -630,11 +683,16 @@ def main() -> int:
         figures["settings_per_interface"] = per_if
         ethtool_id = genl_family_id("ethtool")
         lab.up()
+        versions = {CURRENT: (NICTUNE, state)}
+        if base_cli:
+            versions[BASELINE] = (base_cli, tmp / "state-baseline")
         seq: dict = {}
+        base: dict = {}
         trace: dict = {}
         for n in SIZES:
             lab.grow(n)
-            seq[n] = run_sequences(n, lab, profile, state, scratch, repeat, problems)
+            both = run_sequences(n, lab, profile, scratch, repeat, problems, versions)
+            seq[n], base[n] = both[CURRENT], both.get(BASELINE)
             if has_strace:
                 trace[n] = run_traced(n, lab, profile, state, scratch, ethtool_id, problems)
         request, loads = agent_request(profile, lab, state)
@@ -643,12 +701,15 @@ def main() -> int:
                                     request).stderr)
         ctl_it = importtime(spawn([PY, "-X", "importtime", NICTUNE, *cli("plan", lab, profile, state)[1:]]).stderr)
         split = timeline(cli("plan", lab, profile, state), scratch) if has_strace else None
+        if base_cli:
+            figures["baseline"]["sequences"] = {str(k): v for k, v in base.items()}
         figures.update(sequences={str(k): v for k, v in seq.items()},
                        startup=boot, profile_load_s=loads,
                        importtime={"agent": import_profile(agent_it), "controller": import_profile(ctl_it)},
                        netlink={str(k): v for k, v in trace.items()}, ethtool_family_id=ethtool_id,
                        plan_timeline=split)
-        report(figures, seq, boot, loads, trace, split, has_strace, problems, lab)
+        report(figures, seq, boot, loads, trace, split, has_strace, problems, lab,
+               base if base_cli else None)
     except KeyboardInterrupt:
         print("\nbench: interrupted; cleaning up", file=sys.stderr)
         return 130
@@ -667,12 +728,13 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1, default=str) + "\n")
         print(f"figures saved to {args.json}")
-    print("reproduce with: sudo .venv/bin/python bench/bench_plan_apply.py [--repeat R]")
+    print(f"reproduce with: sudo .venv/bin/python bench/bench_plan_apply.py --repeat {repeat}"
+          + (f" --baseline {args.baseline}" if base_cli else ""))
     return 0
 
 
 def report(fig: dict, seq: dict, boot: list, loads: list, trace: dict, split: dict | None,
-           has_strace: bool, problems: list, lab: Lab) -> None:
+           has_strace: bool, problems: list, lab: Lab, base: dict | None = None) -> None:
     p = print
     p(f"nictune plan/apply bench   {fig['date']}")
     p(f"  python {PY} ({platform.python_version()}), kernel {fig['kernel']}, {fig['cpus']} CPUs, "
@@ -695,6 +757,8 @@ def report(fig: dict, seq: dict, boot: list, loads: list, trace: dict, split: di
     p("  agent.run = the report's `seconds` (median), which includes the agent's lazy imports (see 3);")
     p("  peak RSS = the largest process of the tree (controller, ip, agent), at least "
       f"{mb(seq[SIZES[-1]]['_floor_kb']).strip()} (the wrapper's own RSS).")
+    if base:
+        report_baseline(fig, seq, base)
 
     p(f"\n2. Start-up and imports (whole process, median of {IMPORT_RUNS})")
     rows = [(b["label"], ms(med(b["wall"])), ms(min(b["wall"])), mb(max(b["rss_kb"]))) for b in boot]
