@@ -23,7 +23,15 @@ Everything it creates (the fleet's namespaces, bridge, sshds, a temp dir
 /tmp/ntbench-fleet-*) is removed in a `finally`, also on Ctrl-C or SIGTERM.
 Needs root.  See bench/README.md.
 
-    sudo .venv/bin/python bench/bench_fleet.py [--install] [--sizes 10,50,100,200] [--rounds R]
+With --baseline DIR (another checkout with its own .venv, made by its
+scripts/setup), each nictune form gets a twin, `base:<form>`, run by DIR's
+nictune in the same interleaved rounds on the same hosts, with its own
+inventory naming its own state dir on each host (state-base: its cached
+agent, its resident agent's socket and desired state), its own question
+cache (XDG_CACHE_HOME) and its own resident zipapp; a before/after table
+follows section 4.
+
+    sudo .venv/bin/python bench/bench_fleet.py [--install] [--sizes 10,50,100,200] [--rounds R] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -66,8 +74,18 @@ TOOLS = ("nictune", "nictune-agent", "nictune-resident", "ansible", "pyinfra", "
 # nictune-agent: --no-probe, the agent (the zipapp) started on every host;
 # nictune-resident: through resident agents' sockets.
 NICTUNE_FORMS = {"nictune": "probe", "nictune-agent": "zipapp", "nictune-resident": "resident"}
+BASE = "base:"  # --baseline: the other checkout's twin of a nictune form
 PY = sys.executable
 NICTUNE = str(Path(PY).parent / "nictune")
+
+
+def form_of(tool: str) -> str:
+    """The nictune form a tool is (its baseline twin's too), else the tool."""
+    return tool[len(BASE):] if tool.startswith(BASE) else tool
+
+
+def is_nictune(tool: str) -> bool:
+    return form_of(tool) in NICTUNE_FORMS
 # UTF-8: ansible refuses to start under LANG=C.  Every tool gets the same.
 ENV = dict(os.environ, LANG="C.UTF-8", LC_ALL="C.UTF-8")
 ENV["PATH"] = ENV.get("PATH", "") + ":/usr/sbin:/usr/bin:/sbin:/bin"
@@ -341,9 +359,54 @@ class Hosts:
 # --- the tools -------------------------------------------------------------------
 
 
+class Version:
+    """One nictune under test: its CLI, its Python (which builds its agent
+    zipapp), its inventory (its own state dir on each host, so that the two
+    versions' cached agents and resident agents never meet), its own
+    question cache."""
+
+    def __init__(self, checkout: Optional[Path], fleet, tmp: Path):
+        self.label = "" if checkout is None else BASE
+        self.python = PY if checkout is None else str(checkout / ".venv" / "bin" / "python")
+        self.nictune = str(Path(self.python).parent / "nictune")
+        self.state_name = "state" if checkout is None else "state-base"
+        self.env = dict(ENV, XDG_CACHE_HOME=str(tmp / ("cache" if checkout is None else "cache-base")))
+        self.inventory = fleet.inventory if checkout is None else self.write_inventory(fleet)
+        self._zipapp: Optional[bytes] = None
+
+    def write_inventory(self, fleet) -> str:
+        text = Path(fleet.inventory).read_text()
+        text, count = re.subn(r"(nictune_state_dir=\S+)/state\b", rf"\1/{self.state_name}", text)
+        if count != len(fleet.hosts):
+            raise BenchError(f"{fleet.inventory}: {count} nictune_state_dir for {len(fleet.hosts)} hosts")
+        for h in fleet.hosts:
+            (Path(fleet.dir) / h.name / self.state_name).mkdir(exist_ok=True)
+        path = Path(fleet.inventory).with_name("inventory-base.ini")
+        path.write_text(text)
+        return str(path)
+
+    def zipapp(self) -> bytes:
+        """This version's agent archive, as its controller would send it."""
+        if self._zipapp is None:
+            if self.label:
+                out = Path(self.env["XDG_CACHE_HOME"] + ".pyz")
+                must([self.python, "-c", "import sys\nfrom nictune.control import agentzip\n"
+                      "open(sys.argv[1], 'wb').write(agentzip.build().data)", str(out)])
+                self._zipapp = out.read_bytes()
+            else:
+                from nictune.control import agentzip
+
+                self._zipapp = agentzip.build().data
+        return self._zipapp
+
+
 class Bench:
-    def __init__(self, tmp: Path, fleet, hosts: Hosts, forks: int, tools_bin: dict):
+    def __init__(self, tmp: Path, fleet, hosts: Hosts, forks: int, tools_bin: dict,
+                 baseline: Optional[Path] = None):
         self.tmp, self.fleet, self.hosts, self.forks, self.bin = tmp, fleet, hosts, forks, tools_bin
+        self.versions = {"": Version(None, fleet, tmp)}
+        if baseline is not None:
+            self.versions[BASE] = Version(baseline, fleet, tmp)
         self.scratch = tmp / "scratch"
         self.scratch.mkdir()
         self.ansible_env = dict(ENV, ANSIBLE_CONFIG=str(self.write_ansible_cfg()))
@@ -371,6 +434,12 @@ control_path_dir = {a}/cp
 """)
         return cfg
 
+    def version(self, tool: str) -> Version:
+        return self.versions[BASE if tool.startswith(BASE) else ""]
+
+    def env(self, tool: str) -> dict:
+        return self.ansible_env if tool == "ansible" else self.version(tool).env
+
     def pyinfra_inventory(self, n: int) -> Path:
         path = self.tmp / f"pyinfra_inventory_{n}.py"
         if not path.exists():
@@ -384,9 +453,10 @@ control_path_dir = {a}/cp
 
     def argv(self, tool: str, n: int) -> list:
         limit = f"fleet[0:{n - 1}]"
-        if tool in NICTUNE_FORMS:
-            return [NICTUNE, "audit", str(PROFILE), "-i", self.fleet.inventory, "--limit", limit,
-                    "--forks", str(self.forks), "--json"] + (["--no-probe"] if tool == "nictune-agent" else [])
+        if is_nictune(tool):
+            v = self.version(tool)
+            return [v.nictune, "audit", str(PROFILE), "-i", v.inventory, "--limit", limit, "--forks",
+                    str(self.forks), "--json"] + (["--no-probe"] if form_of(tool) == "nictune-agent" else [])
         if tool == "ansible":
             return [self.bin["ansible-playbook"], "-i", self.fleet.inventory, str(PLAYBOOK), "--check",
                     "--limit", limit, "-f", str(self.forks)]
@@ -401,13 +471,12 @@ control_path_dir = {a}/cp
         """One measured run: controller figures from the wrapper, host CPU
         from the listeners, and what the tool found (every host as wanted?)."""
         stat, log = self.scratch / "wrapper.json", self.scratch / f"{tool}-{n}.log"
-        residents = started or (Residents(self.fleet, self.hosts, n)
-                                if tool == "nictune-resident" else None)
+        residents = started or (Residents(self.fleet, self.hosts, n, self.version(tool))
+                                if form_of(tool) == "nictune-resident" else None)
         before = self.hosts.cpu()
         with open(log, "w") as f:
             proc = spawn([PY, "-S", "-c", WRAPPER, str(stat), str(SAMPLE_S), *self.argv(tool, n)],
-                         timeout=300 + 10 * n, cwd=str(self.scratch),
-                         env=self.ansible_env if tool == "ansible" else ENV, stdout=f)
+                         timeout=300 + 10 * n, cwd=str(self.scratch), env=self.env(tool), stdout=f)
         if proc.returncode != 0 or not stat.exists():
             raise BenchError(f"the measuring wrapper failed for {tool} (exit {proc.returncode}): "
                              f"{log.read_text()[-500:]}")
@@ -427,8 +496,7 @@ control_path_dir = {a}/cp
         return run
 
     def run_text(self, tool: str, argv: list, timeout: float = 300) -> str:
-        proc = spawn(argv, timeout=timeout, cwd=str(self.scratch),
-                     env=self.ansible_env if tool == "ansible" else ENV)
+        proc = spawn(argv, timeout=timeout, cwd=str(self.scratch), env=self.env(tool))
         return proc.stdout
 
 
@@ -439,17 +507,16 @@ class Residents:
     the host's cgroup so that the CPU it spends answering counts as the
     host's.  Started before a measured `nictune-resident` run (its start-up
     and first cycle are not an audit's cost: it runs all the time), stopped
-    after it, so that the plain `nictune` form never finds one."""
+    after it, so that the plain `nictune` form never finds one.  Each
+    version's agents: its zipapp, its state dir (Version)."""
 
-    def __init__(self, fleet, hosts: "Hosts", n: int):
-        from nictune.control import agentzip
-
-        data = agentzip.build().data
+    def __init__(self, fleet, hosts: "Hosts", n: int, version: Version):
+        data = version.zipapp()
         self.procs = []
         try:
             for host, group in zip(fleet.hosts[:n], hosts.groups or [None] * n):
                 base = Path(fleet.dir) / host.name
-                zipapp, state = base / "resident.pyz", base / "state"
+                zipapp, state = base / f"resident-{version.state_name}.pyz", base / version.state_name
                 if not zipapp.exists():
                     zipapp.write_bytes(data)
                 sock = state / "agent.sock"
@@ -499,7 +566,7 @@ def findings(tool: str, out: str, n: int) -> dict:
     """What a tool reported: {"hosts": how many it audited, "drift": {host:
     [what]}, "error": text or ""}.  A clean run has hosts == n and no drift."""
     drift: dict = {}
-    if tool in NICTUNE_FORMS:
+    if is_nictune(tool):
         try:
             report = json.loads(out)
         except ValueError:
@@ -507,7 +574,7 @@ def findings(tool: str, out: str, n: int) -> dict:
         errors = [f"{h['host']}: {h['error']['message']}" for h in report.get("hosts", []) if h.get("error")]
         # Each form must have taken its own path: the probe, the zipapp, or
         # the resident agents' sockets.
-        want = NICTUNE_FORMS[tool]
+        want = NICTUNE_FORMS[form_of(tool)]
         errors += [f"{h['host']}: answered via {h.get('via')}, not {want}"
                    for h in report.get("hosts", []) if h.get("via") != want]
         for h in report.get("hosts", []):
@@ -621,7 +688,7 @@ def check_login_env(b: Bench, tools: list) -> list:
     want = b.home[h.name]
     rows = []
     for tool in tools:
-        if tool in NICTUNE_FORMS:
+        if is_nictune(tool):
             script = ("import paramiko, sys\n"
                       "c = paramiko.SSHClient(); c.load_host_keys(sys.argv[3])\n"
                       "c.connect(sys.argv[1], username='root', key_filename=sys.argv[2],"
@@ -661,7 +728,7 @@ def check_kex(b: Bench, tools: list) -> list:
             m = re.search(r"kex: algorithm: (\S+)", out)
             rows.append((tool, f"OpenSSH {version(['ssh', '-V'])}: {m.group(1) if m else '?'}"))
         else:
-            py = PY if tool in NICTUNE_FORMS else str(Path(b.bin["pyinfra"]).parent / "python")
+            py = b.version(tool).python if is_nictune(tool) else str(Path(b.bin["pyinfra"]).parent / "python")
             out = spawn([py, "-c", script, h.address, b.fleet.key_file, b.fleet.known_hosts], timeout=60).stdout
             m = re.search(r"paramiko (\S+) \['Kex: (\S+)'\]", out)
             rows.append((tool, f"paramiko {m.group(1)}: {m.group(2)}" if m else out.strip()[-200:]))
@@ -721,24 +788,50 @@ def spoil(host) -> None:
         f.truncate()
 
 
-def apply_all(b: Bench, n: int) -> None:
-    out = must([NICTUNE, "apply", str(PROFILE), "-i", b.fleet.inventory, "--limit", f"fleet[0:{n - 1}]",
-                "--forks", str(b.forks), "--confirm-timeout", "0", "--json"], timeout=300 + 5 * n)
+def legacy_header(host) -> None:
+    """Give host's NCCL file, in place, the header older versions wrote.  A
+    baseline that predates the family-named header takes this tree's as
+    someone else's file, and reports a spoiled one as an error besides the
+    drift; spoiled under its own header, it reports the drift alone, as it
+    would on a fleet it wrote itself."""
+    with open(f"/etc/netns/{host.netns}/nccl.conf", "r+") as f:
+        text = f.read()
+        f.seek(0)
+        f.write(text.replace("# Managed by nictune (nccl):", "# Managed by nictune:", 1))
+        f.truncate()
+
+
+def apply_all(b: Bench, n: int, version: Optional[Version] = None) -> None:
+    """Apply the profile to the first n hosts (a baseline's apply, after this
+    tree's, changes nothing: it stores its own desired state for its
+    resident agents)."""
+    v = version or b.versions[""]
+    out = must([v.nictune, "apply", str(PROFILE), "-i", v.inventory, "--limit", f"fleet[0:{n - 1}]",
+                "--forks", str(b.forks), "--confirm-timeout", "0", "--json"], timeout=300 + 5 * n, env=v.env)
     bad = [h["host"] for h in json.loads(out)["hosts"] if not h.get("ok")]
     if bad:
-        raise BenchError(f"nictune apply failed on {len(bad)} hosts: {', '.join(bad[:5])}")
+        raise BenchError(f"{v.label}nictune apply failed on {len(bad)} hosts: {', '.join(bad[:5])}")
 
 
-def learn(b: Bench, n: int) -> dict:
+def restore(b: Bench, n: int) -> None:
+    """Put the first n hosts back as wanted: each version applies in turn,
+    this tree first, so that each has its own desired state (for its
+    resident agents).  The baseline's apply then writes nothing: it finds
+    the NCCL file's settings as wanted under this tree's header."""
+    for v in b.versions.values():
+        apply_all(b, n, v)
+
+
+def learn(b: Bench, n: int, tool: str = "nictune") -> dict:
     """nictune's first audit of each host: the agent runs and teaches the
     controller its questions (control/probe.py); timed, not part of the
     rounds.  Every host must then be answered by the probe."""
-    first = b.measure("nictune", n)
+    first = b.measure(tool, n)
     if first["found"]["via"] != {"zipapp": n}:
-        raise BenchError(f"nictune's first audit was not answered by the agents: {first['found']}")
-    second = b.measure("nictune", n)["found"]
+        raise BenchError(f"{tool}'s first audit was not answered by the agents: {first['found']}")
+    second = b.measure(tool, n)["found"]
     if second["error"] or second["hosts"] != n or second["drift"]:
-        raise BenchError(f"after learning, the probe did not answer every host: {second['error'] or second}")
+        raise BenchError(f"{tool}: after learning, the probe did not answer every host: {second['error'] or second}")
     return {"hosts": n, "wall": first["wall"], "ctl_cpu_per_host": first["cpu"] / n,
             "host_cpu_per_host": sum(first["host_cpu"]) / n}
 
@@ -752,19 +845,26 @@ def drift_check(b: Bench, tools: list) -> list:
     try:
         for tool in tools:
             started = None
-            if tool == "nictune-resident":
+            if form_of(tool) == "nictune-resident":
                 # A resident agent applies the desired state when it starts:
                 # spoil the host again once they run (they only report drift).
-                started = Residents(b.fleet, b.hosts, 2)
+                # Healed first: a version's residents need not heal what the
+                # other version's apply wrote (the NCCL file is not theirs).
+                restore(b, 1)
+                started = Residents(b.fleet, b.hosts, 2, b.version(tool))
                 spoil(host)
+            if tool.startswith(BASE):
+                legacy_header(host)
             found = b.measure(tool, 2, started)["found"]
             mine = found["drift"].get(host.name, [])
             others = {k: v for k, v in found["drift"].items() if k != host.name}
             ok = len(mine) == 4 and not others and not found["error"] and found["hosts"] == 2
             rows.append((tool, len(mine), "; ".join(mine) + ("" if found["hosts"] == 2 else
-                                                             f" (audited {found['hosts']} hosts of 2)"), ok))
+                                                             f" (audited {found['hosts']} hosts of 2)")
+                         + (f"; elsewhere: {others}" if others else "")
+                         + (f"; error: {found['error'][:200]}" if found["error"] else ""), ok))
     finally:
-        apply_all(b, 1)
+        restore(b, 2)
     return rows
 
 
@@ -877,11 +977,14 @@ def report(fig: dict, summary: dict, sizes: list, tools: list) -> list:
     p("    largest single process.  left over: processes of the tree still running when the tool exited")
     p("    (stopped by the wrapper).")
 
-    if fig.get("learn"):
-        lr = fig["learn"]
-        p(f"\n  nictune's first audit of the {lr['hosts']} hosts (their agents answer and teach the controller the")
-        p(f"  questions; not in the rounds): wall {secs(lr['wall'])}, controller CPU/host "
-          f"{ms(lr['ctl_cpu_per_host'])}, host CPU/host {ms(lr['host_cpu_per_host'])}")
+    for key, who in (("learn", "nictune"), ("learn_base", BASE + "nictune")):
+        if fig.get(key):
+            lr = fig[key]
+            p(f"\n  {who}'s first audit of the {lr['hosts']} hosts (their agents answer and teach the controller the")
+            p(f"  questions; not in the rounds): wall {secs(lr['wall'])}, controller CPU/host "
+              f"{ms(lr['ctl_cpu_per_host'])}, host CPU/host {ms(lr['host_cpu_per_host'])}")
+    if fig.get("baseline"):
+        report_baseline(fig, summary, sizes, tools)
     p("\n5. Ratios (same run)")
     rows = []
     for n in sizes:
@@ -925,6 +1028,31 @@ def report(fig: dict, summary: dict, sizes: list, tools: list) -> list:
     for ok, what, detail in checks:
         p(f"  {'SKIP' if ok is None else 'PASS' if ok else 'FAIL'}  {what}: {detail}")
     return checks
+
+
+def report_baseline(fig: dict, summary: dict, sizes: list, tools: list) -> None:
+    """Before/after per nictune form and size: the baseline twin against this tree."""
+    print(f"\n4b. Baseline {fig['baseline']['dir']} ({fig['baseline']['commit']}) vs this tree ({fig['commit']}),")
+    print("    same rounds, same hosts (medians; ratio = this tree / baseline)")
+    rows = []
+    for n in sizes:
+        for form in (t for t in tools if t in NICTUNE_FORMS):
+            before, after = summary.get((n, BASE + form)), summary.get((n, form))
+            if before and after:
+                rows.append((form, n, secs(before["wall"]), secs(after["wall"]), ratio(after["wall"], before["wall"]),
+                             ms(before["ctl_cpu_per_host"]), ms(after["ctl_cpu_per_host"]),
+                             ratio(after["ctl_cpu_per_host"], before["ctl_cpu_per_host"]),
+                             ms(before["host_cpu_per_host"]), ms(after["host_cpu_per_host"]),
+                             ratio(after["host_cpu_per_host"], before["host_cpu_per_host"])))
+    print(table(rows, ("form", "N", "wall before", "after", "ratio", "ctl CPU/host before", "after", "ratio",
+                       "host CPU/host before", "after", "ratio"), left=2))
+
+
+def commit_of(checkout: Path) -> str:
+    """Short commit of a checkout, "+dirty" if its tracked files changed."""
+    head = spawn(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], timeout=60).stdout.strip()
+    dirty = spawn(["git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=no"], timeout=60).stdout
+    return (head or "?") + ("+dirty" if dirty.strip() else "")
 
 
 def ratio(a: float, b: float) -> str:
@@ -1005,6 +1133,8 @@ def main() -> int:
     ap.add_argument("--install", action="store_true",
                     help=f"first install ansible-core and pyinfra from PyPI into {TOOLS_VENV}")
     ap.add_argument("--json", metavar="FILE", help="also save every figure as JSON")
+    ap.add_argument("--baseline", metavar="DIR", help="another nictune checkout (with its .venv): its "
+                    "twin of each nictune form runs in the same rounds (base:nictune, ...)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench: needs root (network namespaces, sshd); run it with sudo")
@@ -1020,6 +1150,9 @@ def main() -> int:
     if "nictune" not in wanted or set(wanted) - set(TOOLS):
         sys.exit(f"bench: --tools: nictune plus any of {', '.join(TOOLS[1:])} (got {args.tools!r})")
     rounds = max(1, args.rounds)
+    baseline = Path(args.baseline).resolve() if args.baseline else None
+    if baseline and not os.access(baseline / ".venv" / "bin" / "nictune", os.X_OK):
+        sys.exit(f"bench: --baseline {args.baseline}: no .venv/bin/nictune there (run its scripts/setup)")
 
     def on_term(signum, frame):
         raise KeyboardInterrupt
@@ -1043,6 +1176,8 @@ def main() -> int:
         needs = {"ansible": "ansible-playbook", "pyinfra": "pyinfra", "pyinfra-facts": "pyinfra", "ssh": "ssh"}
         tools = ["nictune"] + [t for t in TOOLS[1:] if t in wanted
                                and (t not in needs or needs[t] in tools_bin)]
+        if baseline:  # each twin right after its form: neighbours in every round's turn
+            tools = [x for t in tools for x in ([t, BASE + t] if t in NICTUNE_FORMS else [t])]
         fig["versions"] = {"nictune": version([NICTUNE, "--version"]),
                            "ansible": version([tools_bin.get("ansible-playbook", "false"), "--version"]),
                            "pyinfra": version([tools_bin.get("pyinfra", "false"), "--version"]),
@@ -1052,6 +1187,13 @@ def main() -> int:
                                                + " (audit through resident agents, no process started)")
         fig["versions"]["nictune-agent"] = fig["versions"]["nictune"] + " (--no-probe: the agent every time)"
         fig["versions"]["nictune"] += " (the probe, once learned)"
+        if baseline:
+            fig["baseline"] = {"dir": str(baseline), "commit": commit_of(baseline)}
+            fig["commit"] = commit_of(HERE.parent)
+            said = version([str(baseline / ".venv" / "bin" / "nictune"), "--version"])
+            for form in NICTUNE_FORMS:
+                fig["versions"][BASE + form] = (f"{said} at {fig['baseline']['commit']} ({baseline}), "
+                                                f"as {form} above")
         for note in notes:
             print(f"bench: {note}", flush=True)
         print(f"bench: bringing up {max(2, sizes[-1])} hosts ({prefix}h001..)", flush=True)
@@ -1062,13 +1204,15 @@ def main() -> int:
         hosts = Hosts(fleet, f"ntbench-{prefix}")
         KEEP.update(hosts.pids)
         hosts.attach()
-        b = Bench(tmp, fleet, hosts, args.forks, tools_bin)
+        b = Bench(tmp, fleet, hosts, args.forks, tools_bin, baseline)
         print(f"bench: fleet up in {fig['fleet_up_s']} s; nictune apply to every host", flush=True)
-        apply_all(b, len(b.hosts.pids))
+        restore(b, len(b.hosts.pids))
         fig["login_env"] = check_login_env(b, tools)
         fig["kex"] = check_kex(b, tools)
         fig["host_cpu_method"] = check_host_cpu_method(b)
         fig["learn"] = learn(b, len(b.hosts.pids))
+        if baseline:
+            fig["learn_base"] = learn(b, len(b.hosts.pids), BASE + "nictune")
         fig["drift_check"] = drift_check(b, tools)
         print("bench: measuring", flush=True)
         runs = run_rounds(b, sizes, tools, rounds, problems, notes)
@@ -1112,7 +1256,8 @@ def main() -> int:
         print(f"figures saved to {args.json}")
     print("reproduce with: sudo .venv/bin/python bench/bench_fleet.py --install "
           f"--sizes {','.join(map(str, sizes))} --rounds {rounds} --forks {args.forks}"
-          + (f" --tools {','.join(wanted)}" if set(wanted) != set(TOOLS) else ""))
+          + (f" --tools {','.join(wanted)}" if set(wanted) != set(TOOLS) else "")
+          + (f" --baseline {baseline}" if baseline else ""))
     return 0
 
 

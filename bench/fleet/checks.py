@@ -18,13 +18,17 @@ FEATURES = ("generic-receive-offload", "generic-segmentation-offload", "rx-check
             "rx-udp-gro-forwarding")
 NCCL_PATH = "/etc/nccl.conf"
 # What nictune renders from the profile's nccl.env: its header, then
-# NAME=VALUE lines in profile order.
-NCCL = (
-    "# Managed by nictune: edit the profile, not this file.\n"
+# NAME=VALUE lines in profile order.  The header names the family since
+# the owned-files work; older versions (a --baseline) wrote the legacy one,
+# which nictune still takes as its own: either is as wanted.
+NCCL_HEADERS = ("# Managed by nictune (nccl): edit the profile, not this file.\n",
+                "# Managed by nictune: edit the profile, not this file.\n")
+NCCL_BODY = (
     "NCCL_DEBUG=WARN\n"
     "NCCL_IB_TIMEOUT=22\n"
     "NCCL_SOCKET_IFNAME==rail0,rail1\n"
 )
+NCCL = NCCL_HEADERS[0] + NCCL_BODY
 
 
 def drifts(sysctls: dict, mtu: str, operstate: str, ethtool_k: str, nccl: str) -> list:
@@ -44,6 +48,6 @@ def drifts(sysctls: dict, mtu: str, operstate: str, ethtool_k: str, nccl: str) -
     off = [f for f in FEATURES if features.get(f) != "on"]
     if off:
         out.append(f"{RAIL} offloads " + ",".join(off))
-    if nccl != NCCL:
+    if nccl not in (header + NCCL_BODY for header in NCCL_HEADERS):
         out.append("NCCL file")
     return out
