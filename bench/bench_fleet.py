@@ -816,8 +816,8 @@ def apply_all(b: Bench, n: int, version: Optional[Version] = None) -> None:
 def restore(b: Bench, n: int) -> None:
     """Put the first n hosts back as wanted: each version applies in turn,
     this tree first, so that each has its own desired state (for its
-    resident agents).  The baseline's apply then writes nothing: it finds
-    the NCCL file's settings as wanted under this tree's header."""
+    resident agents).  This tree takes either version's NCCL header as its
+    own; for the baseline's view of this tree's, see legacy_header."""
     for v in b.versions.values():
         apply_all(b, n, v)
 
