@@ -226,12 +226,12 @@ def _sysctls(host, ipv6_conf: list, spread: list) -> list:
     values = fam.read(keys)
     # Unreadable (stable_secret until set) and read-only ones cannot be put back.
     return [[k.target, _short(k), values[k]] for k in keys
-            if not isinstance(values[k], Unsupported) and os.access(fam.path(k), os.W_OK)]
+            if not isinstance(values[k], Unsupported) and host.io.access(fam.path(k), os.W_OK)]
 
 
 def _listdir(host, family: str, *sub: str) -> list:
     try:
-        return sorted(os.listdir(host.path("proc/sys/net", family, "conf", *sub)))
+        return sorted(host.io.listdir(host.path("proc/sys/net", family, "conf", *sub)))
     except OSError:
         return []
 

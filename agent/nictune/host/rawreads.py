@@ -88,13 +88,12 @@ class _Learner(recorded._Recorder):
             self.nofollow.add(ident)
         return super()._opened(ident, path, opener)
 
-    def socket(self, family=socket.AF_INET, type=socket.SOCK_STREAM, proto=0, *args, **kwargs):
-        real = recorded._REAL["socket"](family, type, proto, *args, **kwargs)
-        if family == socket.AF_NETLINK:
-            return _RecordingSocket(real, proto, self.asked)
-        if not (family == socket.AF_INET and type & 0xF == socket.SOCK_DGRAM):
-            self.why_not.append(f"a socket of family {int(family)}")
-        return real  # the ioctl socket: its calls come through ioctl() below
+    def netlink(self, protocol: int):
+        return _RecordingSocket(super().netlink(protocol), protocol, self.asked)
+
+    def unix_connect(self, path: str, timeout: float):
+        self.why_not.append(f"a socket of family {int(socket.AF_UNIX)}")
+        return super().unix_connect(path, timeout)
 
     def ioctl(self, sock, ifname: str, buf):
         self.asked.append(("ioctl", ifname, buf.tobytes()))
@@ -128,10 +127,14 @@ def learn(host: Host, run):
     from nictune.host import health
 
     learner = _Learner(host.root)
+    live = host.io
+    host.io = recorded.SessionIO(learner)
     host.counter_source = _NoWaiting(health.counter_source(host), learner.why_not)
     host.learning = True  # engine.Families: a drifted key's reads are asked too
-    with recorded._Intercept(learner):
+    try:
         result = run()
+    finally:
+        host.io = live
     return result, questions(learner)
 
 
@@ -225,12 +228,14 @@ class ProbeReplayer(recorded._Replayer):
     def not_recorded(self, what: str) -> BaseException:
         return NotProbed(what)
 
-    def socket(self, family=socket.AF_INET, type=socket.SOCK_STREAM, proto=0, *args, **kwargs):
-        if family == socket.AF_NETLINK:
-            return _ReplaySocket(proto, self.answers.netlink)
-        if family == socket.AF_INET and type & 0xF == socket.SOCK_DGRAM:
-            return _IoctlSocket()
-        raise NotProbed(f"a socket of family {int(family)}")
+    def netlink(self, protocol: int):
+        return _ReplaySocket(protocol, self.answers.netlink)
+
+    def inet_socket(self):
+        return _IoctlSocket()
+
+    def unix_connect(self, path: str, timeout: float):
+        raise NotProbed(f"a socket of family {int(socket.AF_UNIX)}")
 
     def ioctl(self, sock, ifname: str, buf) -> int:
         found = self.answers.ioctls.get((ifname, buf.tobytes()))
@@ -278,10 +283,14 @@ class ProbedHost(Host):
         super().__init__("/")
         self.answers = answers
         self.where = f"{label}: the probe"
+        self.io = recorded.SessionIO(ProbeReplayer(answers, self.where))
         self.counter_source = _Counters(self)
 
     def page_size(self) -> int:
         return self.answers.page_size
 
-    def replaying(self) -> "recorded._Intercept":
-        return recorded._Intercept(ProbeReplayer(self.answers, self.where))
+    def replaying(self):
+        """Kept for callers: the answers serve through self.io already."""
+        import contextlib
+
+        return contextlib.nullcontext(self)
