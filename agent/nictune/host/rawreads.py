@@ -39,7 +39,6 @@ import sys
 
 from nictune.host import recorded
 from nictune.host.machine import Host
-from nictune.host.netlink.ioctl import kernel_siocethtool
 
 FORMAT = 1
 READ_OPS = ("open", "stat", "lstat", "listdir", "readlink", "access")
@@ -75,8 +74,8 @@ class _RecordingSocket:
 class _Learner(recorded._Recorder):
     """host/recorded.py's file recorder, plus raw sockets and ioctls."""
 
-    def __init__(self, root: str):
-        super().__init__(root, recorded.Log())
+    def __init__(self, root: str, inner=None):
+        super().__init__(root, recorded.Log(), inner)
         self.asked: list = []
         self.why_not: list = []
         self.nofollow: set = set()
@@ -97,7 +96,7 @@ class _Learner(recorded._Recorder):
 
     def ioctl(self, sock, ifname: str, buf):
         self.asked.append(("ioctl", ifname, buf.tobytes()))
-        return kernel_siocethtool(sock, ifname, buf)
+        return self.inner.ioctl(sock, ifname, buf)
 
     def write(self, op: str, path, args: tuple, kwargs: dict):
         self.why_not.append(f"{op} of {path}")
@@ -126,9 +125,9 @@ def learn(host: Host, run):
     """run() on host with its reads noted; (its result, the questions)."""
     from nictune.host import health
 
-    learner = _Learner(host.root)
     live = host.io
-    host.io = recorded.SessionIO(learner)
+    learner = _Learner(host.root, live)
+    host.io = recorded.SessionIO(learner, live)
     host.counter_source = _NoWaiting(health.counter_source(host), learner.why_not)
     host.learning = True  # engine.Families: a drifted key's reads are asked too
     try:

@@ -348,24 +348,27 @@ def _devlink_or_raise(log: Log, make: Callable):
 
 # -- the port, served by a session --------------------------------------------------
 
-# The live operations a session passes through to (LiveIO's, as plain
-# functions: the recorder logs around them).
-_LIVE = LiveIO()
-_REAL = {"open": _LIVE.open, "os.open": _LIVE.os_open, "stat": _LIVE.stat, "lstat": _LIVE.lstat,
-         "listdir": _LIVE.listdir, "scandir": _LIVE.scandir, "readlink": _LIVE.readlink,
-         "access": _LIVE.access, "mkdir": _LIVE.mkdir, "rmdir": _LIVE.rmdir,
-         "unlink": _LIVE.unlink, "replace": _LIVE.replace}
-
-
 class SessionIO(LiveIO):
     """Host.io for a recording or a replay: each file operation, socket,
     ioctl and key-file read goes to the session (a _Recorder, a _Replayer,
     or host/rawreads.py's learner and probe replayer), which logs it on its
-    way to the kernel or answers it from what was recorded.  The descriptor
-    calls (fstat, read... on what os_open gave) stay LiveIO's."""
+    way to the kernel or answers it from what was recorded.  The rest (the
+    page size, the clock, the descriptor calls on what os_open gave) are
+    the inner port's: the one the host had (a recording, learning) or the
+    controller's own (a replay)."""
 
-    def __init__(self, session):
+    def __init__(self, session, inner: Optional[LiveIO] = None):
         self.session = session
+        self.inner = inner or LiveIO()
+
+    def page_size(self) -> int:
+        return self.inner.page_size()
+
+    def now(self) -> float:
+        return self.inner.now()
+
+    def sleep(self, seconds: float) -> None:
+        self.inner.sleep(seconds)
 
     def open(self, path: str, mode: str = "r", *args, **kwargs):
         return self.session.open(path, mode, *args, **kwargs)
@@ -436,9 +439,13 @@ class _Recorder:
     sockets, ioctls and writes through.  Key files keep their fingerprint
     and the key's length, never the key."""
 
-    def __init__(self, root: str, log: Log):
+    def __init__(self, root: str, log: Log, inner: Optional[LiveIO] = None):
         self.root = os.path.abspath(root)
         self.log = log
+        self.inner = inner or LiveIO()  # the port the recorded operations go on to
+
+    def _real(self, op: str):
+        return getattr(self.inner, "os_open" if op == "os.open" else op)
 
     def rel(self, path: str) -> Optional[str]:
         """"/proc/sys/..." for a path under root; None for any other."""
@@ -455,8 +462,8 @@ class _Recorder:
     def open(self, file, mode, *args, **kwargs):
         rel = self.rel(file)
         if rel is None or any(c in mode for c in "wax+"):
-            return _REAL["open"](file, mode, *args, **kwargs)
-        return self._opened(f"open {rel}", file, lambda: _REAL["open"](file, mode, *args, **kwargs))
+            return self._real("open")(file, mode, *args, **kwargs)
+        return self._opened(f"open {rel}", file, lambda: self._real("open")(file, mode, *args, **kwargs))
 
     def _opened(self, ident: str, path, opener):
         """opener(), its failure or the file's content recorded under ident."""
@@ -472,7 +479,7 @@ class _Recorder:
         if ident in self.log.files:
             return
         try:
-            with _REAL["open"](path, "rb") as g:
+            with self._real("open")(path, "rb") as g:
                 data = g.read()
         except OSError as e:  # it opens, and fails on read (sysfs EOPNOTSUPP...)
             self.log.files[ident] = encode_error(e)
@@ -487,11 +494,11 @@ class _Recorder:
         rel = self.rel(path)
         reading = flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_DIRECTORY) == 0
         if rel is None or not reading:
-            return _REAL["os.open"](path, flags, mode)
-        return self._opened(f"open {rel}", path, lambda: _REAL["os.open"](path, flags, mode))
+            return self._real("os.open")(path, flags, mode)
+        return self._opened(f"open {rel}", path, lambda: self._real("os.open")(path, flags, mode))
 
     def write(self, op: str, path, args: tuple, kwargs: dict):
-        result = _REAL[op](path, *args, **kwargs)
+        result = self._real(op)(path, *args, **kwargs)
         rel = self.rel(path) if isinstance(path, str) else None
         if rel is not None and op in ("mkdir", "rmdir"):
             self.log.files.setdefault(f"{op} {rel}", {"value": None})
@@ -500,10 +507,10 @@ class _Recorder:
     def simple(self, op: str, path: str, args: tuple, kwargs: dict):
         rel = self.rel(path)
         if rel is None:
-            return _REAL[op](path, *args, **kwargs)
+            return self._real(op)(path, *args, **kwargs)
         ident = f"{op} {rel}" + (f" {args[0]}" if op == "access" else "")
         try:
-            result = _REAL[op](path, *args, **kwargs)
+            result = self._real(op)(path, *args, **kwargs)
         except OSError as e:
             self.log.files.setdefault(ident, encode_error(e))
             raise
@@ -514,27 +521,27 @@ class _Recorder:
         return result
 
     def scandir(self, path: str):
-        return _REAL["scandir"](path)
+        return self.inner.scandir(path)
 
     def mkstemp(self, prefix: str, directory: str) -> tuple:
-        return _LIVE.mkstemp(prefix, directory)
+        return self.inner.mkstemp(prefix, directory)
 
     def netlink(self, protocol: int):
-        return _LIVE.netlink(protocol)
+        return self.inner.netlink(protocol)
 
     def inet_socket(self):
-        return _LIVE.inet_socket().sock
+        return self.inner.inet_socket()
 
     def ioctl(self, sock, ifname: str, buf) -> int:
-        return _LIVE.ioctl(sock, ifname, buf)
+        return self.inner.ioctl(sock, ifname, buf)
 
     def unix_connect(self, path: str, timeout: float):
-        return _LIVE.unix_connect(path, timeout)
+        return self.inner.unix_connect(path, timeout)
 
     def key_load(self, path: str, length=None, uid: int = 0) -> tuple:
         ident = _key_ident(path, length)
         try:
-            key, fp = _LIVE.key_load(path, length, uid)
+            key, fp = self.inner.key_load(path, length, uid)
         except Exception as e:
             self.log.calls.setdefault(ident, encode_error(e))
             raise
@@ -560,7 +567,7 @@ def record(host: Host, run: Callable[[], Any], when: str):
     "reads" part).  `when` is the time of the recording (ISO 8601 UTC)."""
     log = Log()
     live = host.io
-    host.io = SessionIO(_Recorder(host.root, log))
+    host.io = SessionIO(_Recorder(host.root, log, live), live)
     _wrap_host(host, log)
     try:
         result = run()
@@ -706,8 +713,8 @@ def _regular_fd(data: bytes) -> int:
         import uuid
 
         path = os.path.join(tempfile.gettempdir(), f".nictune-snapshot-{uuid.uuid4().hex}")
-        fd = _REAL["os.open"](path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        _REAL["unlink"](path)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        os.unlink(path)
     os.write(fd, data)
     os.lseek(fd, 0, os.SEEK_SET)
     return fd

@@ -1,0 +1,109 @@
+"""Host.io (host/io.py): the one door to the kernel, and its adapters.
+
+The live port's derived operations answer as os.path does; a recording and
+the probe's learning wrap the host's own port (a fake host stays fake) and
+patch nothing process-wide; a recording asks every registered family what
+a later plan may read (Family.plan_reads)."""
+
+from __future__ import annotations
+
+import builtins
+import os
+import socket
+
+from fakes import FakeHost
+
+from nictune.host import knobs, rawreads, recorded
+from nictune.host.io import LiveIO
+
+
+def _tree(tmp_path):
+    """Files, directories and symlinks: relative, absolute, chained,
+    dangling, looping and through '..'."""
+    (tmp_path / "a/b").mkdir(parents=True)
+    (tmp_path / "a/b/file").write_text("x")
+    os.symlink("b", tmp_path / "a/rel")
+    os.symlink(str(tmp_path / "a/b/file"), tmp_path / "abs")
+    os.symlink("a/rel/file", tmp_path / "chain")
+    os.symlink("nowhere", tmp_path / "dangling")
+    os.symlink("loop2", tmp_path / "loop1")
+    os.symlink("loop1", tmp_path / "loop2")
+    os.symlink("../a/b", tmp_path / "a/b/up")
+    return ["a", "a/rel", "a/rel/file", "abs", "chain", "dangling", "loop1", "a/b/up/file",
+            "a/b/up/up/../file", "a/./b//file", "missing/x", "a/rel/../b/file"]
+
+
+def test_the_live_port_answers_as_os_path_does(tmp_path):
+    io = LiveIO()
+    paths = _tree(tmp_path)
+    assert len(paths) == 12
+    for rel in paths:
+        path = str(tmp_path / rel)
+        assert io.realpath(path) == os.path.realpath(path), rel
+        assert io.isdir(path) == os.path.isdir(path), rel
+        assert io.isfile(path) == os.path.isfile(path), rel
+        assert io.exists(path) == os.path.exists(path), rel
+        assert io.lexists(path) == os.path.lexists(path), rel
+
+
+def test_makedirs_makes_what_is_missing_and_takes_what_is_there(tmp_path):
+    io = LiveIO()
+    io.makedirs(str(tmp_path / "x/y/z"), 0o755)
+    assert (tmp_path / "x/y/z").is_dir()
+    io.makedirs(str(tmp_path / "x/y/z"), 0o755)  # exist_ok
+    (tmp_path / "f").write_text("")
+    try:
+        io.makedirs(str(tmp_path / "f"), 0o755)
+    except FileExistsError:
+        pass
+    else:
+        raise AssertionError("a file where a directory should be was taken")
+
+
+def test_a_recording_patches_nothing_and_keeps_the_hosts_own_port(tmp_path):
+    state = {"links": [], "page_size": 65536}
+    host = FakeHost(state, tmp_path / "root")
+    (tmp_path / "root/proc/sys/net/core").mkdir(parents=True)
+    (tmp_path / "root/proc/sys/net/core/somaxconn").write_text("4096\n")
+    originals = (builtins.open, os.open, os.stat, os.listdir, socket.socket)
+    seen = []
+
+    def run():
+        seen.append((builtins.open, os.open, os.stat, os.listdir, socket.socket))
+        return host.page_size()
+
+    page, reads = recorded.record(host, run, "2026-12-01T03:00:00Z")
+    assert seen == [originals]  # nothing of the process was swapped, even while recording
+    assert page == 65536  # the fake host's page size, through its own port
+    assert reads["calls"]['host.page_size[[],{}]'] == {"value": 65536}
+    assert reads["files"]["open /proc/sys/net/core/somaxconn"] == {"text": "4096\n"}
+    assert host.io.page_size() == 65536 and not isinstance(host.io, recorded.SessionIO)
+    replay = recorded.RecordedHost(reads)
+    assert replay.page_size() == 65536
+    assert replay.io.read_text("/nictune-snapshot/proc/sys/net/core/somaxconn") == "4096\n"
+
+
+def test_learning_keeps_the_hosts_own_port_and_patches_nothing(tmp_path):
+    host = FakeHost({"links": []}, tmp_path / "root")
+    (tmp_path / "root/sys/class/net").mkdir(parents=True)
+    originals = (builtins.open, os.open, os.listdir, socket.socket)
+
+    def run():
+        assert (builtins.open, os.open, os.listdir, socket.socket) == originals
+        host.io.sleep(3)  # the fake port's clock, not this process's
+        return host.io.listdir(host.path("sys/class/net"))
+
+    listing, questions = rawreads.learn(host, run)
+    assert listing == [] and host.io.waits == [3]
+    assert questions["files"] == ["listdir /sys/class/net"]
+
+
+def test_a_recording_asks_every_registered_family_what_a_plan_may_read(tmp_path, monkeypatch):
+    classes = {knobs.load(name) for name in knobs.CATALOG}
+    assert len(classes) >= 15
+    asked = []
+    for cls in classes:
+        monkeypatch.setattr(cls, "plan_reads", classmethod(lambda c, host: asked.append(c)))
+    host = FakeHost({"links": []}, tmp_path / "root")
+    recorded.record(host, lambda: None, "2026-12-01T03:00:00Z")
+    assert sorted(asked, key=lambda c: c.__name__) == sorted(classes, key=lambda c: c.__name__)
