@@ -6,7 +6,9 @@ afterwards asks only that, through a probe of a few dozen lines
 (control/probe.py), and runs the verify itself on the answers.
 
 Learning (host side, a request with "learn": true): the command runs with
-every read recorded below the knob families, where it reaches the kernel:
+every read recorded below the knob families, where they reach the kernel
+through the host's port (Host.io, host/io.py; the learner is a session of
+host/recorded.py's SessionIO, wrapping the port the host had):
 
 - a netlink request: the protocol and the bytes sent (sequence number and
   port id zeroed: they are the socket's, not the question's);
@@ -21,8 +23,8 @@ answer again.  A run that wrote anything, opened a key file, waited for a
 counter to rise or used a socket other than netlink cannot be asked this
 way: `questions()` says why, and the controller keeps using the agent.
 
-Replaying (controller side): ProbedHost is a plain Host whose netlink
-sockets, ioctls and file reads are served from the probe's answers, so the
+Replaying (controller side): ProbedHost is a plain Host whose port serves
+netlink sockets, ioctls and file reads from the probe's answers, so the
 same engine and families run unchanged on the controller.  A read the
 answers do not hold raises NotProbed, a BaseException so that no family's
 `except OSError`/`except Exception` turns it into "unsupported": the whole
@@ -218,7 +220,7 @@ class _IoctlSocket:
 
 
 class ProbeReplayer(recorded._Replayer):
-    """Serves a probe's answers to this thread's reads; refuses every other."""
+    """Serves a probe's answers to the reads of its host's port; refuses every other."""
 
     def __init__(self, answers: "Answers", where: str):
         super().__init__({"files": answers.files}, "/", where)

@@ -10,35 +10,36 @@ plan it, nothing re-implements the diff.
 What is recorded, and how:
 
 - the kernel handles a Host hands out (rtnl(), ethtool(), dcb(),
-  devlink(), tunables(), the drvinfo ioctl, page_size(), the counter
-  source), and those the MACsec and IPsec families open themselves
-  (netlink/macsec.py Macsec, netlink/xfrm.py Xfrm): every method called on
-  them, with its arguments and its result or error (NetlinkError errno and
-  extack included);
-- key files (host/keyfile.py load): their fingerprint and key length only;
+  devlink(), tunables(), macsec(), xfrm(), the drvinfo ioctl, page_size(),
+  the counter source): every method called on them, with its arguments
+  and its result or error (NetlinkError errno and extack included);
+- key files (Host.io.key_load): their fingerprint and key length only;
 - the files read under Host.root (sysfs, /proc/sys, owned files such as
-  /etc/nccl.conf): open() for reading, os.stat/lstat, os.listdir,
-  os.readlink, os.access, and os.open by nictune.host.files (owned files
-  are read that way).  The file-system calls are intercepted for the
-  recording thread only, for the length of the run (_Intercept);
-- besides what show reads: every sysctl under /proc/sys/net (a later
-  profile may name one show does not print) with its writability.
+  /etc/nccl.conf) through the host's port, Host.io (host/io.py): open for
+  reading, os_open for reading (owned files, host/files.py), stat, lstat,
+  listdir, readlink, access.  For the length of the run the host's port is
+  a SessionIO over a _Recorder, which logs each operation and passes it on
+  to the port the host had: nothing of the process is patched, so other
+  threads and other hosts are untouched;
+- besides what show reads: what each registered family declares a later
+  plan may read (knobs/base.py Family.plan_reads: every sysctl under
+  /proc/sys/net with its writability, RDMA GID tables, SR-IOV counts...).
 
 The owned files' content is in the snapshot: it is the host's own state
 (an NCCL/UCX/MPI environment file), stored where the operator keeps
 snapshots.  Secrets are not: of a key file (MACsec/IPsec SA keys) only
-the fingerprint is kept (what plans and the journal carry anyway), its
-os.open by keyfile.py is never recorded, and the kernel never returns
+the fingerprint is kept (what plans and the journal carry anyway), the
+key file is read by keyfile.py behind the port and never logged, and the kernel never returns
 MACsec or IPsec key material over netlink.
 
 Replaying, a read the snapshot does not hold raises NotInSnapshot (a
 NictuneError the engine turns into Unsupported("... not in the snapshot of
 DATE ...") for that family's keys), never a default; a path whose parent
 directory was listed and does not name it is absent (ENOENT), as it was.
-Anything that would write (a set_* call, open() for writing, os.open other
-than for reading, mkdir, unlink...) raises SnapshotWrite.  Any other socket
-to the host (OVSDB's unix socket) is not recorded: replaying refuses it as
-not in the snapshot.  A counter's rise (knobs/expect.py: two readings
+Anything that would write (a set_* call, open for writing, os_open other
+than for reading, mkdir, unlink...) raises SnapshotWrite.  A socket the
+port is asked for (OVSDB's unix socket, a netlink socket of a handle that
+is not recorded) is not in the snapshot: replaying refuses it so.  A counter's rise (knobs/expect.py: two readings
 seconds apart) is not in any snapshot: see _ReplayCounters.
 """
 

@@ -61,12 +61,7 @@ def devlink_handle(host, ifname: str) -> Optional[str]:
 
 def open_devlink(host):
     """The host's devlink socket (one per Host, closed with it)."""
-    dl = getattr(host, "devlink", None)
-    if callable(dl):
-        return dl()
-    from nictune.host.netlink.devlink import Devlink
-
-    return Devlink()
+    return host.devlink()
 
 
 class EswitchFamily(Family):
