@@ -49,7 +49,6 @@ import errno
 import os
 import re
 import struct
-import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)

@@ -15,6 +15,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
     from typing import Optional
 
+from nictune.host.io import LiveIO
 from nictune.host.text import shown_name
 from nictune.host.validate import IFNAME, WORDS, matches
 
@@ -133,9 +134,7 @@ def _skipped(name) -> str:
 class Host:
     """Lazily opened kernel handles, shared by all knob families of one run."""
 
-    def __init__(self, root: str = "/", io=None):
-        from nictune.host.io import LiveIO
-
+    def __init__(self, root: str = "/", io: Optional[LiveIO] = None):
         self.root = root
         # The one door to the kernel (host/io.py): every file, socket, ioctl
         # and key file the families use goes through it.

@@ -48,6 +48,7 @@ What each phase may raise:
 
 from __future__ import annotations
 
+from nictune.host.io import W_OK
 from nictune.host.model import Desired, Key, Want
 
 TYPE_CHECKING = False
@@ -211,7 +212,7 @@ def read_tree(host: Host, top: str) -> int:
                 stack.append(path)
                 continue
             count += 1
-            io.access(path, 2)  # W_OK
+            io.access(path, W_OK)
             io.isfile(path)
             read_quietly(host, path)
     return count

@@ -36,8 +36,6 @@ anything is written.
 
 from __future__ import annotations
 
-import os
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
     from typing import Dict
@@ -164,7 +162,6 @@ class NcclFamily(OwnedFileFamily):
         "enum": list(ibauto.FAMILIES),
         "description": "The GID family NCCL selects (and auto resolves) with NCCL_IB_GID_INDEX "
                        "unset or auto: AF_INET (NCCL's default) or AF_INET6."}
-
 
     @classmethod
     def plan_reads(cls, host) -> None:

@@ -37,7 +37,6 @@ restart.  nictune never restarts it: the plan says so, per key.
 from __future__ import annotations
 
 import errno
-import os
 from typing import Optional
 
 from nictune.host import nicclass, ovsdb
