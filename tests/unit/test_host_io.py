@@ -8,6 +8,7 @@ a later plan may read (Family.plan_reads)."""
 from __future__ import annotations
 
 import builtins
+import json
 import os
 import socket
 
@@ -107,3 +108,25 @@ def test_a_recording_asks_every_registered_family_what_a_plan_may_read(tmp_path,
     host = FakeHost({"links": []}, tmp_path / "root")
     recorded.record(host, lambda: None, "2026-12-01T03:00:00Z")
     assert sorted(asked, key=lambda c: c.__name__) == sorted(classes, key=lambda c: c.__name__)
+
+
+def test_macsec_key_files_are_read_through_the_port(tmp_path):
+    """The MACsec family's key-file check goes through Host.io: a recording
+    keeps its fingerprint (no key), a replay answers with it."""
+    from nictune.host.knobs.macsec import MacsecFamily
+
+    key = tmp_path / "tx.key"
+    key.write_text("00112233445566778899aabbccddeeff\n")
+    os.chmod(key, 0o600)
+    section = {"macsec": {"tx_sa": {"an": 0, "pn": 1, "key_file": str(key)}}}
+
+    def expand(host):
+        return [(d.key, d.want.value) for d in
+                MacsecFamily(host).expand("enp23s0f0np0", section, lambda *p: "profile.yaml")]
+
+    host = FakeHost("cx7-host", tmp_path / "root")
+    desired, reads = recorded.record(host, lambda: expand(host), "2026-12-01T03:00:00Z")
+    assert any("key" in str(value) for _, value in desired), desired
+    loads = [ident for ident in reads["calls"] if ident.startswith("keyfile.load")]
+    assert len(loads) == 1 and "00112233" not in json.dumps(reads)
+    assert expand(recorded.RecordedHost(reads)) == desired

@@ -25,6 +25,8 @@ PURE_OS_PATH = {"join", "basename", "dirname", "relpath", "normpath", "split", "
                 "isabs", "sep", "commonpath"}
 PURE_OS = {"sep", "path"}
 FORBIDDEN_CALLS = {"open"}
+# Helpers that read the host themselves: families use the port's form.
+FORBIDDEN_HELPERS = {("keyfile", "load"): "Host.io.key_load", ("keyfile", "check"): "Host.io.key_load"}
 
 
 def problems(source: str, name: str) -> list:
@@ -54,6 +56,9 @@ def problems(source: str, name: str) -> list:
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
                 and node.func.id in FORBIDDEN_CALLS:
             at(node, f"{node.func.id}()")
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and (node.value.id, node.attr) in FORBIDDEN_HELPERS:
+            at(node, f"{node.value.id}.{node.attr} (use {FORBIDDEN_HELPERS[node.value.id, node.attr]})")
         elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
                 and node.value.id == "os" and node.attr not in PURE_OS:
             at(node, f"os.{node.attr}")
@@ -99,6 +104,8 @@ def test_each_way_past_the_port_is_found():
         "from os.path import exists": "from os.path import exists",
         "import os\nf = os\nf.listdir('/')": "os itself",
         "import os as o": "import os as o",
+        "from nictune.host import keyfile\nkeyfile.check(p)": "keyfile.check",
+        "from nictune.host import keyfile\nk, fp = keyfile.load(p, 16)": "keyfile.load",
     }
     for source, expected in planted.items():
         found = problems(source, "planted.py")

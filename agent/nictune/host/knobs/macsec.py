@@ -183,7 +183,9 @@ class MacsecFamily(Family):
 
         def fingerprint(path, where):
             try:
-                return keyfile.check(path)
+                key, fp = self.host.io.key_load(path)  # keyfile.check, through the port
+                keyfile.wipe(key)
+                return fp
             except InvalidInput as e:
                 raise InvalidInput(f"{source('macsec', *where)}: macsec.{'.'.join(where)}: {e}")
 
