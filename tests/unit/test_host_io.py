@@ -130,3 +130,41 @@ def test_macsec_key_files_are_read_through_the_port(tmp_path):
     loads = [ident for ident in reads["calls"] if ident.startswith("keyfile.load")]
     assert len(loads) == 1 and "00112233" not in json.dumps(reads)
     assert expand(recorded.RecordedHost(reads)) == desired
+
+
+FORMAT1 = os.path.join(os.path.dirname(__file__), "..", "fixtures", "snapshots",
+                       "cx7-rails-format1.json")
+
+
+def test_a_snapshot_written_before_the_port_replays_as_a_new_one(tmp_path):
+    """tests/fixtures/snapshots/cx7-rails-format1.json: a show of
+    fakes.cx7_rails_state() recorded by the code that patched open/os/socket
+    (format 1).  Today's recording of the same host holds the same reads,
+    and both plan the same profile alike, key for key."""
+    from fakes import cx7_rails_state
+
+    from nictune.host import agent
+    from nictune.profile.loader import load_profile
+
+    with open(FORMAT1) as f:
+        old = json.load(f)
+    assert old["nictune_snapshot"] == recorded.SNAPSHOT_FORMAT == 1
+    report = agent.run({"nictune_request": 1, "command": "show", "record": True,
+                        "state_dir": str(tmp_path / "state")},
+                       host=FakeHost(cx7_rails_state(), tmp_path / "root"))
+    new = json.loads(json.dumps(report["snapshot"]))
+    for part in ("calls", "files"):  # the same questions (stat answers hold inodes and times)
+        assert len(old["reads"][part]) > 10
+        assert set(new["reads"][part]) == set(old["reads"][part]), part
+    profile = load_profile(os.path.join(os.path.dirname(__file__), "..", "golden",
+                                        "connectx7-training", "profile.yaml"))
+    request = {"nictune_request": 1, "command": "plan",
+               "profile": {"path": profile.path, "doc": profile.doc, "sources": profile.sources}}
+
+    def plan(snap):
+        out = agent.run(dict(request, host="h1"), host=recorded.RecordedHost(snap["reads"]))
+        return out["error"], out["changes"]
+
+    error, changes = plan(old)
+    assert len(changes) > 20 and sum(c["status"] == "pending" for c in changes) > 5
+    assert plan(new) == (error, changes)
