@@ -26,7 +26,6 @@ files, the page size, and the clock the counter source waits on.
 from __future__ import annotations
 
 import os
-import socket
 import stat as stat_mod
 
 TYPE_CHECKING = False
@@ -121,11 +120,15 @@ class LiveIO:
     # -- sockets ------------------------------------------------------------------
     def netlink(self, protocol: int):
         """An unbound netlink socket of `protocol` (NetlinkSocket binds it)."""
+        import socket  # not at import: a verify of files alone opens none
+
         return socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, protocol)
 
     def inet_socket(self):
         """The socket SIOCETHTOOL ioctls go through (netlink/ioctl.py),
         tied to this IO: its ioctls come back to ioctl() below."""
+        import socket
+
         return IoctlSocket(self, socket.socket(socket.AF_INET,
                                                socket.SOCK_DGRAM | socket.SOCK_CLOEXEC))
 
@@ -137,6 +140,8 @@ class LiveIO:
 
     def unix_connect(self, path: str, timeout: float):
         """A stream socket connected to the unix socket at path (OVSDB)."""
+        import socket
+
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)
         try:
