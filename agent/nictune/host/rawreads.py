@@ -37,7 +37,6 @@ import array
 import os
 import socket
 import struct
-import sys
 
 from nictune.host import recorded
 from nictune.host.machine import Host
@@ -81,11 +80,19 @@ class _Learner(recorded._Recorder):
         self.asked: list = []
         self.why_not: list = []
         self.nofollow: set = set()
+        self._in_os_open = False
 
-    def _opened(self, ident: str, path, opener):
+    def os_open(self, path, flags, mode=0o777):
         # Owned files (host/files.py) are opened with O_NOFOLLOW, through
         # os_open: the probe must open them the same way.
-        if sys._getframe(1).f_code.co_name == "os_open":
+        self._in_os_open = True
+        try:
+            return super().os_open(path, flags, mode)
+        finally:
+            self._in_os_open = False
+
+    def _opened(self, ident: str, path, opener):
+        if self._in_os_open:
             self.nofollow.add(ident)
         return super()._opened(ident, path, opener)
 
