@@ -63,6 +63,7 @@ import shutil
 from dataclasses import asdict, fields, replace
 from typing import Callable, Optional
 
+from nictune.host.io import LiveIO
 from nictune.host.machine import Host
 from nictune.host.netlink.dcb import App, Buffer, DcbState, Ets, Pfc
 from nictune.host.netlink.drvinfo import DrvInfo
@@ -534,21 +535,21 @@ class FixtureHost(Host):
         return self._interfaces
 
 
-class FakeCounters:
-    """The recorded ethtool statistics and a clock of their own (health.
-    CounterSource's methods): waiting moves the clock and the counters to
-    their next instant at once, so a test sees a counter rise between two
-    reads without sleeping."""
+class FakeIO(LiveIO):
+    """The fake host's port (host/io.py): files are the real ones under the
+    test's root; the page size is the fake kernel's; the clock is a clock of
+    its own, which a wait moves at once.  Sockets are the running kernel's,
+    as they always were: the fake kernel's handles (rtnl, ethtool, dcb,
+    tunables) stand in for the families that have one, and the others (the
+    MACsec and XFRM handles, devlink) see this machine's namespace.  """
 
     def __init__(self, kernel: FakeKernel):
         self.k = kernel
         self.clock = 1000.0
         self.waits: list = []  # seconds of each wait asked for
 
-    def ethtool_stats(self, ifname: str) -> dict:
-        instant = len(self.waits)
-        return {name: (value[min(instant, len(value) - 1)] if isinstance(value, list) else value)
-                for name, value in self.k.state.get("ethtool_stats", {}).get(ifname, {}).items()}
+    def page_size(self) -> int:
+        return self.k.state.get("page_size", 4096)
 
     def now(self) -> float:
         return self.clock
@@ -556,6 +557,31 @@ class FakeCounters:
     def sleep(self, seconds: float) -> None:
         self.waits.append(seconds)
         self.clock += seconds
+
+
+class FakeCounters:
+    """The recorded ethtool statistics, and the fake port's clock (health.
+    CounterSource's methods): waiting moves the clock and the counters to
+    their next instant at once, so a test sees a counter rise between two
+    reads without sleeping."""
+
+    def __init__(self, kernel: FakeKernel, io: FakeIO):
+        self.k, self.io = kernel, io
+
+    @property
+    def waits(self) -> list:
+        return self.io.waits
+
+    def ethtool_stats(self, ifname: str) -> dict:
+        instant = len(self.waits)
+        return {name: (value[min(instant, len(value) - 1)] if isinstance(value, list) else value)
+                for name, value in self.k.state.get("ethtool_stats", {}).get(ifname, {}).items()}
+
+    def now(self) -> float:
+        return self.io.now()
+
+    def sleep(self, seconds: float) -> None:
+        self.io.sleep(seconds)
 
 
 class FakeHost(Host):
@@ -566,10 +592,11 @@ class FakeHost(Host):
         if isinstance(state, str):
             state = load_state(state)
         self.kernel = FakeKernel(state, str(root))
+        self.io = FakeIO(self.kernel)
         self._rtnl = FakeRtnl(self.kernel)
         self._ethtool = FakeEthtool(self.kernel)
         self._dcb = FakeDcb(self.kernel)
-        self.counter_source = FakeCounters(self.kernel)  # health.counter_source()
+        self.counter_source = FakeCounters(self.kernel, self.io)  # health.counter_source()
 
     def dcb(self):
         return self._dcb
@@ -585,9 +612,6 @@ class FakeHost(Host):
 
     def _drvinfo(self, ifname: str):
         return self.kernel.drvinfo.get(ifname)
-
-    def page_size(self) -> int:
-        return self.kernel.state.get("page_size", 4096)
 
     def close(self) -> None:  # the fakes stay usable after a run
         pass

@@ -33,7 +33,7 @@ NICTUNE_ALLOWED = {
     "nictune", "nictune.host", "nictune.host.agent", "nictune.host.errors", "nictune.host.model",
     "nictune.host.text", "nictune.host.validate", "nictune.host.machine", "nictune.host.journal",
     "nictune.host.engine", "nictune.host.aside", "nictune.host.health", "nictune.host.rdma",
-    "nictune.host.nicclass", "nictune.host.ibauto", "nictune.host.files",
+    "nictune.host.nicclass", "nictune.host.ibauto", "nictune.host.files", "nictune.host.io",
     "nictune.host.knobs", "nictune.host.knobs.base", "nictune.host.knobs.sysctl",
     "nictune.host.knobs.link", "nictune.host.knobs.ethtool", "nictune.host.knobs.envfile",
     "nictune.host.knobs.nccl",

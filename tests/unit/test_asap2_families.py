@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from nictune.host.io import LiveIO
 from nictune.host.knobs import sriov as sriov_mod
 from nictune.host.knobs.eswitch import EswitchFamily, devlink_handle
 from nictune.host.knobs.sriov import SriovFamily
@@ -116,7 +117,7 @@ def vfs(monkeypatch):
         def close(self):
             pass
 
-    monkeypatch.setattr(sriov_mod, "_vfs", _Vfs)
+    monkeypatch.setattr(sriov_mod, "_vfs", lambda host: _Vfs())  # Host.vfs()
     return state, sent
 
 
@@ -156,7 +157,7 @@ def test_drivers_autoprobe_is_written_before_the_vfs_are_made(root, vfs, monkeyp
             written.append(os.path.basename(str(path)))
         return real_open(path, mode, *a, **kw)
 
-    monkeypatch.setattr(sriov_mod, "open", tracking_open, raising=False)
+    monkeypatch.setattr(LiveIO, "open", lambda io, *a, **kw: tracking_open(*a, **kw))  # Host.io
     fam, desired, current = _sriov(root, {"numvfs": 2, "drivers_autoprobe": False})
     assert [(d.key.name, current[d.key]) for d in desired] == [("numvfs", 0), ("drivers_autoprobe", True)]
     fam.apply([(d.key, d.want.value) for d in desired])
@@ -188,7 +189,7 @@ def test_a_vf_count_change_goes_through_zero_and_attributes_follow(root, vfs, mo
             return f
         return real_open(path, mode, *a, **kw)
 
-    monkeypatch.setattr(sriov_mod, "open", tracking_open, raising=False)
+    monkeypatch.setattr(LiveIO, "open", lambda io, *a, **kw: tracking_open(*a, **kw))  # Host.io
     host = Host(str(root))
     monkeypatch.setattr(host, "links", lambda: [type("L", (), {"name": "nsim0", "index": 7})()])
     fam = SriovFamily(host)

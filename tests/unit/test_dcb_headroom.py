@@ -244,10 +244,10 @@ def ofed_traffic_class(monkeypatch):
 
     plain = roce._write
 
-    def write(path, text):
+    def write(io, path, text):
         if not path.endswith("/traffic_class"):
-            return plain(path, text)
-        plain(path, "" if int(text) < 0 else f"Global tclass={int(text)}\n")
+            return plain(io, path, text)
+        plain(io, path, "" if int(text) < 0 else f"Global tclass={int(text)}\n")
 
     monkeypatch.setattr(roce, "_write", write)
 

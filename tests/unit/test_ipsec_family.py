@@ -12,6 +12,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from nictune.host.errors import InvalidInput
+from nictune.host.io import LiveIO
 from nictune.host.knobs import family_named
 from nictune.host.knobs import ipsec as fam
 from nictune.host.model import Key, Unsupported
@@ -35,7 +36,8 @@ def key_file(tmp_path):
 
 def family(driver="netdevsim"):
     host = SimpleNamespace(interfaces=lambda: [SimpleNamespace(name="eth0", index=3,
-                                                               driver=driver)])
+                                                               driver=driver)],
+                           io=LiveIO())  # key files are read through the host's port
     return fam.IpsecFamily(host)
 
 

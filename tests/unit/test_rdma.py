@@ -10,6 +10,7 @@ import shutil
 import pytest
 
 from nictune.host import rdma
+from nictune.host.io import LiveIO
 from nictune.host.machine import Host
 from nictune.host.validate import InvalidInput
 from roce_gid import roce_v2_ipv4
@@ -49,7 +50,7 @@ def test_unreadable_entries_are_tolerated(mlx5_root, monkeypatch):
             raise OSError(errno.EINVAL, "Invalid argument")
         return real_open(path, *a, **kw)
 
-    monkeypatch.setattr("builtins.open", einval_open)
+    monkeypatch.setattr(LiveIO, "open", lambda io, *a, **kw: einval_open(*a, **kw))  # Host.io
     table = {g.index: g for g in rdma.gids(mlx5_root, "mlx5_0", 1)}
     assert table[3].type is None
     assert roce_v2_ipv4(mlx5_root, "mlx5_0", 1) is None
@@ -87,9 +88,10 @@ class FakeConfigfs:
 
     def __init__(self, monkeypatch, kernel: dict):
         self.kernel, self.calls = kernel, []
-        self.real_mkdir, self.real_rmdir = os.mkdir, os.rmdir  # patched below for everyone
-        monkeypatch.setattr(rdma.os, "mkdir", self.mkdir)
-        monkeypatch.setattr(rdma.os, "rmdir", self.rmdir)
+        self.real_mkdir, self.real_rmdir = os.mkdir, os.rmdir
+        # The host's port (Host.io), for every host of the test.
+        monkeypatch.setattr(LiveIO, "mkdir", lambda io, path, mode=0o777: self.mkdir(path))
+        monkeypatch.setattr(LiveIO, "rmdir", lambda io, path: self.rmdir(path))
 
     def mkdir(self, path):
         self.calls.append(("mkdir", os.path.basename(path)))

@@ -26,7 +26,7 @@ def _health(monkeypatch, count):
 
     monkeypatch.setattr(h, "ipsec", ipsec)
 
-    def sa_count():
+    def sa_count(opener=None):
         asked.append("count")
         if isinstance(count, Exception):
             raise count

@@ -144,11 +144,11 @@ def test_an_offline_plan_never_writes(tmp_path):
     host = recorded.RecordedHost(snap["reads"])
     with host.replaying():
         with pytest.raises(recorded.SnapshotWrite):
-            open("/proc/sys/net/core/rmem_max", "w")
+            host.io.open("/proc/sys/net/core/rmem_max", "w")  # the host's port: its only door
         with pytest.raises(recorded.SnapshotWrite):
             host.rtnl().set_link(2, mtu=9000)
         with pytest.raises(recorded.SnapshotWrite):
-            os.mkdir("/etc/nictune-was-here")
+            host.io.mkdir("/etc/nictune-was-here")
     assert not os.path.exists("/etc/nictune-was-here")
     # Outside the replay, this thread's files are its own again.
     with open(tmp_path / "after", "w") as f:
@@ -162,8 +162,8 @@ def test_key_files_never_reach_a_snapshot(tmp_path):
     os.chmod(path, 0o600)
     host = FakeHost("cx7-host", tmp_path / "root")
 
-    def run():
-        material, fp = keyfile.load(str(path), 16, uid=os.geteuid())
+    def run():  # families read key files through the host's port
+        material, fp = host.io.key_load(str(path), 16, uid=os.geteuid())
         keyfile.wipe(material)
         return fp
 
@@ -173,12 +173,14 @@ def test_key_files_never_reach_a_snapshot(tmp_path):
     assert fingerprint in text  # what plans and the journal carry anyway
     replay = recorded.RecordedHost(reads)
     with replay.replaying():
-        material, fp = keyfile.load(str(path), 16, uid=os.geteuid())
+        material, fp = replay.io.key_load(str(path), 16, uid=os.geteuid())
         assert fp == fingerprint and material == bytearray(16)  # no key: zeros of its length
         with pytest.raises(recorded.NotInSnapshot, match="snapshots hold no key material"):
-            keyfile.load(str(tmp_path / "other.key"), 16)
-        with pytest.raises(recorded.NotInSnapshot, match="no key material"):
-            keyfile._open_checked(str(path), os.geteuid())
+            replay.io.key_load(str(tmp_path / "other.key"), 16)
+        # Nor can the file itself be opened through the replay (keyfile.py's
+        # own os.open is the live port's, never a replay's).
+        with pytest.raises(recorded.NotInSnapshot):
+            replay.io.os_open(str(path), os.O_RDONLY)
     assert fingerprint == keyfile.fingerprint((key + "\n").encode())
 
 

@@ -158,10 +158,8 @@ def snapshot(host, effects: List[Effect]) -> Optional[dict]:
     cannot be read: an apply must not go ahead without it."""
     if not effects:
         return None
-    from nictune.host.netlink.inet import Inet
-
     try:
-        with Inet() as inet:
+        with host.inet() as inet:
             links = inet.links()
             names = {link["index"]: link["name"] for link in links}
             concerned = _stacks(links, {n for e in effects for n in e.links})
@@ -226,12 +224,12 @@ def _sysctls(host, ipv6_conf: list, spread: list) -> list:
     values = fam.read(keys)
     # Unreadable (stable_secret until set) and read-only ones cannot be put back.
     return [[k.target, _short(k), values[k]] for k in keys
-            if not isinstance(values[k], Unsupported) and os.access(fam.path(k), os.W_OK)]
+            if not isinstance(values[k], Unsupported) and host.io.access(fam.path(k), os.W_OK)]
 
 
 def _listdir(host, family: str, *sub: str) -> list:
     try:
-        return sorted(os.listdir(host.path("proc/sys/net", family, "conf", *sub)))
+        return sorted(host.io.listdir(host.path("proc/sys/net", family, "conf", *sub)))
     except OSError:
         return []
 
@@ -261,12 +259,10 @@ def restore(host, record: Optional[dict]) -> List[str]:
 
 
 def _restore(host, record: dict) -> List[str]:
-    from nictune.host.netlink.inet import Inet
-
     if record.get("format") != RECORD_FORMAT:
         raise ValueError(f"unknown format {record.get('format')!r}")
     elapsed = max(0.0, time.time() - float(record["taken"]))
-    with Inet() as inet:
+    with host.inet() as inet:
         failed = _restore_links(host, inet, record["links"])
         failed += _restore_sysctls(host, inet, record["sysctl"])
         failed += _restore_addresses(inet, record["addresses"], elapsed)

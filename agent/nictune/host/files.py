@@ -58,165 +58,176 @@ def _regular(mode: int, shown: str) -> None:
                          "replaces only regular files")
 
 
-def existing(path: str, shown: str) -> Optional[os.stat_result]:
+def _io(io):
+    """The port given, or the running host's (the controller's own files)."""
+    if io is not None:
+        return io
+    from nictune.host.io import LIVE
+
+    return LIVE
+
+
+def existing(path: str, shown: str, io=None) -> Optional[os.stat_result]:
     """lstat of an owned path: None when absent, UnsafeFile when not a regular file."""
     try:
-        st = os.lstat(path)
+        st = _io(io).lstat(path)
     except FileNotFoundError:
         return None
     _regular(st.st_mode, shown)
     return st
 
 
-def _open(path: str, flags: int, shown: str) -> int:
+def _open(io, path: str, flags: int, shown: str) -> int:
     try:
-        fd = os.open(path, flags | _OPEN)
+        fd = io.os_open(path, flags | _OPEN)
     except OSError as e:
         if e.errno == errno.ELOOP:  # O_NOFOLLOW met a symlink put there since the lstat
             raise UnsafeFile(f"{shown} is a symbolic link, not a regular file") from None
         raise
     try:
-        _regular(os.fstat(fd).st_mode, shown)  # swapped since the lstat?
+        _regular(io.fstat(fd).st_mode, shown)  # swapped since the lstat?
     except BaseException:
-        os.close(fd)
+        io.close(fd)
         raise
     return fd
 
 
-def read_owned(path: str, shown: str, cap: int = MAX_OWNED_BYTES) -> Optional[bytes]:
+def read_owned(path: str, shown: str, cap: int = MAX_OWNED_BYTES, io=None) -> Optional[bytes]:
     """The bytes of an owned file, or None when there is none.  Checked
     with lstat before opening (opening some devices has effects of its own)
     and with fstat after; at most cap + 1 bytes are read."""
-    if existing(path, shown) is None:
+    io = _io(io)
+    if existing(path, shown, io) is None:
         return None
     try:
-        fd = _open(path, os.O_RDONLY, shown)
+        fd = _open(io, path, os.O_RDONLY, shown)
     except FileNotFoundError:
         return None
     try:
         chunks, size = [], 0
         while size <= cap:
-            chunk = os.read(fd, cap + 1 - size)
+            chunk = io.read(fd, cap + 1 - size)
             if not chunk:
                 break
             chunks.append(chunk)
             size += len(chunk)
     finally:
-        os.close(fd)
+        io.close(fd)
     if size > cap:
         raise UnsafeFile(f"{shown} is larger than {cap // 1024} KiB, more than any file nictune "
                          "writes; it is neither read nor replaced")
     return b"".join(chunks)
 
 
-def write_owned(path: str, text: str, shown: str, keep_inode: bool = False) -> None:
+def write_owned(path: str, text: str, shown: str, keep_inode: bool = False, io=None) -> None:
     """Replace an owned file with `text`, keeping its mode and owner (a new
     file is 0644, and root's when root writes it).  keep_inode: rewrite an
     existing file in place (it is the source of bind mounts)."""
+    io = _io(io)
     data = text.encode()
-    st = existing(path, shown)
+    st = existing(path, shown, io)
     if st is not None and keep_inode:
-        _rewrite_in_place(path, data, shown)
+        _rewrite_in_place(io, path, data, shown)
         return
     if st is not None:
         mode, owner = stat.S_IMODE(st.st_mode), (st.st_uid, st.st_gid)
     else:
         mode, owner = NEW_FILE_MODE, ((0, 0) if os.geteuid() == 0 else None)
-    _replace(path, data, mode, owner, busy_in_place=True, shown=shown)
+    _replace(io, path, data, mode, owner, busy_in_place=True, shown=shown)
 
 
-def remove_owned(path: str, shown: str) -> None:
+def remove_owned(path: str, shown: str, io=None) -> None:
     """Remove an owned file, if there is one (a rollback to "no file")."""
-    if existing(path, shown) is not None:
-        os.unlink(path)
+    io = _io(io)
+    if existing(path, shown, io) is not None:
+        io.unlink(path)
 
 
 def write_atomic(path: str, text: str, mode: int = 0o600, busy_in_place: bool = False) -> None:
     """Write `text` to `path` through a temporary file, with `mode`.  With
     `busy_in_place`, a path that cannot be renamed over (a mount point) is
     rewritten in place instead."""
-    _replace(path, text.encode(), mode, None, busy_in_place, path)
+    _replace(_io(None), path, text.encode(), mode, None, busy_in_place, path)
 
 
-def _replace(path: str, data: bytes, mode: int, owner: Optional[tuple], busy_in_place: bool,
+def _replace(io, path: str, data: bytes, mode: int, owner: Optional[tuple], busy_in_place: bool,
              shown: str) -> None:
-    import tempfile  # only writers pay for it (plan, verify and audit never write)
-
     directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", dir=directory)
+    fd, tmp = io.mkstemp(f"{TEMP_PREFIX}{os.getpid()}-", directory)
     try:
         try:
-            _write_all(fd, data)
-            os.fchmod(fd, mode)
-            made = os.fstat(fd)
+            _write_all(io, fd, data)
+            io.fchmod(fd, mode)
+            made = io.fstat(fd)
             if owner is not None and owner != (made.st_uid, made.st_gid):
-                os.fchown(fd, *owner)
-            os.fsync(fd)
+                io.fchown(fd, *owner)
+            io.fsync(fd)
         finally:
-            os.close(fd)
+            io.close(fd)
         try:
-            os.replace(tmp, path)
+            io.replace(tmp, path)
         except OSError as e:
             if not (busy_in_place and e.errno == errno.EBUSY):
                 raise
-            _rewrite_in_place(path, data, shown)
+            _rewrite_in_place(io, path, data, shown)
         else:
-            _sync_dir(directory)
+            _sync_dir(io, directory)
     finally:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
+        if io.lexists(tmp):
+            io.unlink(tmp)
 
 
-def _rewrite_in_place(path: str, data: bytes, shown: str) -> None:
+def _rewrite_in_place(io, path: str, data: bytes, shown: str) -> None:
     # Never O_TRUNC: the old bytes stay until the new ones are over them.
-    fd = _open(path, os.O_WRONLY, shown)
+    fd = _open(io, path, os.O_WRONLY, shown)
     try:
-        _write_all(fd, data)
-        os.ftruncate(fd, len(data))
-        os.fsync(fd)
+        _write_all(io, fd, data)
+        io.ftruncate(fd, len(data))
+        io.fsync(fd)
     finally:
-        os.close(fd)
+        io.close(fd)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def _write_all(io, fd: int, data: bytes) -> None:
     done = 0
     while done < len(data):
-        done += os.pwrite(fd, data[done:], done)
+        done += io.pwrite(fd, data[done:], done)
 
 
-def _sync_dir(directory: str) -> None:
+def _sync_dir(io, directory: str) -> None:
     """Make the rename itself durable."""
-    fd = os.open(directory or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fd = io.os_open(directory or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        os.fsync(fd)
+        io.fsync(fd)
     finally:
-        os.close(fd)
+        io.close(fd)
 
 
-def remove_stale_temps(directory: str) -> list:
+def remove_stale_temps(directory: str, io=None) -> list:
     """Remove the temporary files a crashed nictune left in `directory`:
     regular files named TEMP_PREFIX... whose writer is no longer running
     (names without a pid come from older versions).  Symlinks, directories
     and anything else are left alone; nothing is followed.  Returns the
     names removed."""
+    io = _io(io)
     try:
-        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        dfd = io.os_open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return []
     removed = []
     try:
-        for name in os.listdir(dfd):
+        for name in io.listdir_at(dfd):
             if not name.startswith(TEMP_PREFIX) or _writer_alive(name):
                 continue
             try:
-                st = os.lstat(name, dir_fd=dfd)
+                st = io.lstat_at(dfd, name)
                 if stat.S_ISREG(st.st_mode):
-                    os.unlink(name, dir_fd=dfd)  # unlink never follows a symlink
+                    io.unlink_at(dfd, name)  # unlink never follows a symlink
                     removed.append(name)
             except FileNotFoundError:
                 continue
     finally:
-        os.close(dfd)
+        io.close(dfd)
     return removed
 
 

@@ -49,7 +49,6 @@ import errno
 import os
 import re
 import struct
-import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
@@ -156,15 +155,22 @@ class CounterSource:
 
     def __init__(self, host: Host):
         self.live = host.root == "/"
+        self.io = host.io
 
     def ethtool_stats(self, ifname: str) -> Dict[str, int]:
-        return ethtool_stats(ifname) if self.live else {}
+        if not self.live:
+            return {}
+        sock = self.io.inet_socket()
+        try:
+            return ethtool_stats(ifname, sock)
+        finally:
+            sock.close()
 
     def now(self) -> float:
-        return time.monotonic()
+        return self.io.now()
 
     def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
+        self.io.sleep(seconds)
 
 
 def counter_source(host: Host) -> CounterSource:
@@ -222,7 +228,7 @@ class Health:
             facts["driver"] = iface.driver
         if iface.firmware:
             facts["firmware"] = iface.firmware
-        speed = _int(_read(self.host.path("sys/class/net", name, "speed")))
+        speed = _int(_read(self.host.path("sys/class/net", name, "speed"), self.host.io))
         if speed is not None and speed not in _UNKNOWN_SPEEDS and speed > 0:
             facts["link_speed_mbps"] = speed
         device = self.host.path("sys/class/net", name, "device")
@@ -230,7 +236,7 @@ class Health:
                                   ("pcie_width", "current_link_width", _int),
                                   ("pcie_max_speed_gts", "max_link_speed", _gts),
                                   ("pcie_max_width", "max_link_width", _int)):
-            value = parse(_read(os.path.join(device, leaf)))
+            value = parse(_read(os.path.join(device, leaf), self.host.io))
             if value:  # 0 / unknown: not a PCIe link we can judge
                 facts[fact] = value
         port = self.rdma_port(name)
@@ -290,7 +296,7 @@ class Health:
         when the tls module is not loaded; read again with `fresh`.
         ValueError when its text does not parse."""
         if fresh or not self._tls_read:
-            text = _read(self.host.path(TLS_STAT))
+            text = _read(self.host.path(TLS_STAT), self.host.io)
             self._tls = None if text is None else parse_tls_stat(text)
             self._tls_read = True  # after the parse: bad text raises every time
         return self._tls
@@ -304,7 +310,7 @@ class Health:
             from nictune.host.netlink.sadinfo import sa_count
 
             try:
-                self._sa_present = self._ipsec is not None or sa_count() > 0
+                self._sa_present = self._ipsec is not None or sa_count(self.host.io.netlink) > 0
             except OSError:
                 self._sa_present = True
         return self._sa_present
@@ -315,7 +321,7 @@ class Health:
         if self._ipsec is None:
             from nictune.host.ipsec import IpsecView
 
-            self._ipsec = IpsecView()
+            self._ipsec = IpsecView(self.host)
         return self._ipsec.of(iface.name, iface.index)
 
     def counters(self, ifname: str, roce_only: bool = False, fresh: bool = False) -> Dict[str, int]:
@@ -330,11 +336,11 @@ class Health:
         port = self.rdma_port(ifname)
         if port:
             base = self.host.path(rdma.IB_CLASS, port[0], "ports", str(port[1]), "hw_counters")
-            names = RDMA_COUNTERS if roce_only else _listdir(base)
-            _read_counters(base, names, out)
+            names = RDMA_COUNTERS if roce_only else _listdir(self.host.io, base)
+            _read_counters(self.host.io, base, names, out)
         if not roce_only:
             base = self.host.path("sys/class/net", ifname, NETDEV_STATISTICS)
-            _read_counters(base, _listdir(base), out)
+            _read_counters(self.host.io, base, _listdir(self.host.io, base), out)
         return dict(sorted(out.items()))
 
     def _ethtool_stats(self, ifname: str, fresh: bool = False) -> Dict[str, int]:
@@ -352,18 +358,18 @@ class Health:
         return self._ports.get(ifname)
 
 
-def _read_counters(base: str, names, out: Dict[str, int]) -> None:
+def _read_counters(io, base: str, names, out: Dict[str, int]) -> None:
     """Each file `name` under `base` that holds a number, into `out` unless
     a source before it named it already."""
     for counter in names:
-        value = _int(_read(os.path.join(base, counter)))
+        value = _int(_read(os.path.join(base, counter), io))
         if value is not None:
             out.setdefault(counter, value)
 
 
-def _listdir(path: str) -> list:
+def _listdir(io, path: str) -> list:
     try:
-        return sorted(os.listdir(path))
+        return sorted(io.listdir(path))
     except OSError:
         return []
 

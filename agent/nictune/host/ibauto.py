@@ -195,7 +195,7 @@ def _roce_tables(host) -> Dict[Tuple[str, int], list]:
 
 def _master(host, ifname: str) -> Optional[str]:
     try:
-        target = os.readlink(host.path("sys/class/net", ifname, "master"))
+        target = host.io.readlink(host.path("sys/class/net", ifname, "master"))
     except OSError:
         return None
     return os.path.basename(target)

@@ -149,20 +149,18 @@ class IpsecView:
     """One NETLINK_XFRM dump of SAs and policies, and the interfaces'
     addresses, kept for the instance's life (one command)."""
 
-    def __init__(self):
+    def __init__(self, host):
+        self._host = host
         self._data: Optional[Tuple[list, list, Dict[str, set], Dict[int, str]]] = None
 
     def _load(self):
         if self._data is None:
-            from nictune.host.netlink.inet import Inet
-            from nictune.host.netlink.xfrm import Xfrm
-
-            with Inet() as inet:
+            with self._host.inet() as inet:
                 names = {link["index"]: link["name"] for link in inet.links()}
                 addresses: Dict[str, set] = {}
                 for a in inet.addresses(names):
                     addresses.setdefault(a["dev"], set()).add(a["local"])
-            with Xfrm() as xfrm:
+            with self._host.xfrm() as xfrm:
                 self._data = (xfrm.sas(), xfrm.policies(), addresses, names)
         return self._data
 

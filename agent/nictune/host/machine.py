@@ -15,6 +15,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
     from typing import Optional
 
+from nictune.host.io import LiveIO
 from nictune.host.text import shown_name
 from nictune.host.validate import IFNAME, WORDS, matches
 
@@ -133,8 +134,11 @@ def _skipped(name) -> str:
 class Host:
     """Lazily opened kernel handles, shared by all knob families of one run."""
 
-    def __init__(self, root: str = "/"):
+    def __init__(self, root: str = "/", io: Optional[LiveIO] = None):
         self.root = root
+        # The one door to the kernel (host/io.py): every file, socket, ioctl
+        # and key file the families use goes through it.
+        self.io = io or LiveIO()
         # The network namespace the agent was started in by `ip netns exec`,
         # as the request names it (None: not one): its /etc/netns/NAME files.
         self.netns: Optional[str] = None
@@ -158,13 +162,13 @@ class Host:
     def page_size(self) -> int:
         """The kernel's PAGE_SIZE: some drivers' ring limits are counted in
         pages (nicclass.rings_minimum)."""
-        return os.sysconf("SC_PAGE_SIZE")
+        return self.io.page_size()
 
     def rtnl(self):
         if self._rtnl is None:
             from nictune.host.netlink.rtnl import Rtnl
 
-            self._rtnl = Rtnl()
+            self._rtnl = Rtnl(self.io.netlink)
         return self._rtnl
 
     def ethtool(self):
@@ -181,14 +185,14 @@ class Host:
                 from nictune.host.netlink.ethtool import Ethtool
 
                 try:
-                    self._ethtool = Ethtool()
+                    self._ethtool = Ethtool(self.io.netlink)
                     return self._ethtool
                 except NetlinkError as e:
                     if e.errno != errno.ENOENT:
                         raise
             from nictune.host.netlink.ethtool_ioctl import EthtoolIoctl
 
-            self._ethtool = EthtoolIoctl()
+            self._ethtool = EthtoolIoctl(self.io.inet_socket())
         return self._ethtool
 
     def tunables(self):
@@ -196,7 +200,32 @@ class Host:
         tunables exist only as ETHTOOL_GTUNABLE/STUNABLE ioctls)."""
         from nictune.host.netlink.ethtool_ioctl import Tunables
 
-        return Tunables()
+        return Tunables(self.io.inet_socket())
+
+    def macsec(self):
+        """A MACsec handle (rtnetlink for the link, genl macsec for the SAs),
+        for one phase; the caller closes it (a context manager)."""
+        from nictune.host.netlink.macsec import Macsec
+
+        return Macsec(self.io.netlink)
+
+    def xfrm(self):
+        """A NETLINK_XFRM handle for one phase; the caller closes it."""
+        from nictune.host.netlink.xfrm import Xfrm
+
+        return Xfrm(self.io.netlink)
+
+    def vfs(self):
+        """An rtnetlink handle for VF settings (netlink/vf.py); the caller closes it."""
+        from nictune.host.netlink.vf import Vfs
+
+        return Vfs(self.io.netlink)
+
+    def inet(self):
+        """An rtnetlink handle for addresses and routes; the caller closes it."""
+        from nictune.host.netlink.inet import Inet
+
+        return Inet(self.io.netlink)
 
     def devlink(self):
         """The devlink generic netlink socket (NetlinkError ENOENT: the
@@ -204,7 +233,7 @@ class Host:
         if self._devlink is None:
             from nictune.host.netlink.devlink import Devlink
 
-            self._devlink = Devlink()
+            self._devlink = Devlink(self.io.netlink)
         return self._devlink
 
     def dcb(self):
@@ -212,7 +241,7 @@ class Host:
             from nictune.host.netlink.dcb import Dcb
             from nictune.host.netlink.socket import NETLINK_ROUTE, NetlinkSocket
 
-            self._dcb_sock = NetlinkSocket(NETLINK_ROUTE)
+            self._dcb_sock = NetlinkSocket(NETLINK_ROUTE, opener=self.io.netlink)
             self._dcb = Dcb(self._dcb_sock)
         return self._dcb
 
@@ -267,7 +296,7 @@ class Host:
         drivers = {i.name: i.driver for i in found}
         for iface in found:
             try:
-                entries = os.listdir(self.path("sys/class/net", iface.name))
+                entries = self.io.listdir(self.path("sys/class/net", iface.name))
             except OSError:
                 continue
             lowers = {drivers.get(e[len("lower_"):]) for e in entries if e.startswith("lower_")}
@@ -291,18 +320,16 @@ class Host:
     def _drvinfo(self, ifname: str):
         """ethtool -i of one device (a seam: tests stand in recorded state)."""
         from nictune.host.netlink.drvinfo import drvinfo
-        from nictune.host.netlink.ioctl import inet_socket
 
         if self._ioctl_sock is None:  # one socket for every interface
-            self._ioctl_sock = inet_socket()
+            self._ioctl_sock = self.io.inet_socket()
         return drvinfo(ifname, sock=self._ioctl_sock)
 
     def _sysfs_text(self, ifname: str, name: str) -> Optional[str]:
         # The kernel answers EOPNOTSUPP on read when the driver has no
         # ndo_get_phys_port_name / switch id: not a switch port.
         try:
-            with open(self.path("sys/class/net", ifname, name)) as f:
-                return f.read().strip() or None
+            return self.io.read_text(self.path("sys/class/net", ifname, name)).strip() or None
         except (OSError, UnicodeDecodeError):
             return None
 
@@ -320,19 +347,20 @@ class Host:
         its VF index there), each None where it does not apply.  Only PCI
         devices have physfn/virtfnN (netdevsim VFs have no netdev at all)."""
         device = self.path("sys/class/net", ifname, "device")
-        if not os.path.isdir(device):
+        io = self.io
+        if not io.isdir(device):
             return None, None, None
-        real = os.path.realpath(device)
-        pci = os.path.basename(real) if os.path.exists(os.path.join(real, "vendor")) else None
+        real = io.realpath(device)
+        pci = os.path.basename(real) if io.exists(os.path.join(real, "vendor")) else None
         physfn = os.path.join(real, "physfn")
-        if pci is None or not os.path.isdir(physfn):
+        if pci is None or not io.isdir(physfn):
             return pci, None, None
-        pf = os.path.realpath(physfn)
+        pf = io.realpath(physfn)
         index = None
         try:
-            for name in os.listdir(pf):
+            for name in io.listdir(pf):
                 if (name.startswith("virtfn") and name[6:].isdigit()
-                        and os.path.realpath(os.path.join(pf, name)) == real):
+                        and io.realpath(os.path.join(pf, name)) == real):
                     index = int(name[6:])
                     break
         except OSError:
@@ -342,7 +370,8 @@ class Host:
     def _pci_id(self, ifname: str) -> Optional[str]:
         base = self.path("sys/class/net", ifname, "device")
         try:
-            with open(os.path.join(base, "vendor")) as v, open(os.path.join(base, "device")) as d:
+            with self.io.open(os.path.join(base, "vendor")) as v, \
+                    self.io.open(os.path.join(base, "device")) as d:
                 return f"{v.read().strip()[2:]}:{d.read().strip()[2:]}"
         except OSError:
             return None

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import codecs
 import json
-import socket
 from typing import Dict, List, Optional, Tuple
 
 DEFAULT_DB_SOCKET = "/var/run/openvswitch/db.sock"
@@ -38,15 +37,12 @@ class Conflict(OvsdbError):
 class Client:
     """One connection to ovsdb-server.  OSError when it cannot be reached."""
 
-    def __init__(self, path: str = DEFAULT_DB_SOCKET, timeout: float = TIMEOUT):
+    def __init__(self, path: str = DEFAULT_DB_SOCKET, timeout: float = TIMEOUT, io=None):
+        """io: the host's port (Host.io) the connection is made through."""
+        from nictune.host.io import LIVE
+
         self.path = path
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.settimeout(timeout)
-        try:
-            self._sock.connect(path)
-        except OSError:
-            self._sock.close()
-            raise
+        self._sock = (io or LIVE).unix_connect(path, timeout)
         self._buffer = ""
         self._decoder = json.JSONDecoder()
         # JSON text is UTF-8 (RFC 7047 section 4); a character split across

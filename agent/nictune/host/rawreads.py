@@ -6,7 +6,9 @@ afterwards asks only that, through a probe of a few dozen lines
 (control/probe.py), and runs the verify itself on the answers.
 
 Learning (host side, a request with "learn": true): the command runs with
-every read recorded below the knob families, where it reaches the kernel:
+every read recorded below the knob families, where they reach the kernel
+through the host's port (Host.io, host/io.py; the learner is a session of
+host/recorded.py's SessionIO, wrapping the port the host had):
 
 - a netlink request: the protocol and the bytes sent (sequence number and
   port id zeroed: they are the socket's, not the question's);
@@ -21,8 +23,8 @@ answer again.  A run that wrote anything, opened a key file, waited for a
 counter to rise or used a socket other than netlink cannot be asked this
 way: `questions()` says why, and the controller keeps using the agent.
 
-Replaying (controller side): ProbedHost is a plain Host whose netlink
-sockets, ioctls and file reads are served from the probe's answers, so the
+Replaying (controller side): ProbedHost is a plain Host whose port serves
+netlink sockets, ioctls and file reads from the probe's answers, so the
 same engine and families run unchanged on the controller.  A read the
 answers do not hold raises NotProbed, a BaseException so that no family's
 `except OSError`/`except Exception` turns it into "unsupported": the whole
@@ -35,11 +37,9 @@ import array
 import os
 import socket
 import struct
-import sys
 
 from nictune.host import recorded
 from nictune.host.machine import Host
-from nictune.host.netlink.ioctl import kernel_siocethtool
 
 FORMAT = 1
 READ_OPS = ("open", "stat", "lstat", "listdir", "readlink", "access")
@@ -75,30 +75,37 @@ class _RecordingSocket:
 class _Learner(recorded._Recorder):
     """host/recorded.py's file recorder, plus raw sockets and ioctls."""
 
-    def __init__(self, root: str):
-        super().__init__(root, recorded.Log())
+    def __init__(self, root: str, inner=None):
+        super().__init__(root, recorded.Log(), inner)
         self.asked: list = []
         self.why_not: list = []
         self.nofollow: set = set()
+        self._in_os_open = False
 
-    def _opened(self, ident: str, path, opener):
+    def os_open(self, path, flags, mode=0o777):
         # Owned files (host/files.py) are opened with O_NOFOLLOW, through
         # os_open: the probe must open them the same way.
-        if sys._getframe(1).f_code.co_name == "os_open":
+        self._in_os_open = True
+        try:
+            return super().os_open(path, flags, mode)
+        finally:
+            self._in_os_open = False
+
+    def _opened(self, ident: str, path, opener):
+        if self._in_os_open:
             self.nofollow.add(ident)
         return super()._opened(ident, path, opener)
 
-    def socket(self, family=socket.AF_INET, type=socket.SOCK_STREAM, proto=0, *args, **kwargs):
-        real = recorded._REAL["socket"](family, type, proto, *args, **kwargs)
-        if family == socket.AF_NETLINK:
-            return _RecordingSocket(real, proto, self.asked)
-        if not (family == socket.AF_INET and type & 0xF == socket.SOCK_DGRAM):
-            self.why_not.append(f"a socket of family {int(family)}")
-        return real  # the ioctl socket: its calls come through ioctl() below
+    def netlink(self, protocol: int):
+        return _RecordingSocket(super().netlink(protocol), protocol, self.asked)
+
+    def unix_connect(self, path: str, timeout: float):
+        self.why_not.append(f"a socket of family {int(socket.AF_UNIX)}")
+        return super().unix_connect(path, timeout)
 
     def ioctl(self, sock, ifname: str, buf):
         self.asked.append(("ioctl", ifname, buf.tobytes()))
-        return kernel_siocethtool(sock, ifname, buf)
+        return self.inner.ioctl(sock, ifname, buf)
 
     def write(self, op: str, path, args: tuple, kwargs: dict):
         self.why_not.append(f"{op} of {path}")
@@ -127,11 +134,15 @@ def learn(host: Host, run):
     """run() on host with its reads noted; (its result, the questions)."""
     from nictune.host import health
 
-    learner = _Learner(host.root)
+    live = host.io
+    learner = _Learner(host.root, live)
+    host.io = recorded.SessionIO(learner, live)
     host.counter_source = _NoWaiting(health.counter_source(host), learner.why_not)
     host.learning = True  # engine.Families: a drifted key's reads are asked too
-    with recorded._Intercept(learner):
+    try:
         result = run()
+    finally:
+        host.io = live
     return result, questions(learner)
 
 
@@ -216,7 +227,7 @@ class _IoctlSocket:
 
 
 class ProbeReplayer(recorded._Replayer):
-    """Serves a probe's answers to this thread's reads; refuses every other."""
+    """Serves a probe's answers to the reads of its host's port; refuses every other."""
 
     def __init__(self, answers: "Answers", where: str):
         super().__init__({"files": answers.files}, "/", where)
@@ -225,12 +236,14 @@ class ProbeReplayer(recorded._Replayer):
     def not_recorded(self, what: str) -> BaseException:
         return NotProbed(what)
 
-    def socket(self, family=socket.AF_INET, type=socket.SOCK_STREAM, proto=0, *args, **kwargs):
-        if family == socket.AF_NETLINK:
-            return _ReplaySocket(proto, self.answers.netlink)
-        if family == socket.AF_INET and type & 0xF == socket.SOCK_DGRAM:
-            return _IoctlSocket()
-        raise NotProbed(f"a socket of family {int(family)}")
+    def netlink(self, protocol: int):
+        return _ReplaySocket(protocol, self.answers.netlink)
+
+    def inet_socket(self):
+        return _IoctlSocket()
+
+    def unix_connect(self, path: str, timeout: float):
+        raise NotProbed(f"a socket of family {int(socket.AF_UNIX)}")
 
     def ioctl(self, sock, ifname: str, buf) -> int:
         found = self.answers.ioctls.get((ifname, buf.tobytes()))
@@ -278,10 +291,14 @@ class ProbedHost(Host):
         super().__init__("/")
         self.answers = answers
         self.where = f"{label}: the probe"
+        self.io = recorded.SessionIO(ProbeReplayer(answers, self.where))
         self.counter_source = _Counters(self)
 
     def page_size(self) -> int:
         return self.answers.page_size
 
-    def replaying(self) -> "recorded._Intercept":
-        return recorded._Intercept(ProbeReplayer(self.answers, self.where))
+    def replaying(self):
+        """Kept for callers: the answers serve through self.io already."""
+        import contextlib
+
+        return contextlib.nullcontext(self)

@@ -60,49 +60,56 @@ class Gid:
         return str(addr.ipv4_mapped) if addr.ipv4_mapped else None
 
 
-def _read(path: str) -> Optional[str]:
+def _read(path: str, io=None) -> Optional[str]:
     """A sysfs attribute, or None when it is absent or unreadable (EINVAL
-    on unpopulated GID entries)."""
+    on unpopulated GID entries).  io: the host's port (Host.io); the
+    running host's when None (the resident's metrics)."""
     try:
-        with open(path) as f:
-            return f.read().strip()
+        return (io or _live()).read_text(path).strip()
     except (OSError, UnicodeDecodeError):
         return None
 
 
-def _numbers(path: str) -> list:
+def _live():
+    from nictune.host.io import LIVE
+
+    return LIVE
+
+
+def _numbers(io, path: str) -> list:
     try:
-        return sorted(int(n) for n in os.listdir(path) if n.isdigit())
+        return sorted(int(n) for n in io.listdir(path) if n.isdigit())
     except OSError:
         return []
 
 
 def devices(host) -> list:
     try:
-        return sorted(d for d in os.listdir(host.path(IB_CLASS)) if matches(IBDEV, d))
+        return sorted(d for d in host.io.listdir(host.path(IB_CLASS)) if matches(IBDEV, d))
     except OSError:
         return []
 
 
 def ports(host, device: str) -> list:
-    return _numbers(host.path(IB_CLASS, check_ibdev(device), "ports"))
+    return _numbers(host.io, host.path(IB_CLASS, check_ibdev(device), "ports"))
 
 
 def link_layer(host, device: str, port: int) -> Optional[str]:
-    return _read(host.path(IB_CLASS, check_ibdev(device), "ports", str(port), "link_layer"))
+    return _read(host.path(IB_CLASS, check_ibdev(device), "ports", str(port), "link_layer"), host.io)
 
 
 def gids(host, device: str, port: int) -> list:
     """Populated GID entries of one port, by index."""
     base = host.path(IB_CLASS, check_ibdev(device), "ports", str(port))
     out = []
-    for n in _numbers(os.path.join(base, "gids")):
-        text = _read(os.path.join(base, "gids", str(n)))
+    io = host.io
+    for n in _numbers(io, os.path.join(base, "gids")):
+        text = _read(os.path.join(base, "gids", str(n)), io)
         if not text or text == _ZERO_GID:
             continue
         out.append(Gid(device, port, n, text,
-                       _read(os.path.join(base, "gid_attrs", "types", str(n))),
-                       _read(os.path.join(base, "gid_attrs", "ndevs", str(n)))))
+                       _read(os.path.join(base, "gid_attrs", "types", str(n)), io),
+                       _read(os.path.join(base, "gid_attrs", "ndevs", str(n)), io)))
     return out
 
 
@@ -115,8 +122,8 @@ def netdev_ports(host) -> Dict[str, Tuple[str, int]]:
     for dev in devices(host):
         for port in ports(host, dev):
             ndevs = host.path(IB_CLASS, dev, "ports", str(port), "gid_attrs", "ndevs")
-            for n in _numbers(ndevs):
-                netdev = _read(os.path.join(ndevs, str(n)))
+            for n in _numbers(host.io, ndevs):
+                netdev = _read(os.path.join(ndevs, str(n)), host.io)
                 if netdev:
                     found.setdefault(netdev, (dev, port))
     return found
@@ -129,11 +136,11 @@ def port_of(host, ifname: str) -> Optional[tuple]:
     found = netdev_ports(host).get(ifname)
     if found:
         return found
-    netdev = os.path.realpath(host.path("sys/class/net", ifname, "device"))
-    if not os.path.isdir(netdev):
+    netdev = host.io.realpath(host.path("sys/class/net", ifname, "device"))
+    if not host.io.isdir(netdev):
         return None
     for dev in devices(host):
-        ibparent = os.path.realpath(host.path(IB_CLASS, dev, "device"))
+        ibparent = host.io.realpath(host.path(IB_CLASS, dev, "device"))
         # mlx5: the same PCI function; mana: an auxiliary device below it.
         if ibparent == netdev or ibparent.startswith(netdev + os.sep):
             found = ports(host, dev)
@@ -146,17 +153,17 @@ def port_of(host, ifname: str) -> Optional[tuple]:
 def cm_device(host, device: str) -> Iterator[str]:
     """The rdma_cm configfs directory of `device`, held for the block."""
     root = host.path(CM_CONFIGFS)
-    if not os.path.isdir(root):
+    if not host.io.isdir(root):
         raise FileNotFoundError(
             "rdma_cm configfs is not available (load rdma_cm and mount configfs on "
             "/sys/kernel/config)")
     path = os.path.join(root, check_ibdev(device))
     made = False
-    if not os.path.isdir(path):
-        os.mkdir(path)  # configfs creates ports/<n>/ for the device
+    if not host.io.isdir(path):
+        host.io.mkdir(path)  # configfs creates ports/<n>/ for the device
         made = True
     try:
         yield path
     finally:
         if made:
-            os.rmdir(path)
+            host.io.rmdir(path)

@@ -10,42 +10,42 @@ plan it, nothing re-implements the diff.
 What is recorded, and how:
 
 - the kernel handles a Host hands out (rtnl(), ethtool(), dcb(),
-  devlink(), tunables(), the drvinfo ioctl, page_size(), the counter
-  source), and those the MACsec and IPsec families open themselves
-  (netlink/macsec.py Macsec, netlink/xfrm.py Xfrm): every method called on
-  them, with its arguments and its result or error (NetlinkError errno and
-  extack included);
-- key files (host/keyfile.py load): their fingerprint and key length only;
+  devlink(), tunables(), macsec(), xfrm(), the drvinfo ioctl, page_size(),
+  the counter source): every method called on them, with its arguments
+  and its result or error (NetlinkError errno and extack included);
+- key files (Host.io.key_load): their fingerprint and key length only;
 - the files read under Host.root (sysfs, /proc/sys, owned files such as
-  /etc/nccl.conf): open() for reading, os.stat/lstat, os.listdir,
-  os.readlink, os.access, and os.open by nictune.host.files (owned files
-  are read that way).  The file-system calls are intercepted for the
-  recording thread only, for the length of the run (_Intercept);
-- besides what show reads: every sysctl under /proc/sys/net (a later
-  profile may name one show does not print) with its writability.
+  /etc/nccl.conf) through the host's port, Host.io (host/io.py): open for
+  reading, os_open for reading (owned files, host/files.py), stat, lstat,
+  listdir, readlink, access.  For the length of the run the host's port is
+  a SessionIO over a _Recorder, which logs each operation and passes it on
+  to the port the host had: nothing of the process is patched, so other
+  threads and other hosts are untouched;
+- besides what show reads: what each registered family declares a later
+  plan may read (knobs/base.py Family.plan_reads: every sysctl under
+  /proc/sys/net with its writability, RDMA GID tables, SR-IOV counts...).
 
 The owned files' content is in the snapshot: it is the host's own state
 (an NCCL/UCX/MPI environment file), stored where the operator keeps
 snapshots.  Secrets are not: of a key file (MACsec/IPsec SA keys) only
-the fingerprint is kept (what plans and the journal carry anyway), its
-os.open by keyfile.py is never recorded, and the kernel never returns
+the fingerprint is kept (what plans and the journal carry anyway), the
+key file is read by keyfile.py behind the port and never logged, and the kernel never returns
 MACsec or IPsec key material over netlink.
 
 Replaying, a read the snapshot does not hold raises NotInSnapshot (a
 NictuneError the engine turns into Unsupported("... not in the snapshot of
 DATE ...") for that family's keys), never a default; a path whose parent
 directory was listed and does not name it is absent (ENOENT), as it was.
-Anything that would write (a set_* call, open() for writing, os.open other
-than for reading, mkdir, unlink...) raises SnapshotWrite.  Any other socket
-to the host (OVSDB's unix socket) is not recorded: replaying refuses it as
-not in the snapshot.  A counter's rise (knobs/expect.py: two readings
+Anything that would write (a set_* call, open for writing, os_open other
+than for reading, mkdir, unlink...) raises SnapshotWrite.  A socket the
+port is asked for (OVSDB's unix socket, a netlink socket of a handle that
+is not recorded) is not in the snapshot: replaying refuses it so.  A counter's rise (knobs/expect.py: two readings
 seconds apart) is not in any snapshot: see _ReplayCounters.
 """
 
 from __future__ import annotations
 
 import base64
-import builtins
 import dataclasses
 import enum
 import importlib
@@ -53,13 +53,11 @@ import io
 import json
 import os
 import re
-import socket
 import stat as stat_mod
-import sys
-import threading
 from typing import Any, Callable, Dict, Optional
 
 from nictune.host.errors import UNSUPPORTED, NictuneError
+from nictune.host.io import IoctlSocket, LiveIO
 from nictune.host.machine import Host
 
 SNAPSHOT_FORMAT = 1
@@ -325,7 +323,8 @@ def _wrap_host(host: Host, log: Log) -> None:
     same for Host and for tests' FakeHost, whose methods are its own)."""
     from nictune.host import health
 
-    for name in ("rtnl", "ethtool", "dcb", "tunables"):
+    # macsec and xfrm: the handles the MACsec and IPsec families open for a phase.
+    for name in ("rtnl", "ethtool", "dcb", "tunables", "macsec", "xfrm"):
         setattr(host, name, lambda make=getattr(host, name), name=name:
                 _RecordingHandle(make(), name, log))
     # devlink() itself may fail (no devlink in the kernel): that is recorded too.
@@ -348,204 +347,83 @@ def _devlink_or_raise(log: Log, make: Callable):
     return handle
 
 
-# -- file operations, for one thread at a time ------------------------------------
+# -- the port, served by a session --------------------------------------------------
 
-_REAL = {"open": builtins.open, "os.open": os.open, "stat": os.stat, "lstat": os.lstat,
-         "listdir": os.listdir, "scandir": os.scandir, "readlink": os.readlink,
-         "access": os.access, "socket": socket.socket}
-# Writes: passed through while recording (a show writes nothing but the
-# rdma_cm configfs directory it reads through, made and removed again);
-# refused while replaying, but for such a directory the recording made.
-_WRITE_OPS = ("mkdir", "rmdir", "unlink", "remove", "replace", "rename", "symlink", "chmod",
-              "chown", "truncate", "link")
-_REAL.update({op: getattr(os, op) for op in _WRITE_OPS})
-_local = threading.local()
-_installed = [0]
-_install_lock = threading.Lock()
+class SessionIO(LiveIO):
+    """Host.io for a recording or a replay: each file operation, socket,
+    ioctl and key-file read goes to the session (a _Recorder, a _Replayer,
+    or host/rawreads.py's learner and probe replayer), which logs it on its
+    way to the kernel or answers it from what was recorded.  The rest (the
+    page size, the clock, the descriptor calls on what os_open gave) are
+    the inner port's: the one the host had (a recording, learning) or the
+    controller's own (a replay)."""
 
-
-def _session():
-    return getattr(_local, "session", None)
-
-
-def _install() -> None:
-    with _install_lock:
-        _installed[0] += 1
-        if _installed[0] > 1:
-            return
-        builtins.open = _open
-        os.open = _os_open
-        os.stat = _stat
-        os.lstat = _lstat
-        os.listdir = _listdir
-        os.scandir = _scandir
-        os.readlink = _readlink
-        os.access = _access
-        socket.socket = _socket
-        for op in _WRITE_OPS:
-            setattr(os, op, _writer(op))
-        for module, attr, name in _OWN_HANDLES:
-            setattr(importlib.import_module(module), attr, _own_handle(module, attr, name))
-        importlib.import_module("nictune.host.keyfile").load = _key_load()
-        importlib.import_module("nictune.host.netlink.ioctl")._kernel = _ioctl
-
-
-def _uninstall() -> None:
-    with _install_lock:
-        _installed[0] -= 1
-        if _installed[0]:
-            return
-        builtins.open = _REAL["open"]
-        os.open = _REAL["os.open"]
-        os.stat, os.lstat = _REAL["stat"], _REAL["lstat"]
-        os.listdir, os.scandir = _REAL["listdir"], _REAL["scandir"]
-        os.readlink, os.access = _REAL["readlink"], _REAL["access"]
-        socket.socket = _REAL["socket"]
-        for op in _WRITE_OPS:
-            setattr(os, op, _REAL[op])
-        for module, attr, _name in _OWN_HANDLES:
-            mod = importlib.import_module(module)
-            setattr(mod, attr, getattr(mod, attr).real)
-        keyfile = importlib.import_module("nictune.host.keyfile")
-        keyfile.load = keyfile.load.real
-        ioctl = importlib.import_module("nictune.host.netlink.ioctl")
-        ioctl._kernel = ioctl.kernel_siocethtool
-
-
-class _Intercept:
-    """Activates a session (a _Recorder or a _Replayer) for this thread."""
-
-    def __init__(self, session):
+    def __init__(self, session, inner: Optional[LiveIO] = None):
         self.session = session
+        self.inner = inner or LiveIO()
 
-    def __enter__(self):
-        if _session() is not None:
-            raise RuntimeError("a recording or replay is already running in this thread")
-        _install()
-        _local.session = self.session
-        return self.session
+    def page_size(self) -> int:
+        return self.inner.page_size()
 
-    def __exit__(self, *exc):
-        _local.session = None
-        _uninstall()
+    def now(self) -> float:
+        return self.inner.now()
 
+    def sleep(self, seconds: float) -> None:
+        self.inner.sleep(seconds)
 
-def _open(file, mode="r", *args, **kwargs):
-    s = _session()
-    if s is None or not isinstance(file, str):
-        return _REAL["open"](file, mode, *args, **kwargs)
-    return s.open(file, mode, *args, **kwargs)
+    def open(self, path: str, mode: str = "r", *args, **kwargs):
+        return self.session.open(path, mode, *args, **kwargs)
 
+    def os_open(self, path: str, flags: int, mode: int = 0o777) -> int:
+        return self.session.os_open(path, flags, mode)
 
-def _os_open(path, flags, *args, **kwargs):
-    s = _session()
-    if s is None or not isinstance(path, str) or kwargs.get("dir_fd") is not None:
-        if s is not None and isinstance(s, _Replayer):
-            raise s.not_recorded(f"opening {path!r} relative to a directory")
-        return _REAL["os.open"](path, flags, *args, **kwargs)
-    return s.os_open(path, flags, *args, **kwargs)
+    def stat(self, path: str):
+        return self.session.simple("stat", path, (), {})
 
+    def lstat(self, path: str):
+        return self.session.simple("lstat", path, (), {})
 
-def _simple(op: str):
-    def call(path, *args, **kwargs):
-        s = _session()
-        if s is None or not isinstance(path, str) or kwargs.get("dir_fd") is not None:
-            if s is not None and isinstance(s, _Replayer):
-                raise s.not_recorded(f"{op} of {path!r}")
-            return _REAL[op](path, *args, **kwargs)
-        return s.simple(op, path, args, kwargs)
-    return call
+    def listdir(self, path: str) -> list:
+        return self.session.simple("listdir", path, (), {})
 
+    def readlink(self, path: str) -> str:
+        return self.session.simple("readlink", path, (), {})
 
-_stat, _lstat, _listdir, _readlink, _access = (_simple(op) for op in
-                                               ("stat", "lstat", "listdir", "readlink", "access"))
+    def access(self, path: str, mode: int) -> bool:
+        return self.session.simple("access", path, (mode,), {})
 
+    def scandir(self, path: str):
+        return self.session.scandir(path)
 
-def _writer(op: str):
-    def call(path, *args, **kwargs):
-        s = _session()
-        if s is None:
-            return _REAL[op](path, *args, **kwargs)
-        return s.write(op, path, args, kwargs)
-    return call
+    def mkdir(self, path: str, mode: int = 0o777) -> None:
+        return self.session.write("mkdir", path, (mode,), {})
 
+    def rmdir(self, path: str) -> None:
+        return self.session.write("rmdir", path, (), {})
 
-def _scandir(path="."):
-    s = _session()
-    if isinstance(s, _Replayer):
-        raise s.not_recorded(f"a directory scan of {path!r}")
-    return _REAL["scandir"](path)
+    def unlink(self, path: str) -> None:
+        return self.session.write("unlink", path, (), {})
 
+    def replace(self, src: str, dst: str) -> None:
+        return self.session.write("replace", src, (dst,), {})
 
-# The handles some families open themselves, not through the Host (their
-# module attribute is what those families import when they run).
-_OWN_HANDLES = (("nictune.host.netlink.xfrm", "Xfrm", "xfrm"),
-                ("nictune.host.netlink.macsec", "Macsec", "macsec"))
+    def mkstemp(self, prefix: str, directory: str) -> tuple:
+        return self.session.mkstemp(prefix, directory)
 
+    def netlink(self, protocol: int):
+        return self.session.netlink(protocol)
 
-def _ioctl(sock, ifname, buf):
-    s = _session()
-    if hasattr(s, "ioctl"):  # host/rawreads.py
-        return s.ioctl(sock, ifname, buf)
-    return importlib.import_module("nictune.host.netlink.ioctl").kernel_siocethtool(sock, ifname, buf)
+    def inet_socket(self):
+        return IoctlSocket(self, self.session.inet_socket())
 
+    def ioctl(self, sock, ifname: str, buf) -> int:
+        return self.session.ioctl(sock, ifname, buf)
 
-def _own_handle(module: str, attr: str, name: str):
-    real = getattr(importlib.import_module(module), attr)
+    def unix_connect(self, path: str, timeout: float):
+        return self.session.unix_connect(path, timeout)
 
-    def make(*args, **kwargs):
-        s = _session()
-        if hasattr(s, "socket"):  # raw sessions see the handle's own sockets
-            return real(*args, **kwargs)
-        if isinstance(s, _Recorder):
-            return _RecordingHandle(real(*args, **kwargs), name, s.log)
-        if isinstance(s, _Replayer):
-            return _ReplayHandle(s.calls, name, s.where)
-        return real(*args, **kwargs)
-    make.real = real
-    return make
-
-
-def _key_load():
-    """keyfile.load, whose key never enters a snapshot: recording keeps the
-    fingerprint and the key's length; replaying answers with that
-    fingerprint and a zeroed key of that length (a plan compares
-    fingerprints; it never hands a key to the kernel)."""
-    from nictune.host import keyfile
-
-    real = keyfile.load
-
-    def load(path, length=None, uid=0):
-        s = _session()
-        ident = _call_id("keyfile", "load", (path,), {"length": length})
-        if isinstance(s, _Recorder):
-            try:
-                key, fp = real(path, length, uid)
-            except Exception as e:
-                s.log.calls.setdefault(ident, encode_error(e))
-                raise
-            s.log.calls.setdefault(ident, {"fingerprint": fp, "length": len(key)})
-            return key, fp
-        if isinstance(s, _Replayer):
-            result = s.calls.get(ident)
-            if result is None:
-                raise s.not_recorded(f"key file {path} (its fingerprint; snapshots "
-                                     "hold no key material)")
-            if "$raise" in result:
-                raise decode_error(result)
-            return bytearray(result["length"]), result["fingerprint"]
-        return real(path, length, uid)
-    load.real = real
-    return load
-
-
-def _socket(*args, **kwargs):
-    s = _session()
-    if hasattr(s, "socket"):  # host/rawreads.py: sockets recorded or replayed raw
-        return s.socket(*args, **kwargs)
-    if isinstance(s, _Replayer):
-        raise s.not_recorded("a socket to the host (OVSDB state is not recorded)")
-    return _REAL["socket"](*args, **kwargs)
+    def key_load(self, path: str, length=None, uid: int = 0) -> tuple:
+        return self.session.key_load(path, length, uid)
 
 
 def _stat_fields(st: os.stat_result) -> list:
@@ -553,12 +431,22 @@ def _stat_fields(st: os.stat_result) -> list:
             int(st.st_atime), int(st.st_mtime), int(st.st_ctime)]
 
 
-class _Recorder:
-    """Logs the file operations of the recording thread under root."""
+def _key_ident(path: str, length) -> str:
+    return _call_id("keyfile", "load", (path,), {"length": length})
 
-    def __init__(self, root: str, log: Log):
+
+class _Recorder:
+    """Logs the file operations under root of the host it records; passes
+    sockets, ioctls and writes through.  Key files keep their fingerprint
+    and the key's length, never the key."""
+
+    def __init__(self, root: str, log: Log, inner: Optional[LiveIO] = None):
         self.root = os.path.abspath(root)
         self.log = log
+        self.inner = inner or LiveIO()  # the port the recorded operations go on to
+
+    def _real(self, op: str):
+        return getattr(self.inner, "os_open" if op == "os.open" else op)
 
     def rel(self, path: str) -> Optional[str]:
         """"/proc/sys/..." for a path under root; None for any other."""
@@ -575,8 +463,8 @@ class _Recorder:
     def open(self, file, mode, *args, **kwargs):
         rel = self.rel(file)
         if rel is None or any(c in mode for c in "wax+"):
-            return _REAL["open"](file, mode, *args, **kwargs)
-        return self._opened(f"open {rel}", file, lambda: _REAL["open"](file, mode, *args, **kwargs))
+            return self._real("open")(file, mode, *args, **kwargs)
+        return self._opened(f"open {rel}", file, lambda: self._real("open")(file, mode, *args, **kwargs))
 
     def _opened(self, ident: str, path, opener):
         """opener(), its failure or the file's content recorded under ident."""
@@ -592,7 +480,7 @@ class _Recorder:
         if ident in self.log.files:
             return
         try:
-            with _REAL["open"](path, "rb") as g:
+            with self._real("open")(path, "rb") as g:
                 data = g.read()
         except OSError as e:  # it opens, and fails on read (sysfs EOPNOTSUPP...)
             self.log.files[ident] = encode_error(e)
@@ -602,18 +490,16 @@ class _Recorder:
         except UnicodeDecodeError:
             self.log.files[ident] = {"$bytes": base64.b64encode(data).decode()}
 
-    def os_open(self, path, flags, *args, **kwargs):
+    def os_open(self, path, flags, mode=0o777):
+        """Owned files' reads (host/files.py) keep their content."""
         rel = self.rel(path)
         reading = flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_DIRECTORY) == 0
-        # Only owned files' reads (host/files.py) keep their content; key
-        # files (host/keyfile.py) and the journal's own files never.
-        caller = sys._getframe(2).f_globals.get("__name__")
-        if rel is None or not reading or caller != "nictune.host.files":
-            return _REAL["os.open"](path, flags, *args, **kwargs)
-        return self._opened(f"open {rel}", path, lambda: _REAL["os.open"](path, flags, *args, **kwargs))
+        if rel is None or not reading:
+            return self._real("os.open")(path, flags, mode)
+        return self._opened(f"open {rel}", path, lambda: self._real("os.open")(path, flags, mode))
 
     def write(self, op: str, path, args: tuple, kwargs: dict):
-        result = _REAL[op](path, *args, **kwargs)
+        result = self._real(op)(path, *args, **kwargs)
         rel = self.rel(path) if isinstance(path, str) else None
         if rel is not None and op in ("mkdir", "rmdir"):
             self.log.files.setdefault(f"{op} {rel}", {"value": None})
@@ -622,13 +508,10 @@ class _Recorder:
     def simple(self, op: str, path: str, args: tuple, kwargs: dict):
         rel = self.rel(path)
         if rel is None:
-            return _REAL[op](path, *args, **kwargs)
-        if op == "stat" and not kwargs.get("follow_symlinks", True):
-            op, kwargs = "lstat", {k: v for k, v in kwargs.items() if k != "follow_symlinks"}
-        ident = f"{op} {rel}" + (f" {args[0] if args else kwargs.get('mode')}" if op == "access"
-                                 else "")
+            return self._real(op)(path, *args, **kwargs)
+        ident = f"{op} {rel}" + (f" {args[0]}" if op == "access" else "")
         try:
-            result = _REAL[op](path, *args, **kwargs)
+            result = self._real(op)(path, *args, **kwargs)
         except OSError as e:
             self.log.files.setdefault(ident, encode_error(e))
             raise
@@ -638,115 +521,60 @@ class _Recorder:
             self.log.files.setdefault(ident, {"value": encode(result)})
         return result
 
+    def scandir(self, path: str):
+        return self.inner.scandir(path)
 
-def _read_facts(host: Host) -> None:
-    """The facts and capabilities a plan reads that a show may not: the
-    page size (ring minima), each interface's devlink handle, SR-IOV
-    counts, OFED ECN tree and RDMA port, every RDMA device's ports, link
-    layers, GID tables and traffic class, and every devlink device's
-    eswitch.  Each read goes through the same function the families call,
-    so that the recorded call is the one a plan makes."""
-    from nictune.host import rdma
-    from nictune.host.health import Health
-    from nictune.host.knobs.eswitch import devlink_handle
-    from nictune.host.knobs.tunable import ETHTOOL_PFC_PREVENTION_TOUT
+    def mkstemp(self, prefix: str, directory: str) -> tuple:
+        return self.inner.mkstemp(prefix, directory)
 
-    host.page_size()
-    os.path.isdir(host.path(rdma.IB_CLASS))
-    health = Health(host)
-    for iface in host.interfaces():
-        devlink_handle(host, iface.name)
-        health.counters(iface.name)
-        for read in (lambda: host.dcb().get(iface.name),
-                     lambda: _tunable(host, iface.name, ETHTOOL_PFC_PREVENTION_TOUT)):
-            try:
-                read()
-            except OSError:  # EOPNOTSUPP: recorded as such
-                pass
-        for name in ("sriov_numvfs", "sriov_totalvfs"):
-            _read_text(host.path("sys/class/net", iface.name, "device", name))
-        ecn = host.path("sys/class/net", iface.name, "ecn")
-        if os.path.isdir(ecn):
-            _walk(ecn)
-        rdma.port_of(host, iface.name)
-    for dev in rdma.devices(host):
-        os.path.realpath(host.path(rdma.IB_CLASS, dev, "device"))
-        for port in rdma.ports(host, dev):
-            rdma.link_layer(host, dev, port)
-            rdma.gids(host, dev, port)
-            _read_text(host.path(rdma.IB_CLASS, dev, "tc", str(port), "traffic_class"))
-        _read_cm(host, dev)
-    try:
-        devlink = host.devlink()
-        for handle in devlink.devices():
-            try:
-                devlink.eswitch(handle)
-            except OSError:
-                pass
-    except OSError:
-        pass
+    def netlink(self, protocol: int):
+        return self.inner.netlink(protocol)
 
+    def inet_socket(self):
+        return self.inner.inet_socket()
 
-def _read_cm(host: Host, device: str) -> None:
-    """The device's rdma_cm defaults (knobs/roce.py reads them through a
-    configfs directory that exists while it is held: made and removed
-    again, as a plan does)."""
-    from nictune.host import rdma
+    def ioctl(self, sock, ifname: str, buf) -> int:
+        return self.inner.ioctl(sock, ifname, buf)
 
-    if not os.path.isdir(host.path(rdma.CM_CONFIGFS)):
-        return
-    try:
-        with rdma.cm_device(host, device) as path:
-            _walk(os.path.join(path, "ports"))
-    except OSError:
-        pass
+    def unix_connect(self, path: str, timeout: float):
+        return self.inner.unix_connect(path, timeout)
 
-
-def _tunable(host: Host, ifname: str, tunable_id: int) -> None:
-    with host.tunables() as tunables:
-        tunables.get(ifname, tunable_id)
-
-
-def _read_text(path: str) -> None:
-    try:
-        with open(path) as f:
-            f.read()
-    except (OSError, UnicodeDecodeError):
-        pass
-
-
-def _walk(top: str) -> int:
-    """Every file under top read, and whether it is writable."""
-    count = 0
-    stack = [top]
-    while stack and count < MAX_WALK_FILES:
-        here = stack.pop()
+    def key_load(self, path: str, length=None, uid: int = 0) -> tuple:
+        ident = _key_ident(path, length)
         try:
-            names = sorted(os.listdir(here))
-        except OSError:
-            continue
-        for name in names:
-            path = os.path.join(here, name)
-            if os.path.isdir(path):
-                stack.append(path)
-                continue
-            count += 1
-            os.access(path, os.W_OK)
-            os.path.isfile(path)
-            _read_text(path)
-    return count
+            key, fp = self.inner.key_load(path, length, uid)
+        except Exception as e:
+            self.log.calls.setdefault(ident, encode_error(e))
+            raise
+        self.log.calls.setdefault(ident, {"fingerprint": fp, "length": len(key)})
+        return key, fp
+
+
+def plan_reads(host: Host) -> None:
+    """What a later plan may read beyond what show read: every registered
+    family's declaration (knobs/base.py Family.plan_reads)."""
+    from nictune.host import knobs
+
+    done = set()
+    for name in knobs.CATALOG:
+        family = knobs.load(name)
+        if family not in done:
+            done.add(family)
+            family.plan_reads(host)
 
 
 def record(host: Host, run: Callable[[], Any], when: str):
     """run() on host with every read logged; (its result, the snapshot's
     "reads" part).  `when` is the time of the recording (ISO 8601 UTC)."""
     log = Log()
+    live = host.io
+    host.io = SessionIO(_Recorder(host.root, log, live), live)
     _wrap_host(host, log)
-    with _Intercept(_Recorder(host.root, log)):
+    try:
         result = run()
-        _read_facts(host)
-        # Every sysctl, so that a profile can name one a show does not print.
-        _walk(host.path("proc/sys/net"))
+        plan_reads(host)
+    finally:
+        host.io = live
     return result, {"root_is_system": os.path.abspath(host.root) == "/", "recorded": when,
                     "netns": host.netns, "calls": log.calls, "files": log.files}
 
@@ -813,13 +641,10 @@ class _Replayer:
             return io.BytesIO(data)
         return io.StringIO(data.decode(kwargs.get("encoding") or "utf-8"))
 
-    def os_open(self, path, flags, *args, **kwargs):
+    def os_open(self, path, flags, mode=0o777):
         if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
             raise SnapshotWrite(f"{self.where}: an offline plan never writes ({path})")
         rel = self.rel(path)
-        caller = sys._getframe(2).f_globals.get("__name__")
-        if caller == "nictune.host.keyfile":
-            raise self.not_recorded(f"key file {path}: snapshots hold no key material")
         result = self._result(f"open {rel}", "the content", rel)
         data = result["text"].encode() if "text" in result else base64.b64decode(result["$bytes"])
         return _regular_fd(data)
@@ -845,6 +670,39 @@ class _Replayer:
         return decode(result["value"])
 
 
+    def scandir(self, path: str):
+        raise self.not_recorded(f"a directory scan of {path!r}")
+
+    def mkstemp(self, prefix: str, directory: str) -> tuple:
+        raise SnapshotWrite(f"{self.where}: an offline plan never writes (a file in {directory})")
+
+    def _no_socket(self) -> BaseException:
+        return self.not_recorded("a socket to the host (OVSDB state is not recorded)")
+
+    def netlink(self, protocol: int):
+        raise self._no_socket()
+
+    def inet_socket(self):
+        raise self._no_socket()
+
+    def unix_connect(self, path: str, timeout: float):
+        raise self._no_socket()
+
+    def ioctl(self, sock, ifname: str, buf) -> int:
+        raise self._no_socket()
+
+    def key_load(self, path: str, length=None, uid: int = 0) -> tuple:
+        """The recorded fingerprint and a zeroed key of the recorded length:
+        a plan compares fingerprints, it never hands a key to the kernel."""
+        result = self.calls.get(_key_ident(path, length))
+        if result is None:
+            raise self.not_recorded(f"key file {path} (its fingerprint; snapshots "
+                                    "hold no key material)")
+        if "$raise" in result:
+            raise decode_error(result)
+        return bytearray(result["length"]), result["fingerprint"]
+
+
 def _regular_fd(data: bytes) -> int:
     """A descriptor of a regular file holding data, for code that checks
     fstat (host/files.py): a memfd, or elsewhere (a controller on macOS)
@@ -856,8 +714,8 @@ def _regular_fd(data: bytes) -> int:
         import uuid
 
         path = os.path.join(tempfile.gettempdir(), f".nictune-snapshot-{uuid.uuid4().hex}")
-        fd = _REAL["os.open"](path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        _REAL["unlink"](path)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        os.unlink(path)
     os.write(fd, data)
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
@@ -922,7 +780,7 @@ class _ReplayCounters:
             bases.append((rdma.IB_CLASS, port[0], "ports", str(port[1]), "hw_counters"))
         for base in bases:
             try:
-                names |= set(os.listdir(self._host.path(*base)))
+                names |= set(self._host.io.listdir(self._host.path(*base)))
             except (OSError, NotInSnapshot):
                 pass
         why = Unsupported(f"{self._host.where}: a counter's rise (a snapshot holds one instant)")
@@ -947,6 +805,7 @@ class RecordedHost(Host):
         self.reads = reads
         self.later = False  # past a wait for a counter's second reading
         self.counter_source = _ReplayCounters(self)
+        self.io = SessionIO(_Replayer(reads, self.root, self.where))
         # The namespace the recording ran in (its /etc/netns/NAME files):
         # the request cannot name it, the controller is not in it.
         self._netns = reads.get("netns") if isinstance(reads.get("netns"), str) else None
@@ -978,15 +837,24 @@ class RecordedHost(Host):
         _replay_call(self.calls, "host", "devlink", (), {}, self.where)
         return self._handle("devlink")
 
+    def macsec(self):
+        return self._handle("macsec")
+
+    def xfrm(self):
+        return self._handle("xfrm")
+
     def _drvinfo(self, ifname: str):
         return _replay_call(self.calls, "host", "drvinfo", (ifname,), {}, self.where)
 
     def page_size(self) -> int:
         return _replay_call(self.calls, "host", "page_size", (), {}, self.where)
 
-    def replaying(self) -> _Intercept:
-        """The context in which this thread's file reads are the snapshot's."""
-        return _Intercept(_Replayer(self.reads, self.root, self.where))
+    def replaying(self):
+        """Kept for callers: the snapshot answers through self.io already,
+        in any thread, with nothing of the process patched."""
+        import contextlib
+
+        return contextlib.nullcontext(self)
 
     def close(self) -> None:
         pass

@@ -50,6 +50,7 @@ What each phase may raise:
 
 from __future__ import annotations
 
+from nictune.host.io import W_OK
 from nictune.host.model import Desired, Key, Want
 
 TYPE_CHECKING = False
@@ -178,6 +179,57 @@ class Family:
     def show(self, target: str) -> dict:
         """Current values of this family on `target`, as profile sections."""
         return {}
+
+    # -- what a snapshot holds (host/recorded.py) ----------------------------------
+    @classmethod
+    def plan_reads(cls, host: Host) -> None:
+        """Read, through host, what a later plan of this family may read
+        that `show` does not (capabilities, limits, files a profile may
+        name): a snapshot records every read a show and these make, and an
+        offline plan can use nothing else.  Each read goes through the same
+        function the family calls, so that the recorded call is the one a
+        plan makes; failures are the family's to expect, and are recorded."""
+
+
+def read_quietly(host: Host, path: str) -> None:
+    """Read a file for plan_reads(), whatever the answer."""
+    try:
+        host.io.read_text(path)
+    except (OSError, UnicodeDecodeError):
+        pass
+
+
+# A tree this large is not a host's: stop walking.
+MAX_WALK_FILES = 50_000
+
+
+def read_tree(host: Host, top: str) -> int:
+    """For plan_reads(): every file under top read, and whether it is writable."""
+    io, count, stack = host.io, 0, [top]
+    while stack and count < MAX_WALK_FILES:
+        here = stack.pop()
+        try:
+            names = sorted(io.listdir(here))
+        except OSError:
+            continue
+        for name in names:
+            path = here + "/" + name
+            if io.isdir(path):
+                stack.append(path)
+                continue
+            count += 1
+            io.access(path, W_OK)
+            io.isfile(path)
+            read_quietly(host, path)
+    return count
+
+
+def quietly(read) -> None:
+    """read(), an OSError (EOPNOTSUPP...) being an answer recorded as such."""
+    try:
+        read()
+    except OSError:
+        pass
 
 
 def group_by_target(items: list) -> dict:

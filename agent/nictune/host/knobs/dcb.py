@@ -30,7 +30,7 @@ import errno
 from typing import Optional
 
 from nictune.host import nicclass
-from nictune.host.knobs.base import Family, group_by_target
+from nictune.host.knobs.base import Family, group_by_target, quietly
 from nictune.host.model import Desired, Key, Unsupported, Want
 from nictune.host.netlink.uapi import DCBX_HOST, DCBX_LLD_MANAGED, DCBX_VER_IEEE
 from nictune.host.netlink.errors import NetlinkError
@@ -87,6 +87,11 @@ class DcbFamily(Family):
                 "roce.ets.prio_tc", "roce.ets.tc_bw", "roce.ets.tc_tsa",
                 "roce.pfc_cable_length", "roce.buffer.prio2buffer", "roce.buffer.size",
                 "roce.dcbx")
+
+    @classmethod
+    def plan_reads(cls, host) -> None:
+        for iface in host.interfaces():
+            quietly(lambda: host.dcb().get(iface.name))
 
     @classmethod
     def schema(cls, s):

@@ -438,7 +438,7 @@ class OwnedFileFamily(Family):
         return _Place(self.host.path(shown.lstrip("/")), shown, netns, creatable)
 
     def _real(self, path: str) -> str:
-        return os.path.realpath(self.host.path(path.lstrip("/")))
+        return self.host.io.realpath(self.host.path(path.lstrip("/")))
 
     def _shown_real(self, path: str) -> str:
         """path with symlinks resolved, as seen from Host.root."""
@@ -451,7 +451,7 @@ class OwnedFileFamily(Family):
         puts back what the journal says was there), refuse one that
         resolves where READERS are, or that is neither the family's own
         path nor below a directory the profile allows."""
-        real = os.path.realpath(os.path.dirname(place.file))
+        real = self.host.io.realpath(os.path.dirname(place.file))
         root = self._real("/")
         shown = "/" + os.path.relpath(real, root) if real != root else "/"
         if shown.startswith("/.."):  # out of Host.root altogether
@@ -497,7 +497,7 @@ class OwnedFileFamily(Family):
         self._text.pop(key, None)
         place = self._place(key)
         self._check_directory(key, place)
-        data = read_owned(place.file, place.shown)
+        data = read_owned(place.file, place.shown, io=self.host.io)
         if data is None:
             absent = self._absent(key, place)
             if absent is None:
@@ -524,7 +524,7 @@ class OwnedFileFamily(Family):
     def _absent(self, key: Key, place: _Place):
         """None (no file, apply may create it), or why it cannot be created."""
         directory = os.path.dirname(place.file)
-        if not os.path.isdir(directory) and not place.creatable:
+        if not self.host.io.isdir(directory) and not place.creatable:
             why = f"directory {os.path.dirname(place.shown)} does not exist"
             if place.netns:  # ip netns exec binds it whole over its /etc twin
                 why += (": creating it would hide the host's "
@@ -534,7 +534,7 @@ class OwnedFileFamily(Family):
             self._created[key] = ", created"
             if self._host_file_not_ours(key):
                 self._hides[key] = key.name
-            if not os.path.lexists(self.host.path(key.name.lstrip("/"))):
+            if not self.host.io.lexists(self.host.path(key.name.lstrip("/"))):
                 self._created[key] += (f"; ip netns exec binds it over {key.name} only where that "
                                        f"file exists, and this host has none: create an empty "
                                        f"{key.name} for programs in {place.netns} to read it")
@@ -545,9 +545,9 @@ class OwnedFileFamily(Family):
         write (anything there but a nictune file, or nothing, counts)."""
         shown = key.name
         try:
-            data = read_owned(self.host.path(shown.lstrip("/")), shown)
+            data = read_owned(self.host.path(shown.lstrip("/")), shown, io=self.host.io)
         except (UnsafeFile, OSError):
-            return os.path.lexists(self.host.path(shown.lstrip("/")))
+            return self.host.io.lexists(self.host.path(shown.lstrip("/")))
         if data is None:
             return False
         try:
@@ -561,13 +561,14 @@ class OwnedFileFamily(Family):
             place = self._place(key)
             self._check_directory(key, place)
             if text is None:  # reverting to "there was no file"
-                remove_owned(place.file, place.shown)
+                remove_owned(place.file, place.shown, io=self.host.io)
                 continue
             if place.creatable:
-                os.makedirs(os.path.dirname(place.file), mode=0o755, exist_ok=True)
+                self.host.io.makedirs(os.path.dirname(place.file), mode=0o755)
             # A namespace's own file is the source of bind mounts: other mount
             # namespaces (a shell, an sshd in it) see it only if it keeps its inode.
-            write_owned(place.file, text, place.shown, keep_inode=bool(place.netns))
+            write_owned(place.file, text, place.shown, keep_inode=bool(place.netns),
+                        io=self.host.io)
 
     def tidy(self, keys: list) -> list:
         """Remove the temporary files interrupted writes left beside these
@@ -579,7 +580,7 @@ class OwnedFileFamily(Family):
             directory = os.path.dirname(place.shown)
             try:
                 self._check_directory(key, place)
-                removed = remove_stale_temps(os.path.dirname(place.file))
+                removed = remove_stale_temps(os.path.dirname(place.file), io=self.host.io)
             except (OSError, NictuneError) as e:
                 said.append(f"could not look for temporary files left in {directory}: "
                             f"{getattr(e, 'message', None) or e}")

@@ -35,7 +35,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from nictune.host.knobs.base import Family
+from nictune.host.knobs.base import Family, quietly
 from nictune.host.model import Desired, Key, Unsupported, Want
 from nictune.host.netlink.uapi import ENCAP_MODES, INLINE_MODES
 from nictune.host.netlink.uapi import ESWITCH_MODES as MODES
@@ -50,23 +50,18 @@ def devlink_handle(host, ifname: str) -> Optional[str]:
     """The devlink device behind `ifname`, from sysfs, or None."""
     base = host.path("sys/class/net", ifname, "device")
     try:
-        dev = os.path.realpath(base)
-        bus = os.path.basename(os.path.realpath(os.path.join(base, "subsystem")))
+        dev = host.io.realpath(base)
+        bus = os.path.basename(host.io.realpath(os.path.join(base, "subsystem")))
     except OSError:
         return None
-    if not os.path.isdir(dev) or not os.path.exists(os.path.join(base, "subsystem")):
+    if not host.io.isdir(dev) or not host.io.exists(os.path.join(base, "subsystem")):
         return None
     return f"{bus}/{os.path.basename(dev)}"
 
 
 def open_devlink(host):
     """The host's devlink socket (one per Host, closed with it)."""
-    dl = getattr(host, "devlink", None)
-    if callable(dl):
-        return dl()
-    from nictune.host.netlink.devlink import Devlink
-
-    return Devlink()
+    return host.devlink()
 
 
 class EswitchFamily(Family):
@@ -77,6 +72,18 @@ class EswitchFamily(Family):
                      "VFs before going back to legacy")
     sections = ("eswitch",)
     settings = ("eswitch.mode", "eswitch.inline_mode", "eswitch.encap")
+
+    @classmethod
+    def plan_reads(cls, host) -> None:
+        for iface in host.interfaces():
+            devlink_handle(host, iface.name)
+
+        def eswitches() -> None:
+            devlink = host.devlink()
+            for handle in devlink.devices():
+                quietly(lambda: devlink.eswitch(handle))
+
+        quietly(eswitches)
 
     @classmethod
     def schema(cls, s):

@@ -237,6 +237,10 @@ class RingsFamily(EthtoolParamsFamily):
     what = "Ring sizes (ethtool -G)."
 
     @classmethod
+    def plan_reads(cls, host) -> None:
+        host.page_size()  # some drivers' ring minima are counted in pages
+
+    @classmethod
     def _value_schema(cls, s, name):
         return s.wanted(1, RING_MAX, f"{name} ring size.")
 

@@ -129,6 +129,14 @@ class ExpectFamily(Family):
     read_only = True  # the engine reports unmet keys as drift, never writes them
 
     @classmethod
+    def plan_reads(cls, host) -> None:
+        from nictune.host.health import Health
+
+        health = Health(host)
+        for iface in host.interfaces():
+            health.counters(iface.name)
+
+    @classmethod
     def schema(cls, s):
         return {"entry": {"expect": s.section(
             "Health facts the interface must show. nictune only reads them: an unmet "

@@ -108,10 +108,8 @@ def policy_text(tmpl_src, tmpl_dst, reqid_text, mode, priority, offload) -> str:
             f"offload {offload}")
 
 
-def _xfrm():
-    from nictune.host.netlink.xfrm import Xfrm
-
-    return Xfrm()
+def _xfrm(host):
+    return host.xfrm()
 
 
 class IpsecFamily(Family):
@@ -235,7 +233,7 @@ class IpsecFamily(Family):
         if offload != "none" and "dir" not in sa:
             raise InvalidInput(f"{where}: {path}: an offloaded SA needs dir: out or in")
         try:
-            key, fp = keyfile.load(sa["key_file"])
+            key, fp = self.host.io.key_load(sa["key_file"])
         except InvalidInput as e:
             raise InvalidInput(f"{key_where}: {path}.key_file: {e}") from None
         length = len(key)
@@ -273,7 +271,7 @@ class IpsecFamily(Family):
         return {i.index: i.name for i in self.host.interfaces()}
 
     def read(self, keys):
-        with _xfrm() as x:
+        with _xfrm(self.host) as x:
             sas = {(sa.dst, sa.spi): sa for sa in x.sas() if sa.proto == "esp"}
             policies = {policy_name(p.src, p.dst, p.dir): p for p in x.policies()}
         names = self._names()
@@ -354,7 +352,7 @@ class IpsecFamily(Family):
     def apply(self, items):
         sas = [(k, v) for k, v in items if k in self._sas]
         policies = [(k, v) for k, v in items if k in self._policies]
-        with _xfrm() as x:
+        with _xfrm(self.host) as x:
             current = {(sa.dst, sa.spi): sa for sa in x.sas() if sa.proto == "esp"}
             for key, _value in sas:
                 self._add_sa(x, key, current)
@@ -378,7 +376,7 @@ class IpsecFamily(Family):
             if index is None:
                 raise InvalidInput(f"{key.target}: no such interface to offload IPsec to")
             offload = (index, p["dir"], p["offload"] == "packet")
-        raw, fp = keyfile.load(p["path"], length=p["length"])
+        raw, fp = self.host.io.key_load(p["path"], length=p["length"])
         try:
             if fp != p["fp"]:
                 raise InvalidInput(f"key file {p['path']} changed since the plan (fingerprint "
@@ -412,7 +410,7 @@ class IpsecFamily(Family):
         # Policies first (they point at the SAs), then SAs.
         ordered = sorted(items, key=lambda kv: not kv[0].name.startswith("policy "))
         failed = []
-        with _xfrm() as x:
+        with _xfrm(self.host) as x:
             sas = {(sa.dst, sa.spi): sa for sa in x.sas() if sa.proto == "esp"}
             policies = {policy_name(p.src, p.dst, p.dir): p for p in x.policies()}
             for key, before in ordered:

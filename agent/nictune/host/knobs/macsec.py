@@ -104,10 +104,8 @@ def default_name(target: str) -> str:
     return (target[:12] + "-ms")
 
 
-def _macsec():
-    from nictune.host.netlink.macsec import Macsec
-
-    return Macsec()
+def _macsec(host):
+    return host.macsec()
 
 
 class MacsecFamily(Family):
@@ -175,7 +173,7 @@ class MacsecFamily(Family):
     # -- expand ------------------------------------------------------------------
     def _state(self):
         """(links by name, secys by ifindex) of the namespace."""
-        with _macsec() as m:
+        with _macsec(self.host) as m:
             links = {ln.name: ln for ln in m.links()}
             secys = m.secys() if links else {}
         return links, secys
@@ -188,7 +186,9 @@ class MacsecFamily(Family):
 
         def fingerprint(path, where):
             try:
-                return keyfile.check(path)
+                key, fp = self.host.io.key_load(path)  # keyfile.check, through the port
+                keyfile.wipe(key)
+                return fp
             except InvalidInput as e:
                 raise InvalidInput(f"{source('macsec', *where)}: macsec.{'.'.join(where)}: {e}")
 
@@ -308,7 +308,7 @@ class MacsecFamily(Family):
         by_target: dict = {}
         for key, value in items:
             by_target.setdefault(key.target, {})[split_name(key.name)[1]] = value
-        with _macsec() as m:
+        with _macsec(self.host) as m:
             for target, values in by_target.items():
                 self._apply_one(m, target, values)
         self.host.forget(facts=True)  # a link came
@@ -355,7 +355,7 @@ class MacsecFamily(Family):
 
     @staticmethod
     def _add_sa(m, index: int, p: dict, length: int, rx_sci: Optional[bytes]) -> None:
-        key, fp = keyfile.load(p["path"], length=length)
+        key, fp = self.host.io.key_load(p["path"], length=length)
         try:
             if fp != p["fp"]:
                 raise InvalidInput(f"key file {p['path']} changed since the plan (fingerprint "
@@ -369,7 +369,7 @@ class MacsecFamily(Family):
         for key, before in items:
             name, what = split_name(key.name)
             by_link.setdefault(name, {})[what] = before
-        with _macsec() as m:
+        with _macsec(self.host) as m:
             links = {ln.name: ln for ln in m.links()}
             for name, befores in by_link.items():
                 link = links.get(name)

@@ -36,8 +36,6 @@ anything is written.
 
 from __future__ import annotations
 
-import os
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
     from typing import Dict
@@ -165,6 +163,10 @@ class NcclFamily(OwnedFileFamily):
         "description": "The GID family NCCL selects (and auto resolves) with NCCL_IB_GID_INDEX "
                        "unset or auto: AF_INET (NCCL's default) or AF_INET6."}
 
+    @classmethod
+    def plan_reads(cls, host) -> None:
+        host.io.isdir(host.path(rdma.IB_CLASS))  # whether NCCL_IB_HCA can be derived
+
     def resolve(self, env):
         return auto_values(self, env)
 
@@ -184,7 +186,7 @@ class NcclFamily(OwnedFileFamily):
         hca = env.get("NCCL_IB_HCA")
         # Without /sys/class/infiniband the RDMA stack is not loaded (yet):
         # absence of a device then proves nothing.
-        if hca and os.path.isdir(self.host.path(rdma.IB_CLASS)):
+        if hca and self.host.io.isdir(self.host.path(rdma.IB_CLASS)):
             names, exclude, exact = nccl_list(hca)
             devices = rdma.devices(self.host)
             missing = [n for n in names if not _matches(n.split(":")[0], devices, exact)]

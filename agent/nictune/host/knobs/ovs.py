@@ -37,7 +37,6 @@ restart.  nictune never restarts it: the plan says so, per key.
 from __future__ import annotations
 
 import errno
-import os
 from typing import Optional
 
 from nictune.host import nicclass, ovsdb
@@ -170,7 +169,7 @@ class OvsFamily(Family):
 
     def _connect(self, db: str) -> ovsdb.Client:
         try:
-            return ovsdb.Client(self._socket(db))
+            return ovsdb.Client(self._socket(db), io=self.host.io)
         except OSError as e:
             if e.errno in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK):
                 why = "no such socket" if e.errno == errno.ENOENT else (
@@ -262,7 +261,7 @@ class OvsFamily(Family):
 
     # -- host -> profile -----------------------------------------------------------------
     def show(self, target):
-        if target != HOST or not os.path.exists(self._socket(ovsdb.DEFAULT_DB_SOCKET)):
+        if target != HOST or not self.host.io.exists(self._socket(ovsdb.DEFAULT_DB_SOCKET)):
             return {}
         keys = [Key(self.name, HOST, s) for s in (HW_OFFLOAD, TC_POLICY)]
         values = self.read(keys)

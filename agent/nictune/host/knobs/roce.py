@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 
 from nictune.host import nicclass, rdma
-from nictune.host.knobs.base import Family
+from nictune.host.knobs.base import Family, quietly, read_quietly, read_tree
 from nictune.host.model import Desired, Key, Unsupported, Want
 from nictune.host.validate import ECN_PARAM, IBDEV, check
 
@@ -55,6 +55,26 @@ class RoceFamily(Family):
     sections = ("roce",)
     settings = ("roce.rdma_device", "roce.mode", "roce.tos", "roce.verbs_tos", "roce.ecn.np", "roce.ecn.rp",
                 "roce.ecn.cnp_dscp", "roce.ecn.cnp_prio", "roce.ecn.params")
+
+    @classmethod
+    def plan_reads(cls, host) -> None:
+        """Each interface's ECN tree and RDMA port; every RDMA device's
+        ports, link layers, GID tables, traffic class and rdma_cm defaults
+        (read through a configfs directory that exists while it is held:
+        made and removed again, as a plan does)."""
+        for iface in host.interfaces():
+            ecn = host.path("sys/class/net", iface.name, "ecn")
+            if host.io.isdir(ecn):
+                read_tree(host, ecn)
+            rdma.port_of(host, iface.name)
+        for dev in rdma.devices(host):
+            host.io.realpath(host.path(rdma.IB_CLASS, dev, "device"))
+            for port in rdma.ports(host, dev):
+                rdma.link_layer(host, dev, port)
+                rdma.gids(host, dev, port)
+                read_quietly(host, host.path(rdma.IB_CLASS, dev, "tc", str(port), "traffic_class"))
+            if host.io.isdir(host.path(rdma.CM_CONFIGFS)):
+                quietly(lambda: _read_cm_tree(host, dev))
 
     @classmethod
     def schema(cls, s):
@@ -151,7 +171,7 @@ class RoceFamily(Family):
         check_param(name)
         for side in ("roce_rp", "roce_np"):
             path = os.path.join(ecn, side, name)
-            if os.path.isfile(path):
+            if self.host.io.isfile(path):
                 return path
         return os.path.join(ecn, "roce_rp", name)
 
@@ -183,8 +203,8 @@ class RoceFamily(Family):
             with rdma.cm_device(self.host, device) as path:
                 values = {}
                 for key in keys:
-                    with open(os.path.join(path, "ports", str(port), CM_FILES[key.name])) as f:
-                        text = f.read().strip()
+                    text = self.host.io.read_text(
+                        os.path.join(path, "ports", str(port), CM_FILES[key.name])).strip()
                     values[key] = MODE_NAMES.get(text, text) if key.name == "mode" else int(text, 0)
                 return values
         except (OSError, ValueError) as e:
@@ -198,8 +218,7 @@ class RoceFamily(Family):
     def _read_verbs_tos(self, device: str, port: int):
         """The port's global traffic class, None when none is set."""
         try:
-            with open(self._tc_path(device, port)) as f:
-                text = f.read()
+            text = self.host.io.read_text(self._tc_path(device, port))
         except FileNotFoundError:
             return Unsupported(f"no {device}/tc/{port}/traffic_class: {NO_TC_SYSFS}")
         except OSError as e:
@@ -217,19 +236,17 @@ class RoceFamily(Family):
         reason = nicclass.ecn_port_unsupported(driver, iface)
         if reason:
             return Unsupported(reason)
-        if not os.path.isdir(self.host.path("sys/class/net", key.target, "ecn")):
+        if not self.host.io.isdir(self.host.path("sys/class/net", key.target, "ecn")):
             return Unsupported(nicclass.ecn_unsupported(self.driver_of(key.target)))
         path = self._ecn_path(key)
         try:
             if key.name in ("ecn.np", "ecn.rp"):
                 enabled = []
                 for p in range(PRIOS):
-                    with open(os.path.join(path, str(p))) as f:
-                        if f.read().strip() == "1":
+                    if self.host.io.read_text(os.path.join(path, str(p))).strip() == "1":
                             enabled.append(p)
                 return enabled
-            with open(path) as f:
-                return int(f.read().strip(), 0)
+            return int(self.host.io.read_text(path).strip(), 0)
         except FileNotFoundError:
             return Unsupported(f"the driver exposes no ECN setting {key.name[4:]} "
                                f"(no {os.path.relpath(path, self.host.path('sys/class/net', key.target))})")
@@ -253,32 +270,35 @@ class RoceFamily(Family):
                 if isinstance(port, Unsupported):
                     raise OSError(f"{key.target}: {port.reason}")
                 if key.name == "verbs_tos":
-                    _write(self._tc_path(*port), VERBS_TOS_UNSET if value is None else str(int(value)))
+                    _write(self.host.io, self._tc_path(*port), VERBS_TOS_UNSET if value is None else str(int(value)))
                 else:
                     cm.setdefault(port, []).append((key, value))
             elif key.name in ("ecn.np", "ecn.rp"):
                 path = self._ecn_path(key)
                 for p in range(PRIOS):
-                    _write_if_differs(os.path.join(path, str(p)), "1" if p in value else "0")
+                    _write_if_differs(self.host.io, os.path.join(path, str(p)), "1" if p in value else "0")
             else:
-                _write(self._ecn_path(key), str(int(value)))
+                _write(self.host.io, self._ecn_path(key), str(int(value)))
         for (device, port), writes in cm.items():
             with rdma.cm_device(self.host, device) as path:
                 for key, value in writes:
                     text = MODES[value] if key.name == "mode" else str(int(value))
-                    _write(os.path.join(path, "ports", str(port), CM_FILES[key.name]), text)
+                    _write(self.host.io, os.path.join(path, "ports", str(port), CM_FILES[key.name]), text)
 
 
-def _write(path: str, text: str) -> None:
+def _write(io, path: str, text: str) -> None:
     try:
-        with open(path, "w") as f:
-            f.write(text)
+        io.write_text(path, text)
     except OSError as e:
         raise OSError(e.errno, f"{path}={text}: {e.strerror}") from None
 
 
-def _write_if_differs(path: str, text: str) -> None:
-    with open(path) as f:
-        if f.read().strip() == text:
-            return
-    _write(path, text)
+def _write_if_differs(io, path: str, text: str) -> None:
+    if io.read_text(path).strip() == text:
+        return
+    _write(io, path, text)
+
+
+def _read_cm_tree(host, device: str) -> None:
+    with rdma.cm_device(host, device) as path:
+        read_tree(host, os.path.join(path, "ports"))

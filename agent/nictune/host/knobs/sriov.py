@@ -56,7 +56,7 @@ from __future__ import annotations
 import errno
 from typing import TYPE_CHECKING, Optional
 
-from nictune.host.knobs.base import Family
+from nictune.host.knobs.base import Family, read_quietly
 from nictune.host.model import Desired, Key, Unsupported, Want
 from nictune.host.netlink.uapi import VF_LINK_STATES as LINK_STATES
 from nictune.host.validate import MAC, InvalidInput
@@ -70,12 +70,10 @@ VF_NUMBER = r"^[0-9]{1,4}$"
 _NOT = {"mana": "not supported by mana: the MANA NIC is itself a VF of the Azure host"}
 
 
-def _vfs():
-    # pyroute2's message classes: the agent loads them, the controller (which
-    # imports this module for its schema) never does.
-    from nictune.host.netlink.vf import Vfs
-
-    return Vfs()
+def _vfs(host):
+    # pyroute2's message classes: the agent loads them (Host.vfs), the
+    # controller (which imports this module for its schema) never does.
+    return host.vfs()
 
 
 def _vf_key(name: str):
@@ -96,6 +94,12 @@ class SriovFamily(Family):
     offline_plan = "its VF attributes are read over a socket snapshots do not record"
     sections = ("sriov",)
     settings = ("sriov.numvfs", "sriov.drivers_autoprobe", "sriov.vfs")
+
+    @classmethod
+    def plan_reads(cls, host) -> None:
+        for iface in host.interfaces():
+            for name in ("sriov_numvfs", "sriov_totalvfs"):
+                read_quietly(host, host.path("sys/class/net", iface.name, "device", name))
 
     @classmethod
     def schema(cls, s):
@@ -163,8 +167,7 @@ class SriovFamily(Family):
 
     def _read_int(self, path: str) -> Optional[int]:
         try:
-            with open(path) as f:
-                return int(f.read().strip())
+            return int(self.host.io.read_text(path).strip())
         except FileNotFoundError:
             return None
 
@@ -189,7 +192,7 @@ class SriovFamily(Family):
                     f"{k.target} has no device/sriov_drivers_autoprobe (not a PCI PF)")
                 continue
             if vfs is None:
-                handle = _vfs()
+                handle = _vfs(self.host)
                 try:
                     vfs = handle.all()
                 finally:
@@ -231,8 +234,7 @@ class SriovFamily(Family):
             return
         for value in ((0, count) if now else (count,)):
             try:
-                with open(path, "w") as f:
-                    f.write(str(value))
+                self.host.io.write_text(path, str(value))
             except OSError as e:
                 if value and e.errno == errno.ENOMEM:
                     raise OSError(e.errno, f"{pf}: the device refused {count} VFs "
@@ -246,8 +248,8 @@ class SriovFamily(Family):
             by_pf.setdefault(key.target, {})[key.name] = value
         for pf, values in by_pf.items():
             if values.get("drivers_autoprobe") is not None:
-                with open(self._sysfs(pf, "sriov_drivers_autoprobe"), "w") as f:
-                    f.write("1" if values["drivers_autoprobe"] else "0")
+                self.host.io.write_text(self._sysfs(pf, "sriov_drivers_autoprobe"),
+                                        "1" if values["drivers_autoprobe"] else "0")
             if values.get("numvfs") is not None:
                 self._write_numvfs(pf, values["numvfs"])
             per_vf: dict = {}
@@ -259,7 +261,7 @@ class SriovFamily(Family):
             if not per_vf:
                 continue
             index = self._index(pf)
-            handle = _vfs()
+            handle = _vfs(self.host)
             try:
                 current = handle.all().get(pf, {})
                 for vf, attrs in sorted(per_vf.items()):
@@ -301,7 +303,7 @@ class SriovFamily(Family):
         count = self._read_int(self._sysfs(target, "sriov_numvfs"))
         if count is None:
             return {}
-        handle = _vfs()
+        handle = _vfs(self.host)
         try:
             vfs = handle.all().get(target, {})
         finally:

@@ -9,13 +9,12 @@ keys the kernel copies to every interface (SPREAD).
 
 from __future__ import annotations
 
-import os
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
     from typing import Optional
 
-from nictune.host.knobs.base import Family
+from nictune.host.io import W_OK
+from nictune.host.knobs.base import Family, read_tree
 from nictune.host.model import HOST, Desired, Key, Unsupported, Want
 from nictune.host.validate import IF_SYSCTL_KEY, SYSCTL_KEY, SYSCTL_VALUE, check
 
@@ -96,6 +95,11 @@ class SysctlFamily(Family):
     settings = ("sysctl",)
 
     @classmethod
+    def plan_reads(cls, host) -> None:
+        # Every sysctl, so that a profile can name one a show does not print.
+        read_tree(host, host.path("proc/sys/net"))
+
+    @classmethod
     def schema(cls, s):
         number = s.integer(s.S64_MIN, s.U64_MAX)
         value = {"anyOf": [
@@ -158,8 +162,7 @@ class SysctlFamily(Family):
         out = {}
         for key in keys:
             try:
-                with open(self.path(key)) as f:
-                    out[key] = normalise(f.read())
+                out[key] = normalise(self.host.io.read_text(self.path(key)))
             except FileNotFoundError:
                 where = "" if key.target == HOST else f" for {key.target}"
                 out[key] = Unsupported(f"no such sysctl{where} in this kernel or namespace")
@@ -168,7 +171,7 @@ class SysctlFamily(Family):
         return out
 
     def check(self, key, want) -> Optional[str]:
-        if not os.access(self.path(key), os.W_OK):
+        if not self.host.io.access(self.path(key), W_OK):
             extra = " (a global key: set it in the host namespace)" if key.name in GLOBAL_SYSCTLS else ""
             return "read-only here" + extra
         return None
@@ -183,8 +186,7 @@ class SysctlFamily(Family):
             text = str(normalise(value))
             check(SYSCTL_VALUE, text, f"value of sysctl {key.name}")
             try:
-                with open(self.path(key), "w") as f:
-                    f.write(text)
+                self.host.io.write_text(self.path(key), text)
             except OSError as e:
                 raise OSError(e.errno, f"{key.name}={text}: {e.strerror}") from None
 

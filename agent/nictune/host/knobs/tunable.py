@@ -24,7 +24,7 @@ import errno
 from typing import Optional
 
 from nictune.host import nicclass
-from nictune.host.knobs.base import Family
+from nictune.host.knobs.base import Family, quietly
 from nictune.host.model import Desired, Key, Unsupported, Want
 from nictune.host.netlink.errors import NetlinkError
 from nictune.host.netlink.uapi import ETHTOOL_PFC_PREVENTION_TOUT, PFC_STORM_PREVENTION_AUTO
@@ -38,6 +38,15 @@ class TunableFamily(Family):
     position_note = "after dcb: storm prevention guards the PFC that dcb turns on"
     sections = ("roce",)
     settings = ("roce.pfc_prevention_timeout",)
+
+    @classmethod
+    def plan_reads(cls, host) -> None:
+        def read(ifname: str) -> None:
+            with host.tunables() as tunables:
+                tunables.get(ifname, ETHTOOL_PFC_PREVENTION_TOUT)
+
+        for iface in host.interfaces():
+            quietly(lambda: read(iface.name))
 
     @classmethod
     def schema(cls, s):

@@ -341,8 +341,8 @@ class Ethtool(GenlFamily):
     # netlink (< 5.6 or CONFIG_ETHTOOL_NETLINK=n).
     FAMILY = "ethtool"
 
-    def __init__(self):
-        super().__init__()
+    def __init__(self, opener=None):
+        super().__init__(opener)
         self._feature_names: List[str] | None = None
 
     # -- plumbing --

@@ -158,9 +158,10 @@ def _words_to_int(blocks: List[tuple], field: int) -> int:
 
 
 class EthtoolIoctl:
-    def __init__(self):
+    def __init__(self, sock=None):
         # The ioctl looks device names up in the socket's namespace.
-        self._sock = inet_socket()
+        # sock: the host's port's (Host.io.inet_socket).
+        self._sock = sock or inet_socket()
         self._feature_names: List[str] | None = None
 
     def close(self) -> None:
@@ -384,8 +385,8 @@ class Tunables:
     failures are NetlinkError with the ioctl's errno (EOPNOTSUPP: the
     driver has no get/set_tunable; EINVAL: it refused the value)."""
 
-    def __init__(self):
-        self._sock = inet_socket()
+    def __init__(self, sock=None):
+        self._sock = sock or inet_socket()
 
     def close(self) -> None:
         self._sock.close()

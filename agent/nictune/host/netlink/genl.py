@@ -32,8 +32,8 @@ class GenlFamily:
 
     FAMILY = ""
 
-    def __init__(self):
-        self._nl = NetlinkSocket(NETLINK_GENERIC)
+    def __init__(self, opener=None):
+        self._nl = NetlinkSocket(NETLINK_GENERIC, opener=opener)
         try:
             self._family = self._resolve_family()
         except BaseException:

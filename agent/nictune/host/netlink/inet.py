@@ -94,8 +94,8 @@ class routemsg(nlmsg):
 class Inet:
     """One rtnetlink socket for addresses, routes and the link stack."""
 
-    def __init__(self):
-        self._nl = NetlinkSocket(NETLINK_ROUTE)
+    def __init__(self, opener=None):
+        self._nl = NetlinkSocket(NETLINK_ROUTE, opener=opener)
 
     def close(self) -> None:
         self._nl.close()

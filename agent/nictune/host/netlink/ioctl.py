@@ -45,7 +45,9 @@ def siocethtool(sock: socket.socket, ifname: str, buf: array.array) -> int:
     and writes in place (an array's buffer address stays valid while we
     hold it).  Returns the non-negative ioctl result; raises OSError."""
     validate_ifname(ifname)
-    return _kernel(sock, ifname, buf)
+    if hasattr(sock, "siocethtool"):  # the host's port made it (host/io.py IoctlSocket)
+        return sock.siocethtool(ifname, buf)
+    return kernel_siocethtool(sock, ifname, buf)
 
 
 def kernel_siocethtool(sock: socket.socket, ifname: str, buf: array.array) -> int:
@@ -53,11 +55,6 @@ def kernel_siocethtool(sock: socket.socket, ifname: str, buf: array.array) -> in
     # A mutable ifreq makes fcntl.ioctl return the syscall's result
     # (SFEATURES reports through it) instead of a copy of the buffer.
     return fcntl.ioctl(sock.fileno(), SIOCETHTOOL, ifreq, True)
-
-
-# The kernel call itself, looked up at each call: host/rawreads.py swaps it
-# (for its own thread only) to record or replay an audit's reads.
-_kernel = kernel_siocethtool
 
 
 def string_set(sock: socket.socket, ifname: str, sset: int,

@@ -440,8 +440,9 @@ class Macsec:
     (a NetlinkError) when the macsec module is not loaded and cannot be:
     adding a macsec link loads it (rtnl-link-macsec alias)."""
 
-    def __init__(self):
-        self._rt = NetlinkSocket(NETLINK_ROUTE, {RTM_NEWLINK: macseclinkmsg})
+    def __init__(self, opener=None):
+        self._opener = opener
+        self._rt = NetlinkSocket(NETLINK_ROUTE, {RTM_NEWLINK: macseclinkmsg}, opener)
         self._nl: Optional[NetlinkSocket] = None
         self._family: Optional[int] = None
 
@@ -458,7 +459,7 @@ class Macsec:
 
     def _genl(self) -> NetlinkSocket:
         if self._nl is None:
-            nl = NetlinkSocket(NETLINK_GENERIC)
+            nl = NetlinkSocket(NETLINK_GENERIC, opener=self._opener)
             try:
                 self._family = resolve_family(nl, "macsec")
             except BaseException:

@@ -91,8 +91,8 @@ def _link(msg: ifinfmsg) -> Link:
 
 
 class Rtnl:
-    def __init__(self):
-        self._nl = NetlinkSocket(NETLINK_ROUTE, {RTM_NEWLINK: ifinfmsg})
+    def __init__(self, opener=None):
+        self._nl = NetlinkSocket(NETLINK_ROUTE, {RTM_NEWLINK: ifinfmsg}, opener)
 
     def close(self) -> None:
         self._nl.close()

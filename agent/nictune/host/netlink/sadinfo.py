@@ -25,10 +25,10 @@ class sadinfo_msg(nlmsg):
     nla_map = ((1, "XFRMA_SAD_CNT", "uint32"),)
 
 
-def sa_count() -> int:
+def sa_count(opener=None) -> int:
     """The number of SAs in this network namespace (OSError: NETLINK_XFRM
     cannot be asked, e.g. without xfrm_user or CAP_NET_ADMIN)."""
-    with NetlinkSocket(NETLINK_XFRM) as nl:
+    with NetlinkSocket(NETLINK_XFRM, opener=opener) as nl:
         reply = nl.request(sadinfo_msg(), XFRM_MSG_GETSADINFO, NLM_F_REQUEST,
                            {XFRM_MSG_NEWSADINFO: sadinfo_msg})
     return reply[0].get_attr("XFRMA_SAD_CNT") or 0 if reply else 0

@@ -74,15 +74,18 @@ def _extack(buf: memoryview, off: int, end: int) -> str | None:
     return text
 
 
+def _kernel_socket(protocol: int):
+    return socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, protocol)
+
+
 class NetlinkSocket:
     """One netlink socket, one request at a time (not thread-safe)."""
 
-    def __init__(self, protocol: int, msg_map: MsgMap | None = None):
+    def __init__(self, protocol: int, msg_map: MsgMap | None = None, opener=None):
         # Bound for good to the namespace of the thread creating it: the
-        # agent's own, as it runs inside the namespace it tunes.
-        self._sock = socket.socket(
-            socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, protocol
-        )
+        # agent's own, as it runs inside the namespace it tunes.  opener:
+        # the host's port (Host.io.netlink) the raw socket comes from.
+        self._sock = (opener or _kernel_socket)(protocol)
         try:
             # Ask for extack messages, and for errors without our request
             # echoed back (CAP_ACK), so error datagrams stay small.

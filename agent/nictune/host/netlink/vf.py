@@ -148,8 +148,8 @@ def set_message(index: int, vf: int, cfg: VfConfig) -> vfmsg:
 
 
 class Vfs:
-    def __init__(self):
-        self._nl = NetlinkSocket(NETLINK_ROUTE, {RTM_NEWLINK: vfmsg})
+    def __init__(self, opener=None):
+        self._nl = NetlinkSocket(NETLINK_ROUTE, {RTM_NEWLINK: vfmsg}, opener)
 
     def close(self) -> None:
         self._nl.close()

@@ -277,8 +277,8 @@ def policy_of(m: xfrm_userpolicy_info) -> Policy:
 class Xfrm:
     """One NETLINK_XFRM socket, bound to the caller's namespace."""
 
-    def __init__(self):
-        self._nl = NetlinkSocket(NETLINK_XFRM)
+    def __init__(self, opener=None):
+        self._nl = NetlinkSocket(NETLINK_XFRM, opener=opener)
 
     def close(self) -> None:
         self._nl.close()
