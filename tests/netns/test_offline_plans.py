@@ -189,7 +189,11 @@ def ovs_case(request, tmp_path) -> tuple:
 
 class _NoMacsecLinks:
     """The MACsec generic netlink family of a kernel that has it, with no
-    MACsec link yet (this kernel has no macsec module: tests/recorded/macsec)."""
+    MACsec link yet (this kernel has no macsec module: tests/recorded/macsec).
+    Made as Host.macsec() makes the real one, with the port's socket opener."""
+
+    def __init__(self, opener=None):
+        self.opener = opener
 
     def __enter__(self):
         return self
