@@ -104,9 +104,16 @@ def test_the_probe_imports_nothing_but_c_modules():
 
 # -- what a host's answers may make the controller allocate ---------------------------
 
+class _SsetInfoSocket:
+    """A socket as the host's port makes it (host/io.py), whose SIOCETHTOOL
+    answers GSSET_INFO with `count`; every call noted."""
+
+    def __init__(self, count: int, calls: list):
+        self.siocethtool = _sset_info_answering(count, calls)
+
+
 def _sset_info_answering(count: int, calls: list):
-    """A SIOCETHTOOL stand-in: GSSET_INFO answers `count`; every call noted."""
-    def kernel(sock, ifname, buf):
+    def kernel(ifname, buf):
         calls.append(len(buf))
         raw = bytearray(buf.tobytes())
         if struct.unpack_from("=I", raw)[0] == ioctl.ETHTOOL_GSSET_INFO:
@@ -118,13 +125,13 @@ def _sset_info_answering(count: int, calls: list):
 
 
 @pytest.mark.parametrize("count", [(1 << 16) + 1, 1 << 22])
-def test_a_string_set_claimed_too_big_is_refused_before_a_buffer_is_sized_from_it(monkeypatch, count):
+def test_a_string_set_claimed_too_big_is_refused_before_a_buffer_is_sized_from_it(count):
     calls: list = []
-    monkeypatch.setattr(ioctl, "_kernel", _sset_info_answering(count, calls))
+    sock = _SsetInfoSocket(count, calls)
     tracemalloc.start()
     try:
         with pytest.raises(OSError) as caught:
-            health.ethtool_stats("eth0", sock=object())
+            health.ethtool_stats("eth0", sock=sock)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -132,10 +139,9 @@ def test_a_string_set_claimed_too_big_is_refused_before_a_buffer_is_sized_from_i
     assert calls == [20] and peak < 1 << 20  # GSSET_INFO alone; the unbounded code sized 268 MB
 
 
-def test_a_string_set_within_the_bound_is_still_read(monkeypatch):
+def test_a_string_set_within_the_bound_is_still_read():
     calls: list = []
-    monkeypatch.setattr(ioctl, "_kernel", _sset_info_answering(3, calls))
-    assert ioctl.string_set(object(), "eth0", health.ETH_SS_STATS) == ["", "", ""]
+    assert ioctl.string_set(_SsetInfoSocket(3, calls), "eth0", health.ETH_SS_STATS) == ["", "", ""]
     assert calls == [20, 12 + 3 * 32]
 
 
