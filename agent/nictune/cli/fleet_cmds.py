@@ -17,6 +17,7 @@ from typing import List, Optional, Tuple, Union
 from nictune.cli.lint_cmds import LINTED, lint_gate
 from nictune.cli.options import Options
 from nictune.cli.output import Printer, envelope
+from nictune.cli.reporting import emit, print_profile, save_snapshots
 from nictune.control import fleet
 from nictune.control.ssh import SshOptions
 from nictune.host.errors import EXIT_ERROR, NictuneError, combined_exit
@@ -35,13 +36,9 @@ def run(command: str, target: Optional[str], opts: Options) -> int:
         save_snapshots(report, opts.save, out)
     if command in ("audit", "apply"):  # apply takes --junit only: a rollout's batches and gates
         _write_audit_files(report, opts, out)
-    from nictune.cli.change_cmds import emit
-
     if command == "show" and not opts.as_json and report["hosts"]:
-        from nictune.cli.host_cmds import _print_profile
-
         for host in report["hosts"]:  # each host's settings as a profile, as a local show
-            _print_profile(out, host)
+            print_profile(out, host)
     elif not emit(report, opts, target or ""):
         out.fleet(report, opts.show_all, target or "")
     return report["exit_code"]
@@ -96,22 +93,6 @@ def run_jobs(command: str, jobs: list, opts: Options, tick) -> List[dict]:
         return snapshots.run_jobs(jobs, opts.from_snapshots, snapshots.parse_age(opts.max_age),
                                   tick)
     return fleet.run_jobs(command, jobs, opts.forks, tick)
-
-
-def save_snapshots(report: dict, directory: str, out: Printer) -> None:
-    """show/audit --save: the hosts' snapshots to files, out of the report."""
-    from nictune.control import snapshots
-
-    try:
-        warnings = snapshots.save(report["hosts"], directory)
-    except OSError as e:
-        out.error(f"--save {directory}: {e.strerror or e}")
-        report["exit_code"] = combined_exit([report["exit_code"], EXIT_ERROR])
-        return
-    for w in warnings:
-        out.warn(w)
-    saved = sum(1 for h in report["hosts"] if h.get("snapshot_file"))
-    out.note(f"saved {saved} snapshot(s) to {directory}")
 
 
 def _ssh_options(opts: Options) -> SshOptions:

@@ -46,6 +46,7 @@ import os
 from collections import Counter
 from typing import Callable, Dict, List, Optional
 
+from nictune.control.render import listing, value as show_value  # show_value: markdown.py's too
 from nictune.host.agent import BASE_FORMAT
 from nictune.host.errors import TRANSPORT, NictuneError, error
 
@@ -271,12 +272,6 @@ def _take(findings: list, wanted: Counter, ident) -> List[dict]:
 
 # -- plain text --------------------------------------------------------------------
 
-def show_value(v) -> str:
-    from nictune.cli.output import _value
-
-    return _value(v)
-
-
 def show_want(w: Optional[dict]) -> str:
     if w is None:
         return "(not set)"
@@ -295,20 +290,18 @@ def setting(key: dict) -> str:
 def text_lines(doc: dict) -> List[str]:
     """The change document for a terminal or a log (control characters are
     made visible by the printer)."""
-    from nictune.cli.output import _listing
-
     s = doc["summary"]
     out = [f"Change against {base_label(doc['base'])}: {s['affected']} of {s['hosts']} host(s) "
            f"affected, in {s['groups']} group(s); {s['drifted']} host(s) already drift from the "
            f"base; {s['errors']} host(s) with errors."]
     for g in doc["effect"]:
-        out.append(f"effect on {len(g['hosts'])} host(s): {_listing(g['hosts'])}")
+        out.append(f"effect on {len(g['hosts'])} host(s): {listing(g['hosts'])}")
         out += _table(("target", "setting", "old wanted", "new wanted", "old source", "new source"),
                       [(r["key"]["target"], setting(r["key"]), show_want(r["old"]),
                         show_want(r["new"]), (r["old"] or {}).get("source", ""),
                         (r["new"] or {}).get("source", "")) for r in g["rows"]])
     for g in doc["drift"]:
-        out.append(f"drift already on {len(g['hosts'])} host(s), not this change: {_listing(g['hosts'])}")
+        out.append(f"drift already on {len(g['hosts'])} host(s), not this change: {listing(g['hosts'])}")
         out += _table(("target", "setting", "current", "old wanted", "source"),
                       [(r["key"]["target"], setting(r["key"]), show_value(r["current"]),
                         show_want(r["wanted"]), r["wanted"]["source"]) for r in g["rows"]])

@@ -149,9 +149,7 @@ class PlayProfiles(Profiles):
         self.play = play
 
     def _build(self, layers: list):
-        from nictune.control.playbook import play_profile
-
-        return play_profile(self.play, layers)
+        return self.play.profile(layers)
 
 
 def jobs_for(command: str, hosts: list, profiles: Optional[Profiles], options: SshOptions,

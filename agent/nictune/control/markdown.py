@@ -28,6 +28,7 @@ import html
 import re
 from typing import Callable, List, Optional
 
+from nictune.control.render import counts, fleet_summary, groups as grouped, note, result
 from nictune.host.text import printable
 
 LIMIT = 65536
@@ -196,16 +197,14 @@ def report(envelope: dict, target: str = "", show_ok: bool = False, limit: int =
     a change document (plan --base), the change's effect instead."""
     if envelope.get("change"):
         return change(envelope, target, limit)
-    from nictune.cli.output import _fleet_summary, _groups, _result
-
     command = envelope["command"]
     budget = Budget(limit)
     budget.must(f"### nictune {esc(command)} {code(target) if target else ''}".rstrip() + "\n")
     hosts = envelope.get("hosts") or []
-    budget.must(f"**{esc(_fleet_summary(envelope))}**\n")
+    budget.must(f"**{esc(fleet_summary(envelope))}**\n")
     if envelope.get("error"):
         budget.must(f"**Error:** {esc(envelope['error'].get('message', ''))}\n")
-    groups = [{"hosts": names, "rows": rows} for names, rows in _groups(hosts, show_ok)]
+    groups = [{"hosts": names, "rows": rows} for names, rows in grouped(hosts, show_ok)]
     columns = VALUE_COLUMNS.get(command, ("before", "after"))
 
     def render(group: dict, keep: Optional[int]) -> str:
@@ -215,7 +214,7 @@ def report(envelope: dict, target: str = "", show_ok: bool = False, limit: int =
                      [(code(c["key"]["target"], True), code(_setting(c["key"]), True),
                        code(_value(c.get("before")), True), code(_after(c), True),
                        esc(c.get("status", "")), esc(c.get("source") or ""),
-                       esc(_note(c))) for c in rows])]
+                       esc(note(c))) for c in rows])]
         if keep is not None:
             out.append(f"_… and {len(group['rows']) - keep} more row(s) in the `--json` report._\n")
         for c in rows:
@@ -228,28 +227,16 @@ def report(envelope: dict, target: str = "", show_ok: bool = False, limit: int =
     lint = envelope.get("lint") or []
     if lint:
         budget.add(_lint_table("Lint", [("", f) for f in lint]))
-    rows = [(code(h["host"], True), esc(_result(h)), esc(_counts(h)),
+    rows = [(code(h["host"], True), esc(result(h)), esc(counts(h)),
              esc((h.get("error") or {}).get("message", ""))) for h in hosts]
     per_host = details(f"Per-host results ({len(hosts)} hosts)",
                        table(("host", "result", "changes", "error"), rows))
     if hosts and not budget.add(per_host):
-        bad = [r for r, h in zip(rows, hosts) if h.get("error") or _result(h) != "ok"]
+        bad = [r for r, h in zip(rows, hosts) if h.get("error") or result(h) != "ok"]
         if not budget.add(details(f"Hosts that are not ok ({len(bad)})",
                                   table(("host", "result", "changes", "error"), bad))):
             budget.must(f"_{len(hosts):,} per-host results do not fit: see the `--json` report._\n")
     return budget.text()
-
-
-def _note(c: dict) -> str:
-    from nictune.cli.output import _note as note
-
-    return note(c)
-
-
-def _counts(h: dict) -> str:
-    from nictune.cli.output import _counts as counts
-
-    return counts(h)
 
 
 def _lint_table(title: str, findings: List[tuple]) -> str:

@@ -172,6 +172,12 @@ class Play:
         view.nictune_overrides()  # the playbook's variables files are checked as the inventory's are
         return view
 
+    def profile(self, inventory_layers: Sequence[Tuple[Any, str]] = ()) -> Profile:
+        """play_profile(self, inventory_layers): a method, so that the fleet
+        and the gate, which this module imports, reach it without importing
+        this module back."""
+        return play_profile(self, inventory_layers)
+
 
 def load_playbook(path: str) -> List[Play]:
     """The plays of the playbook at path; raises ProfileError and nothing else."""

@@ -180,12 +180,11 @@ def for_play(play, spec: GateSpec, inventory, ssh_options, compare: bool = True)
     tclass = None
     if spec.ib_write_bw is not None and spec.ib_write_bw.tclass is None:
         from nictune.control import perftest
-        from nictune.control.playbook import play_profile
 
         file, _, line = spec.source.rpartition(":")
         try:
             # The play's profile without inventory layers: one class for the gate.
-            tclass, _ = perftest.traffic_class(play_profile(play).doc)
+            tclass, _ = perftest.traffic_class(play.profile().doc)
         except NictuneError as e:
             raise ProfileError(file, int(line) if line.isdigit() else None, "gate.ib_write_bw",
                                f"cannot tell the traffic class to measure with: {e}; give tclass:") from None
