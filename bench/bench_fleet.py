@@ -442,7 +442,7 @@ class Residents:
     after it, so that the plain `nictune` form never finds one."""
 
     def __init__(self, fleet, hosts: "Hosts", n: int):
-        from nictune.control import agentzip
+        from nictune.control.remote import agentzip
 
         data = agentzip.build().data
         self.procs = []
@@ -731,7 +731,7 @@ def apply_all(b: Bench, n: int) -> None:
 
 def learn(b: Bench, n: int) -> dict:
     """nictune's first audit of each host: the agent runs and teaches the
-    controller its questions (control/probe.py); timed, not part of the
+    controller its questions (control/remote/probe.py); timed, not part of the
     rounds.  Every host must then be answered by the probe."""
     first = b.measure("nictune", n)
     if first["found"]["via"] != {"zipapp": n}:
@@ -1030,7 +1030,7 @@ def main() -> int:
     started = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="ntbench-fleet-"))
     ENV["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
-    # nictune's learned questions (control/probe.py): this run's own, from nothing.
+    # nictune's learned questions (control/remote/probe.py): this run's own, from nothing.
     ENV["XDG_CACHE_HOME"] = str(tmp / "cache")
     prefix = f"ntbf{secrets.token_hex(2)}"
     fleet = hosts = None

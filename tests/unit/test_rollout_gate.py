@@ -1,11 +1,11 @@
-"""The traffic gate's place in a rollout (control/playbook.py), not its
-measurements (control/gate/): when the gate runs, what a failed,
+"""The traffic gate's place in a rollout (control/rollout/playbook.py), not its
+measurements (control/rollout/gate/): when the gate runs, what a failed,
 broken or missing gate does to the batch, and how its results reach the
 rollout report, the human printer, JUnit and the CLI's gate seam
 (cli/fleet_cmds.py _gate_for).
 
 The fleet is the fake `run` of test_playbook.py; the gate is a recording
-callable that answers as control/playbook.py's Gate says.
+callable that answers as control/rollout/playbook.py's Gate says.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import pytest
 from nictune.cli import fleet_cmds
 from nictune.cli.options import Options
 from nictune.cli.output import Printer, envelope
-from nictune.control import audit_formats
-from nictune.control.playbook import ProfileError, load_playbook, rollout
+from nictune.control.review import audit_formats
+from nictune.control.rollout.playbook import ProfileError, load_playbook, rollout
 
 from .test_playbook import FakeFleet
 

@@ -1,12 +1,12 @@
 """`plan --base REF | --base-file OLD`, and `--format markdown` output.
 
-The change's effect (control/change.py): each host plans the profile and
-its base in one request; the base comes from git (control/gitrev.py, never
+The change's effect (control/review/change.py): each host plans the profile and
+its base in one request; the base comes from git (control/review/gitrev.py, never
 a checkout) or from a file.  With an inventory inside the profile's
 repository, the hosts' inventory layers are taken at the base too; a host
 the base inventory does not have wanted nothing before the change.  With
 --from-snapshots the hosts' plans come from their snapshots
-(control/snapshots.py): no host is reached.
+(control/review/snapshots.py): no host is reached.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def run(target: str, opts: Options, here: ThisHost) -> int:
 
 
 def _print(report: dict, opts: Options, target: str, out: Printer) -> None:
-    from nictune.control.change import text_lines
+    from nictune.control.review.change import text_lines
 
     if opts.as_json:
         out.json(report)
@@ -61,7 +61,7 @@ def _print(report: dict, opts: Options, target: str, out: Printer) -> None:
 
 
 def _run(target: str, opts: Options, out: Printer, here: ThisHost):
-    from nictune.control import change
+    from nictune.control.review import change
     from nictune.profile.yamlpos import read_target
 
     kind, _parsed = read_target(target)
@@ -70,7 +70,7 @@ def _run(target: str, opts: Options, out: Printer, here: ThisHost):
                            "profile with its own --base)")
     revision = None
     if opts.base:
-        from nictune.control.gitrev import checkout_free
+        from nictune.control.review.gitrev import checkout_free
 
         revision = checkout_free(target, opts.base)
         try:
@@ -111,7 +111,7 @@ def _run(target: str, opts: Options, out: Printer, here: ThisHost):
 def _lint_change(target: str, base_path: Optional[str], relabelled) -> dict:
     """Lint of both sides, as `nictune lint` sees each file (inventory layers
     are per host; the gate lints those before each host's plan)."""
-    from nictune.control.change import lint_change
+    from nictune.control.review.change import lint_change
     from nictune.profile.lint import lint
     from nictune.profile.loader import load_profile
 
@@ -127,8 +127,8 @@ def _lint_change(target: str, base_path: Optional[str], relabelled) -> dict:
 
 def _local(target: str, base_path: Optional[str], relabelled, opts: Options, here: ThisHost):
     from nictune.cli.lint_cmds import lint_gate
-    from nictune.control.change import with_base
-    from nictune.control.request import build_request
+    from nictune.control.review.change import with_base
+    from nictune.control.remote.request import build_request
     from nictune.profile.loader import load_profile
 
     profile = load_local_profile(target)
@@ -152,8 +152,8 @@ def _local(target: str, base_path: Optional[str], relabelled, opts: Options, her
 def _fleet(target: str, base_path: Optional[str], relabelled, revision, opts: Options,
            out: Printer):
     from nictune.cli.fleet_cmds import _gate, _ssh_options, run_jobs
-    from nictune.control import fleet
-    from nictune.control.change import BaseProfiles, with_base
+    from nictune.control.remote import fleet
+    from nictune.control.review.change import BaseProfiles, with_base
     from nictune.inventory import load_inventory
     from nictune.profile.yamlpos import read_target
 

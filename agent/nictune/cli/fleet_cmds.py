@@ -3,10 +3,10 @@
 TARGET is a profile, or a playbook (a YAML list of plays): with a profile,
 every selected host gets it (plus its inventory overrides); with a
 playbook, each play's hosts get the play's profile, and `apply` rolls out
-batch by batch behind a health gate (control/playbook.py).
+batch by batch behind a health gate (control/rollout/playbook.py).
 
 Only fleet commands import this module (cli/host_cmds.py), so paramiko
-(control/fleet.py) is imported at the top; inventories, playbooks and the
+(control/remote/fleet.py) is imported at the top; inventories, playbooks and the
 profile loader still only when a command needs them.
 """
 
@@ -18,8 +18,8 @@ from nictune.cli.lint_cmds import LINTED, lint_gate
 from nictune.cli.options import Options
 from nictune.cli.output import Printer, envelope
 from nictune.cli.reporting import emit, print_profile, save_snapshots
-from nictune.control import fleet
-from nictune.control.ssh import SshOptions
+from nictune.control.remote import fleet
+from nictune.control.remote.ssh import SshOptions
 from nictune.host.errors import EXIT_ERROR, NictuneError, combined_exit
 from nictune.profile.errors import ProfileError
 from nictune.profile.yamlpos import Parsed, read_target
@@ -88,7 +88,7 @@ def _pool(command: str, hosts: list, profiles, opts: Options, out: Printer,
 def run_jobs(command: str, jobs: list, opts: Options, tick) -> List[dict]:
     """On the hosts, or with --from-snapshots from their snapshots."""
     if opts.from_snapshots:
-        from nictune.control import snapshots
+        from nictune.control.review import snapshots
 
         return snapshots.run_jobs(jobs, opts.from_snapshots, snapshots.parse_age(opts.max_age),
                                   tick)
@@ -103,7 +103,7 @@ def _ssh_options(opts: Options) -> SshOptions:
 
 def _run_playbook(command: str, path: str, parsed: Parsed, inventory, opts: Options,
                   out: Printer) -> dict:
-    from nictune.control import playbook
+    from nictune.control.rollout import playbook
 
     plays = playbook.load_playbook_parsed(parsed, path)
     # Every play's gate before the first play writes: a bad gate in play 2
@@ -150,10 +150,10 @@ def _run_playbook(command: str, path: str, parsed: Parsed, inventory, opts: Opti
 def _gate_for(play, inventory, opts: Options):
     """The traffic gate for a play with a gate: key, as rollout() calls it:
     gate(batch number, hosts) -> {"passed", "message", "results"}
-    (control/playbook.py Gate), built by control/gate/runner.py over the fleet's
+    (control/rollout/playbook.py Gate), built by control/rollout/gate/runner.py over the fleet's
     own SSH settings; a bad gate: raises ProfileError before any write."""
-    from nictune.control.gate.runner import for_play
-    from nictune.control.gate.spec import gate_of_play
+    from nictune.control.rollout.gate.runner import for_play
+    from nictune.control.rollout.gate.spec import gate_of_play
 
     spec = gate_of_play(play)
     return for_play(play, spec, inventory, _ssh_options(opts)) if spec is not None else None
@@ -168,7 +168,7 @@ def _gate(command: str, opts: Options):
 def _write_audit_files(report: dict, opts: Options, out: Printer) -> None:
     import time
 
-    from nictune.control import audit_formats as fmt
+    from nictune.control.review import audit_formats as fmt
 
     junit = fmt.junit_rollouts if report.get("rollouts") else fmt.junit
     for path, render in ((opts.junit, lambda: junit(report)),

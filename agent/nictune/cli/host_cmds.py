@@ -17,8 +17,8 @@ from nictune.cli.options import (AUDIT_FILES, BASE, COMMON, CONFIRM, CONTENT, FL
                                  with_options)
 from nictune.cli.output import Printer, envelope
 from nictune.cli.reporting import emit, load_profile, print_profile, save_snapshots
-from nictune.control.request import build_request
-from nictune.control.targets import target_for
+from nictune.control.remote.request import build_request
+from nictune.control.remote.targets import target_for
 from nictune.host.errors import EXIT_ERROR, INVALID_INPUT, NictuneError, error
 
 AUDIT_NEEDS_INVENTORY = ("audit needs an inventory (-i): it reports drift across a fleet; "
@@ -99,7 +99,7 @@ def run_here(request: dict, opts: Options) -> dict:
     """The request on this host or in --netns, or with --from-snapshots
     from the snapshot saved under that label ("local", "netns:NAME")."""
     if opts.from_snapshots:
-        from nictune.control import snapshots
+        from nictune.control.review import snapshots
 
         label = f"netns:{opts.netns}" if opts.netns else "local"
         return snapshots.run(request, label, opts.from_snapshots,

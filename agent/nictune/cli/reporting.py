@@ -19,7 +19,7 @@ def emit(report: dict, opts: Options, target: str = "") -> bool:
     """Print the report as Markdown when asked; False: the caller prints."""
     if opts.format != Format.markdown or opts.as_json:
         return False
-    from nictune.control import markdown
+    from nictune.control.review import markdown
 
     sys.stdout.write(markdown.report(report, target, opts.show_all))
     return True
@@ -57,7 +57,7 @@ def print_profile(out: Printer, host: dict) -> None:
 
 def save_snapshots(report: dict, directory: str, out: Printer) -> None:
     """show/audit --save: the hosts' snapshots to files, out of the report."""
-    from nictune.control import snapshots
+    from nictune.control.review import snapshots
 
     try:
         warnings = snapshots.save(report["hosts"], directory)

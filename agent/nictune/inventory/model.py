@@ -22,7 +22,7 @@ from nictune.profile.errors import dotted
 
 from .errors import InventoryError, shown
 from .hostnames import RULE, host_name_problem
-from .templates import NOT_RENDERED, Unsafe, first_template, is_template
+from .templates import NOT_RENDERED, first_template, is_template
 
 # (file, line); line is None when unknown.
 Where = Tuple[str, Optional[int]]
