@@ -287,3 +287,17 @@ def test_every_plays_gate_is_built_before_the_first_play_writes(tmp_path, monkey
 
     code, fleet, report = cli_apply(tmp_path, monkeypatch, capsys, gate_for, second_play=second)
     assert code == 1 and fleet.calls == [] and "no such rail" in report["error"]["message"]
+
+
+def test_ib_write_bw_without_tclass_measures_with_the_plays_traffic_class(tmp_path):
+    """for_play asks the play for its profile (Play.profile, not an import of
+    playbook.py from the gate) and takes the traffic class NCCL uses."""
+    from nictune.control.remote.ssh import SshOptions
+    from nictune.control.rollout.gate.runner import for_play
+    from nictune.control.rollout.gate.spec import gate_of_play
+
+    path = gate_playbook(tmp_path, gate="gate: {rails: [rail0], ib_write_bw: {min_gbps: 10}}")
+    write(tmp_path, "p.yaml", "nictune: 1\nhost: {nccl: {env: {NCCL_IB_TC: 106}}}\n")
+    play = load_playbook(path)[0]
+    gate = for_play(play, gate_of_play(play), None, SshOptions())
+    assert gate.tclass == 106
