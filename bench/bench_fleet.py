@@ -390,11 +390,13 @@ class Version:
         if self._zipapp is None:
             if self.label:
                 out = Path(self.env["XDG_CACHE_HOME"] + ".pyz")
-                must([self.python, "-c", "import sys\nfrom nictune.control import agentzip\n"
+                # The baseline's own layout: agentzip moved to control/remote since.
+                must([self.python, "-c", "import sys\ntry:\n from nictune.control.remote import agentzip\n"
+                      "except ImportError:\n from nictune.control import agentzip\n"
                       "open(sys.argv[1], 'wb').write(agentzip.build().data)", str(out)])
                 self._zipapp = out.read_bytes()
             else:
-                from nictune.control import agentzip
+                from nictune.control.remote import agentzip
 
                 self._zipapp = agentzip.build().data
         return self._zipapp
@@ -824,7 +826,7 @@ def restore(b: Bench, n: int) -> None:
 
 def learn(b: Bench, n: int, tool: str = "nictune") -> dict:
     """nictune's first audit of each host: the agent runs and teaches the
-    controller its questions (control/probe.py); timed, not part of the
+    controller its questions (control/remote/probe.py); timed, not part of the
     rounds.  Every host must then be answered by the probe."""
     first = b.measure(tool, n)
     if first["found"]["via"] != {"zipapp": n}:
@@ -1163,7 +1165,7 @@ def main() -> int:
     started = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="ntbench-fleet-"))
     ENV["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
-    # nictune's learned questions (control/probe.py): this run's own, from nothing.
+    # nictune's learned questions (control/remote/probe.py): this run's own, from nothing.
     ENV["XDG_CACHE_HOME"] = str(tmp / "cache")
     prefix = f"ntbf{secrets.token_hex(2)}"
     fleet = hosts = None

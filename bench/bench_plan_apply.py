@@ -361,7 +361,7 @@ def agent_request(profile: Path, lab: Lab, state: Path) -> tuple:
     code = (
         "import json, sys, time\n"
         "from nictune.profile.loader import load_profile\n"
-        "from nictune.control.request import build_request\n"
+        "from nictune.control.remote.request import build_request\n"
         "t0 = time.perf_counter()\n"
         "p = load_profile(sys.argv[1])\n"
         "t1 = time.perf_counter()\n"

@@ -14,7 +14,7 @@ from skips import pytest_make_collect_report, pytest_runtest_makereport  # noqa:
 
 @pytest.fixture(scope="session", autouse=True)
 def _controller_cache(tmp_path_factory):
-    """The questions a verify over SSH learns (control/probe.py) go to the
+    """The questions a verify over SSH learns (control/remote/probe.py) go to the
     session's own directory, never the user's ~/.cache."""
     old = os.environ.get("XDG_CACHE_HOME")
     os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))

@@ -18,9 +18,9 @@ import pytest
 from typer.testing import CliRunner
 
 from nictune.cli.app import app
-from nictune.control import gate as gatemod
-from nictune.control import playbook
-from nictune.control.ssh import SshOptions
+from nictune.control.rollout import gate as gatemod
+from nictune.control.rollout import playbook
+from nictune.control.remote.ssh import SshOptions
 from nictune.inventory import load_inventory
 from nictune.lab import fleet as fleetlab
 from nictune.lab.fleet import run_in

@@ -20,7 +20,9 @@ import time
 import pytest
 from fleet_helpers import nictune
 
-from nictune.control import agent_install, agentzip
+from nictune.control.install import agent_install
+
+from nictune.control.remote import agentzip
 
 pytestmark = pytest.mark.netns
 

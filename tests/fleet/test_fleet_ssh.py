@@ -118,8 +118,8 @@ def test_unknown_host_keys_are_refused_unless_accepted(fleet, profile, tmp_path)
 
 
 def test_an_unconfirmed_remote_apply_is_undone_by_the_host(fleet, profile, monkeypatch):
-    from nictune.control import fleet as fleetmod
-    from nictune.control.ssh import SshOptions, SshTarget
+    from nictune.control.remote import fleet as fleetmod
+    from nictune.control.remote.ssh import SshOptions, SshTarget
     from nictune.inventory import load_inventory
 
     host = fleet.of_kind("sshd")[3]

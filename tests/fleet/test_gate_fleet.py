@@ -1,4 +1,4 @@
-"""The traffic gate (control/gate/) on the sshd fleet, with Debian's real
+"""The traffic gate (control/rollout/gate/) on the sshd fleet, with Debian's real
 iperf3 and `tc` on the hosts' data0 rails (lab/fleet.py data_rails: one
 veth per host on a shared bridge, 198.18.0.0/16).
 

@@ -23,7 +23,7 @@ from fleet_helpers import nictune
 from typer.testing import CliRunner
 
 from nictune.cli.app import app
-from nictune.control import agentzip
+from nictune.control.remote import agentzip
 
 pytestmark = pytest.mark.netns
 

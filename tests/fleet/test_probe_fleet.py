@@ -1,4 +1,4 @@
-"""The probe over real sshd (lab/fleet.py, control/probe.py): the first
+"""The probe over real sshd (lab/fleet.py, control/remote/probe.py): the first
 audit of a host runs its agent, which teaches the controller the verify's
 questions; the next ones start no agent, and their reports equal the
 agent's, clean and after drift injected by hand (ip, ethtool, sysctl, the
@@ -15,7 +15,7 @@ import os
 import pytest
 from fleet_helpers import audit, comparable, drift_of, nictune, profile_file
 
-from nictune.control import probe, probecache
+from nictune.control.remote import probe, probecache
 from nictune.lab.fleet import run_in
 
 pytestmark = pytest.mark.netns

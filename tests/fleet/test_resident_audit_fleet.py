@@ -1,6 +1,6 @@
 """The fast audit over real sshd (lab/fleet.py): `nictune audit` asks a
 running resident agent through the session's stream-local forwarding to its
-socket (control/ssh.py, host/resident.py), and takes the zipapp path where
+socket (control/remote/ssh.py, host/resident.py), and takes the zipapp path where
 none runs or where it runs another archive.
 
 The resident agent is run as its unit would run it (the zipapp on
@@ -23,7 +23,7 @@ import pytest
 from fleet_helpers import audit as fleet_audit
 from fleet_helpers import comparable, drift_of, nictune, profile_file
 
-from nictune.control import agentzip
+from nictune.control.remote import agentzip
 from nictune.lab.fleet import run_in
 
 pytestmark = pytest.mark.netns

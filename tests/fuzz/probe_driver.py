@@ -14,7 +14,7 @@ one random.Random from the seed, so a seed and a case number name a case.
   and in the files' (stat fields not numbers or huge, a directory listing
   of 20,000 names, text that is not UTF-8).  What the controller does with
   them (probe.parse_answers, then probe.verify) must end in a report, in a
-  report whose error sends the host to its agent (control/ssh.py: answers
+  report whose error sends the host to its agent (control/remote/ssh.py: answers
   no kernel gives can make a family fail), or in BadProbe / NotProbed (the
   host goes to its agent): anything else is a traceback.
 - questions: a learning report's "questions", mutated (hostile values for
@@ -50,7 +50,7 @@ FIXTURE = os.path.join(os.path.dirname(HERE), "fixtures", "probe", "lab-fleet.js
 HUGE = [2**32 - 1, 2**31, 2**31 - 1, 1 << 24, (1 << 16) + 1, 1025, 0]
 GSSET_INFO, GSTRINGS, GSTATS = 0x37, 0x1B, 0x1D
 
-from nictune.control import probe, probecache  # noqa: E402
+from nictune.control.remote import probe, probecache  # noqa: E402
 from nictune.host import rawreads  # noqa: E402
 
 sys.path.insert(0, HERE)
@@ -266,7 +266,7 @@ def answer_case(a: Answers, rnd: random.Random) -> tuple:
     error = report.get("error") or {}
     if "MemoryError" in str(error.get("message")):  # what agent.run made of an unbounded allocation
         raise MemoryError(error["message"])
-    if error.get("kind") in ("system", "invalid-input"):  # control/ssh.py: the agent answers instead
+    if error.get("kind") in ("system", "invalid-input"):  # control/remote/ssh.py: the agent answers instead
         return name, "to the agent"
     return name, "report"
 

@@ -20,7 +20,7 @@ import sys
 import traceback
 from types import SimpleNamespace
 
-from nictune.control import snapshots
+from nictune.control.review import snapshots
 
 CASE_BOUND = 10  # seconds: a file at the size cap parses in about one
 

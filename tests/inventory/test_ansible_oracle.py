@@ -39,7 +39,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-from nictune.control.playbook import load_playbook
+from nictune.control.rollout.playbook import load_playbook
 from nictune.inventory import Inventory, InventoryError, Unsafe, Vaulted, load_inventory
 from real_world import REAL_WORLD as REFERENCE, require
 

@@ -22,7 +22,7 @@ from typing import List, Tuple
 
 import pytest
 
-from nictune.control.playbook import load_playbook
+from nictune.control.rollout.playbook import load_playbook
 from nictune.inventory import InventoryError, load_inventory
 from nictune.inventory.ranges import split_port
 

@@ -32,8 +32,8 @@ from typing import Any, Dict, List
 import pytest
 
 from inventory.test_ansible_oracle import ANSIBLE_PLAYBOOK, _run, pytestmark  # noqa: F401 - the same skip rule
-from nictune.control import fleet, ssh
-from nictune.control.playbook import load_playbook
+from nictune.control.remote import fleet, ssh
+from nictune.control.rollout.playbook import load_playbook
 from nictune.inventory import InventoryError, load_inventory
 from nictune.inventory.templates import is_template
 

@@ -34,7 +34,7 @@ from typing import Dict, List
 
 import pytest
 
-from nictune.control import connection, fleet, ssh, sshargs
+from nictune.control.remote import connection, fleet, ssh, sshargs
 from nictune.inventory import InventoryError, load_inventory
 
 BIN = Path(sys.executable).parent

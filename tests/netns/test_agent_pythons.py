@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from nictune.control import agentzip
+from nictune.control.remote import agentzip
 
 pytestmark = pytest.mark.netns
 

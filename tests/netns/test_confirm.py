@@ -17,7 +17,7 @@ import pytest
 from netns_helpers import wait_for
 
 import nictune
-from nictune.control.request import build_request
+from nictune.control.remote.request import build_request
 from nictune.profile.loader import load_profile_text
 
 pytestmark = pytest.mark.netns

@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from netns_helpers import wait_for
-from nictune.control.targets import NetnsTarget
+from nictune.control.remote.targets import NetnsTarget
 
 pytestmark = pytest.mark.netns
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from nictune.control.targets import NetnsTarget
+from nictune.control.remote.targets import NetnsTarget
 
 pytestmark = pytest.mark.netns
 

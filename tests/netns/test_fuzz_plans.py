@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from fuzz.mutate import mutated_yaml
-from nictune.control.request import build_request
+from nictune.control.remote.request import build_request
 from nictune.profile.errors import ProfileError
 from nictune.profile.lint import lint
 from nictune.profile.loader import load_profile

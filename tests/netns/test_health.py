@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from nictune.control.targets import NetnsTarget
+from nictune.control.remote.targets import NetnsTarget
 
 pytestmark = pytest.mark.netns
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from nictune.control.targets import NetnsTarget
+from nictune.control.remote.targets import NetnsTarget
 from nictune.host.netlink.xfrm import Template, Xfrm
 from nsenter import in_netns
 

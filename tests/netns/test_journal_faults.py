@@ -224,7 +224,7 @@ def test_an_apply_awaiting_confirmation_holds_the_namespace_for_other_state_dirs
 # -- an agent killed before it reported ------------------------------------------------
 
 def _netns_target(pair, tmp_path, *fault: str):
-    from nictune.control.targets import NetnsTarget
+    from nictune.control.remote.targets import NetnsTarget
 
     target = NetnsTarget(pair.ns_a, str(tmp_path / "state"))
     target.argv = lambda: _argv(pair, *fault)

@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 
 import nictune
 from nictune.cli.app import app
-from nictune.control.ssh import SshTarget
+from nictune.control.remote.ssh import SshTarget
 
 pytestmark = pytest.mark.netns
 

@@ -1,4 +1,4 @@
-"""The probe (control/probe.py, host/rawreads.py) on a real kernel: the
+"""The probe (control/remote/probe.py, host/rawreads.py) on a real kernel: the
 agent learns a verify's questions inside a namespace, the probe asks them
 there with the system's python3 -I -S, and the verify made on the
 controller from its answers equals the agent's own, clean and after drift
@@ -20,8 +20,8 @@ import time
 
 import pytest
 
-from nictune.control import probe
-from nictune.control.request import build_request
+from nictune.control.remote import probe
+from nictune.control.remote.request import build_request
 from nictune.host import rawreads
 from nictune.profile.loader import load_profile
 

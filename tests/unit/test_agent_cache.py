@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from nictune.control import agentzip
+from nictune.control.remote import agentzip
 
 BUNDLE = agentzip.build()
 

@@ -2,7 +2,7 @@
 request's profile uses, and no module that costs every run for nothing.
 
 A verify of a profile that uses only link/sysctl/features/nccl runs the
-agent as shipped (the zipapp's files, `python3 -I -S`, as control/ssh.py
+agent as shipped (the zipapp's files, `python3 -I -S`, as control/remote/ssh.py
 starts it) against this machine's own interfaces, and its sys.modules is
 compared with what it may load: the interpreter's start-up, the stdlib
 modules the agent needs (and what they import on this Python), and an
@@ -23,8 +23,8 @@ import zipfile
 import pytest
 
 import nictune.host.knobs as knobs
-from nictune.control import agentzip
-from nictune.control.request import build_request
+from nictune.control.remote import agentzip
+from nictune.control.remote.request import build_request
 from nictune.host.knobs.base import Family
 from nictune.profile.loader import load_profile_text
 

@@ -1,4 +1,4 @@
-"""`nictune agent install|uninstall|status` on this host (control/agent_install.py).
+"""`nictune agent install|uninstall|status` on this host (control/install/agent_install.py).
 
 The unit is checked by the real `systemd-analyze verify` (it reads the unit
 file alone: no running systemd needed, and none is PID 1 here); install and
@@ -20,7 +20,8 @@ import pytest
 from typer.testing import CliRunner
 
 from nictune.cli.app import app
-from nictune.control import agent_install, agentzip
+from nictune.control.install import agent_install
+from nictune.control.remote import agentzip
 
 ANALYZE = shutil.which("systemd-analyze")
 PYTHON3 = shutil.which("python3") or "/usr/bin/python3"

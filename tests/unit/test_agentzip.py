@@ -9,7 +9,7 @@ import subprocess
 import sys
 import zipfile
 
-from nictune.control import agentzip
+from nictune.control.remote import agentzip
 
 AGENT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "agent")
 

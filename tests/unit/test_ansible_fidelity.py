@@ -20,8 +20,8 @@ import pytest
 from typer.testing import CliRunner
 
 from nictune.cli.app import app
-from nictune.control import fleet, ssh
-from nictune.control.playbook import load_playbook
+from nictune.control.remote import fleet, ssh
+from nictune.control.rollout.playbook import load_playbook
 from nictune.inventory import InventoryError, Vaulted, load_inventory
 from nictune.profile import yamlpos
 from nictune.profile.errors import ProfileError

@@ -24,8 +24,8 @@ import pytest
 from typer.testing import CliRunner
 
 from nictune.cli.app import app
-from nictune.control import fleet, ssh
-from nictune.control.playbook import load_playbook
+from nictune.control.remote import fleet, ssh
+from nictune.control.rollout.playbook import load_playbook
 from nictune.inventory import InventoryError, Unsafe, load_inventory
 from nictune.inventory.templates import first_template, is_template
 from nictune.profile.errors import ProfileError

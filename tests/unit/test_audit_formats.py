@@ -15,7 +15,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from nictune.cli.output import envelope
-from nictune.control.audit_formats import ReportFileError, junit, prometheus, write_report_file
+from nictune.control.review.audit_formats import ReportFileError, junit, prometheus, write_report_file
 
 SECRET = "s3cr3t-value-never-in-labels"
 NOW = 1764500000.25

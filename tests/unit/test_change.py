@@ -1,6 +1,6 @@
-"""The effect of a profile change (control/change.py), the base plan on the
+"""The effect of a profile change (control/review/change.py), the base plan on the
 host (host/agent.py, request version 2), the base from git
-(control/gitrev.py, in repositories the tests make) and lint on change.
+(control/review/gitrev.py, in repositories the tests make) and lint on change.
 
 Hosts are the recorded ConnectX-7 host on the fake kernel (tests/fakes.py,
 labelled as such): the host side runs its real engine and knob families.
@@ -15,9 +15,9 @@ import tempfile
 import pytest
 
 from fakes import FakeHost
-from nictune.control import change
-from nictune.control.gitrev import GitRevError, checkout_free
-from nictune.control.request import build_request
+from nictune.control.review import change
+from nictune.control.review.gitrev import GitRevError, checkout_free
+from nictune.control.remote.request import build_request
 from nictune.host import agent
 from nictune.profile.lint import Finding
 from nictune.profile.loader import load_profile, load_profile_text

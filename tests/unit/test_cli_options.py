@@ -1,5 +1,5 @@
 """The host and fleet commands' shared options (cli/options.py), the
-targets they run on (control/targets.py), and fleet commands reading their
+targets they run on (control/remote/targets.py), and fleet commands reading their
 TARGET once (cli/fleet_cmds.py), on stand-in SSH hosts."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from nictune.cli import host_cmds
 from nictune.cli.app import app
 from nictune.cli.options import COMMON, CONFIRM, FLEET, TARGET, Options, with_options
-from nictune.control.ssh import SshHost, SshOptions, SshTarget
-from nictune.control.targets import LocalTarget, NetnsTarget, Target
+from nictune.control.remote.ssh import SshHost, SshOptions, SshTarget
+from nictune.control.remote.targets import LocalTarget, NetnsTarget, Target
 from .test_cli import count_reads
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from nictune.cli.app import app
-from nictune.control import fleet, ssh
+from nictune.control.remote import fleet, ssh
 from nictune.inventory import load_inventory
 
 
@@ -99,7 +99,7 @@ def test_unsafe_args_are_text_not_templates(tmp_path):
 
 
 def test_play_vars_args_are_named_where_the_play_sets_them(tmp_path):
-    from nictune.control.playbook import load_playbook
+    from nictune.control.rollout.playbook import load_playbook
 
     inventory = write(tmp_path, "hosts.ini", "h ansible_host=198.18.0.1\n")
     playbook = write(tmp_path, "pb.yaml", """\
@@ -183,7 +183,7 @@ def test_a_host_ansible_reaches_otherwise_than_over_ssh_is_refused(tmp_path, val
 
 
 def test_a_play_that_sets_a_local_connection_is_refused_where_it_says_so(tmp_path):
-    from nictune.control.playbook import load_playbook
+    from nictune.control.rollout.playbook import load_playbook
 
     inventory = write(tmp_path, "hosts.ini", "h ansible_host=198.18.0.1\n")
     playbook = write(tmp_path, "pb.yaml", "- hosts: h\n  profile: p.yaml\n  vars:\n    ansible_connection: local\n")
@@ -193,7 +193,7 @@ def test_a_play_that_sets_a_local_connection_is_refused_where_it_says_so(tmp_pat
 
 
 def test_a_play_keyword_connection_or_become_is_refused_by_the_playbook_schema(tmp_path):
-    from nictune.control.playbook import load_playbook
+    from nictune.control.rollout.playbook import load_playbook
     from nictune.profile.errors import ProfileError
 
     for key, value in (("connection", "local"), ("become_user", "postgres"), ("become_method", "su")):
@@ -259,7 +259,7 @@ def test_refused_hosts_come_back_in_the_report_and_others_still_run(tmp_path):
 def test_hostile_args_end_in_a_refusal_never_a_traceback():
     import random
 
-    from nictune.control import sshargs
+    from nictune.control.remote import sshargs
 
     rng = random.Random(2119)
     alphabet = ["-", "o", "J", "p", "i", "l", "=", " ", "'", '"', "%", "h", "\\", "\t", "\n", "\x00", "{", ":",

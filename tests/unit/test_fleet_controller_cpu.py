@@ -12,7 +12,7 @@ import time
 import paramiko
 import pytest
 
-from nictune.control import agentzip, ssh
+from nictune.control.remote import agentzip, ssh
 from nictune.lab import fleet as fleetlab
 
 

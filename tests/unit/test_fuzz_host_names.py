@@ -28,8 +28,8 @@ import traceback
 
 import pytest
 
-from nictune.control import hooks as hooklib
-from nictune.control.gate import NcclTestsSpec
+from nictune.control.rollout import hooks as hooklib
+from nictune.control.rollout.gate import NcclTestsSpec
 from nictune.host.errors import NictuneError
 from nictune.inventory import InventoryError, load_inventory
 from nictune.inventory.hostnames import host_name_problem

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from fuzz.mutate import mutated_ini, mutated_yaml
-from nictune.control import fleet
-from nictune.control.ssh import SshOptions
+from nictune.control.remote import fleet
+from nictune.control.remote.ssh import SshOptions
 from nictune.host.errors import NictuneError
 from nictune.inventory import load_inventory
 from real_world import REAL_WORLD, require

@@ -30,7 +30,7 @@ from collections import Counter
 import pytest
 
 from fakes import FakeHost, load_state
-from nictune.control import snapshots
+from nictune.control.review import snapshots
 from nictune.host import agent
 from nictune.profile.loader import load_profile
 

@@ -1,4 +1,4 @@
-"""The traffic gate's parts that need no host (control/gate/, traffic.py):
+"""The traffic gate's parts that need no host (control/rollout/gate/, traffic.py):
 the gate: spec and its errors (file:line:key, no traceback), hostile
 iperf3 / ip / counter output, pairing, baselines, and the Gate's
 decisions with fake sessions.  The real runs are tests/fleet/test_gate_fleet.py.
@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from nictune.cli.app import app
-from nictune.control import gate as g
-from nictune.control.traffic import Result, bounded
+from nictune.control.rollout import gate as g
+from nictune.control.rollout.traffic import Result, bounded
 from nictune.profile.errors import ProfileError
 
 
@@ -316,7 +316,7 @@ GIDS = ("gid mlx5_0/ports/1 0 fe80:0000:0000:0000:0e42:a1ff:fe2b:0001 IB/RoCE v1
         "gid mlx5_0/ports/1 3 0000:0000:0000:0000:0000:ffff:c612:0001 RoCE v2\n"
         "gid -evil/ports/1 3 0000:0000:0000:0000:0000:ffff:c612:0009 RoCE v2\n")
 # A report in the layout of perftest's print_report_bw with --report_gbits
-# (see control/perftest.py), figures made up.
+# (see control/rollout/perftest.py), figures made up.
 BW_REPORT = """
 ---------------------------------------------------------------------------------------
                     RDMA_Write BW Test
@@ -410,7 +410,7 @@ class ScriptedChannel:
 
 
 def test_a_background_command_is_killed_by_the_pid_its_first_line_gives():
-    from nictune.control.traffic import Background
+    from nictune.control.rollout.traffic import Background
 
     killed = []
 

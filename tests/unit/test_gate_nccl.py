@@ -1,4 +1,4 @@
-"""The traffic gate's nccl-tests entry (control/gate/ nccl_tests:): the
+"""The traffic gate's nccl-tests entry (control/rollout/gate/ nccl_tests:): the
 spec and its errors (file:line:key, one paragraph), the exact argv with
 the launcher's placeholders filled, and the runner's decisions on the
 output, with the SSH session faked.  The output is real: recorded
@@ -14,8 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from nictune.control import gate as g
-from nictune.control.traffic import Result
+from nictune.control.rollout import gate as g
+from nictune.control.rollout.traffic import Result
 from nictune.profile.errors import ProfileError
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "nccl-tests")

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import nictune
-import nictune.control.gate as gate
+import nictune.control.rollout.gate as gate
 
 PACKAGE = Path(nictune.__file__).parent
 CONCERNS = ("schema", "spec", "pairing", "parsers", "rows", "iperf3", "ib_write_bw", "nccl", "counters",
@@ -25,8 +25,8 @@ def test_the_gate_is_a_package_with_a_file_per_concern():
 
 
 def test_production_code_imports_from_the_gates_files_not_the_package():
-    importer = re.compile(r"from nictune\.control\.gate import|from nictune\.control import gate\b"
-                          r"|import nictune\.control\.gate\b(?!\.)")
+    importer = re.compile(r"from nictune\.control\.rollout\.gate import|from nictune\.control\.rollout import gate\b"
+                          r"|import nictune\.control\.rollout\.gate\b(?!\.)")
     modules = [p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts]
     assert len(modules) > 50
     found = [f"{p.relative_to(PACKAGE)}" for p in modules if importer.search(p.read_text())]

@@ -20,9 +20,9 @@ import pytest
 from typer.testing import CliRunner
 
 from nictune.cli.app import app
-from nictune.control import hooks as hooklib
-from nictune.control.gate import NcclTestsSpec
-from nictune.control.playbook import load_playbook, rollout
+from nictune.control.rollout import hooks as hooklib
+from nictune.control.rollout.gate import NcclTestsSpec
+from nictune.control.rollout.playbook import load_playbook, rollout
 from nictune.host.errors import NictuneError
 from nictune.inventory import InventoryError, load_inventory
 

@@ -1,5 +1,5 @@
 """What a host says is not trusted (issue 9, item 10), at the unit level:
-the controller's reading of a report (control/hostreport.py) and every
+the controller's reading of a report (control/remote/hostreport.py) and every
 printer of names and values (terminal tables, plain text, JUnit,
 Prometheus).  End to end over real SSH: tests/fleet/test_hostile_hosts.py.
 """
@@ -12,9 +12,9 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from nictune.cli.output import Printer, envelope
-from nictune.control import hostreport
-from nictune.control.audit_formats import junit, prometheus
-from nictune.control.hostreport import ProtocolError
+from nictune.control.remote import hostreport
+from nictune.control.review.audit_formats import junit, prometheus
+from nictune.control.remote.hostreport import ProtocolError
 from nictune.host.text import printable, shown_name
 
 # What a terminal acts on: C0 but newline, DEL, C1.

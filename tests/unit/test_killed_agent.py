@@ -1,6 +1,6 @@
 """What the controller says when a host's agent ends without a report (killed,
 crashed) during an apply or a rollback over SSH: not only "no report", but
-what may be left on the host and what undoes it (control/ssh.py).  The
+what may be left on the host and what undoes it (control/remote/ssh.py).  The
 channel is a stand-in for paramiko's (no sshd needed to hand over an exit
 status); the namespace side, with a really killed agent and its journal, is
 tests/netns/test_journal_faults.py."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from nictune.control.ssh import SshHost, SshOptions, SshTarget
+from nictune.control.remote.ssh import SshHost, SshOptions, SshTarget
 
 
 class DeadChannel:

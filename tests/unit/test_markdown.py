@@ -1,4 +1,4 @@
-"""`--format markdown` (control/markdown.py): golden files, what a CommonMark
+"""`--format markdown` (control/review/markdown.py): golden files, what a CommonMark
 parser (markdown-it-py, with GFM tables) makes of the output, hostile host
 text, and the 65,536-character comment limit on a big synthetic fleet.
 
@@ -17,8 +17,8 @@ from markdown_it import MarkdownIt
 
 from fakes import FakeHost
 from nictune.cli.output import envelope
-from nictune.control import change, markdown
-from nictune.control.request import build_request
+from nictune.control.review import change, markdown
+from nictune.control.remote.request import build_request
 from nictune.host import agent
 from nictune.profile.loader import load_profile_text
 

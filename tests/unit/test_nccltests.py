@@ -1,4 +1,4 @@
-"""nccl-tests all_reduce_perf (nictune.control.nccltests): the argv, and the
+"""nccl-tests all_reduce_perf (nictune.control.rollout.nccltests): the argv, and the
 parser on outputs recorded on real clusters (tests/fixtures/nccl-tests, see
 its SOURCE.md): nccl-tests 2.13+ ("#wrong", root; 16 ranks on two hosts) and
 2.11 or older ("error", no root), then on hostile and broken outputs."""
@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from nictune.control import nccltests
-from nictune.control.nccltests import AllReducePerf, Half, NcclTestsError, parse_all_reduce
+from nictune.control.rollout import nccltests
+from nictune.control.rollout.nccltests import AllReducePerf, Half, NcclTestsError, parse_all_reduce
 from nictune.host.errors import InvalidInput
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "nccl-tests")

@@ -18,7 +18,7 @@ import json
 import pytest
 import yaml
 
-from nictune.control.playbook import load_playbook, play_profile
+from nictune.control.rollout.playbook import load_playbook, play_profile
 from nictune.host import agent
 from nictune.host.errors import InvalidInput
 from nictune.host.knobs.envfile import LEGACY_HEADER, header_of

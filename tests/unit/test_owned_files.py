@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 
 from nictune.cli import host_cmds
 from nictune.cli.app import app
-from nictune.control.audit_formats import junit
-from nictune.control.ssh import SshTarget
+from nictune.control.review.audit_formats import junit
+from nictune.control.remote.ssh import SshTarget
 from nictune.host import agent, files
 from nictune.host.errors import InvalidInput
 from nictune.host.knobs.nccl import HEADER, NcclFamily

@@ -1,4 +1,4 @@
-"""perftest for the traffic gate (nictune.control.perftest): argv lists for
+"""perftest for the traffic gate (nictune.control.rollout.perftest): argv lists for
 server and client, the traffic class from a profile and the RoCE endpoint
 from a host's GID tables (tests/fixtures/ibauto-host stands in for ConnectX
 ports), and the parsers on reports recorded over soft-RoCE in the test VM
@@ -12,8 +12,8 @@ import os
 import pytest
 
 from fakes import FakeHost
-from nictune.control import perftest
-from nictune.control.perftest import Endpoint, Perftest, PerftestError
+from nictune.control.rollout import perftest
+from nictune.control.rollout.perftest import Endpoint, Perftest, PerftestError
 from nictune.host.errors import InvalidInput
 from nictune.host.ibauto import AutoUnresolved
 

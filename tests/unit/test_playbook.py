@@ -19,7 +19,7 @@ from collections import namedtuple
 
 import pytest
 
-from nictune.control.playbook import (Play, ProfileError, load_playbook, make_batches, play_profile,
+from nictune.control.rollout.playbook import (Play, ProfileError, load_playbook, make_batches, play_profile,
                                       rollout, too_many_failed)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

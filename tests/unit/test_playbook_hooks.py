@@ -1,4 +1,4 @@
-"""Drain hooks (control/hooks.py) and require_drain, through rollout().
+"""Drain hooks (control/rollout/hooks.py) and require_drain, through rollout().
 
 The hooks are real subprocesses (a small Python script that appends its
 argv and environment to a log file in tmp_path); the fleet is the fake
@@ -18,8 +18,8 @@ import pytest
 from typer.testing import CliRunner
 
 from nictune.cli.app import app
-from nictune.control import hooks as hooklib
-from nictune.control.playbook import ProfileError, load_playbook, rollout
+from nictune.control.rollout import hooks as hooklib
+from nictune.control.rollout.playbook import ProfileError, load_playbook, rollout
 
 from .test_playbook import FakeFleet
 
@@ -309,7 +309,7 @@ def test_a_refused_drain_in_the_table_and_junit(tmp_path, capsys):
     from xml.etree import ElementTree
 
     from nictune.cli.output import Printer, envelope
-    from nictune.control.audit_formats import junit_rollouts
+    from nictune.control.review.audit_formats import junit_rollouts
 
     fleet = LoggedFleet(str(tmp_path / "log"), plans={"h1": [DISRUPTIVE]})
     report = rollout(drain_play(tmp_path), HOSTS[:2], fleet)

@@ -1,4 +1,4 @@
-"""The probe's question cache (control/probecache.py) decides what root
+"""The probe's question cache (control/remote/probecache.py) decides what root
 opens on every host, so nothing in it is taken on trust: a directory that
 is not the user's own 0700 one is not used at all (the agent answers, with
 a warning), a file is read only if it is a regular 0600 file of the user's
@@ -16,7 +16,7 @@ import threading
 
 import pytest
 
-from nictune.control import probe, probecache
+from nictune.control.remote import probe, probecache
 from nictune.host import rawreads
 
 QUESTIONS = {"format": rawreads.FORMAT, "files": ["open /proc/sys/net/ipv4/tcp_ecn"],

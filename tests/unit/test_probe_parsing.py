@@ -1,4 +1,4 @@
-"""control/probe.py takes nothing on trust: the questions a host's agent
+"""control/remote/probe.py takes nothing on trust: the questions a host's agent
 sends back are checked before they are kept or asked, the probe's answers
 before any is used, and the probe itself imports only C modules."""
 
@@ -14,7 +14,7 @@ import tracemalloc
 
 import pytest
 
-from nictune.control import probe
+from nictune.control.remote import probe
 from nictune.host import health, rawreads
 from nictune.host.netlink import ethtool, ioctl
 from nictune.host.netlink.errors import NetlinkError

@@ -1,5 +1,5 @@
 """The fast audit's pieces on this machine: the stream-local channel-open
-message the controller sends (control/ssh.py), and the resident agent's
+message the controller sends (control/remote/ssh.py), and the resident agent's
 socket (host/resident.py AuditSocket): bounded request, plan/verify only,
 its own archive only, a uid-0 peer only (a real client run as nobody with
 setpriv), and a real verify answered through it.  The whole path over real
@@ -18,7 +18,7 @@ import threading
 
 import pytest
 
-from nictune.control.ssh import STREAMLOCAL, streamlocal_open
+from nictune.control.remote.ssh import STREAMLOCAL, streamlocal_open
 from nictune.host import resident
 from nictune.host.resident import AuditSocket, read_request, refusal
 

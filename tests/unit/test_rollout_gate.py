@@ -1,11 +1,11 @@
-"""The traffic gate's place in a rollout (control/playbook.py), not its
-measurements (control/gate/): when the gate runs, what a failed,
+"""The traffic gate's place in a rollout (control/rollout/playbook.py), not its
+measurements (control/rollout/gate/): when the gate runs, what a failed,
 broken or missing gate does to the batch, and how its results reach the
 rollout report, the human printer, JUnit and the CLI's gate seam
 (cli/fleet_cmds.py _gate_for).
 
 The fleet is the fake `run` of test_playbook.py; the gate is a recording
-callable that answers as control/playbook.py's Gate says.
+callable that answers as control/rollout/playbook.py's Gate says.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import pytest
 from nictune.cli import fleet_cmds
 from nictune.cli.options import Options
 from nictune.cli.output import Printer, envelope
-from nictune.control import audit_formats
-from nictune.control.playbook import ProfileError, load_playbook, rollout
+from nictune.control.review import audit_formats
+from nictune.control.rollout.playbook import ProfileError, load_playbook, rollout
 
 from .test_playbook import FakeFleet
 
@@ -287,3 +287,17 @@ def test_every_plays_gate_is_built_before_the_first_play_writes(tmp_path, monkey
 
     code, fleet, report = cli_apply(tmp_path, monkeypatch, capsys, gate_for, second_play=second)
     assert code == 1 and fleet.calls == [] and "no such rail" in report["error"]["message"]
+
+
+def test_ib_write_bw_without_tclass_measures_with_the_plays_traffic_class(tmp_path):
+    """for_play asks the play for its profile (Play.profile, not an import of
+    playbook.py from the gate) and takes the traffic class NCCL uses."""
+    from nictune.control.remote.ssh import SshOptions
+    from nictune.control.rollout.gate.runner import for_play
+    from nictune.control.rollout.gate.spec import gate_of_play
+
+    path = gate_playbook(tmp_path, gate="gate: {rails: [rail0], ib_write_bw: {min_gbps: 10}}")
+    write(tmp_path, "p.yaml", "nictune: 1\nhost: {nccl: {env: {NCCL_IB_TC: 106}}}\n")
+    play = load_playbook(path)[0]
+    gate = for_play(play, gate_of_play(play), None, SshOptions())
+    assert gate.tclass == 106

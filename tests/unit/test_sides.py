@@ -39,7 +39,7 @@ def test_the_controller_loads_no_pyroute2():
     # must leave their netlink modules to the agent (netlink/uapi.py holds
     # the enums a schema lists).
     code = ("import sys, json\nimport nictune.cli.app, nictune.profile.loader, nictune.profile.lint\n"
-            "import nictune.profile.reference, nictune.control.fleet\n"
+            "import nictune.profile.reference, nictune.control.remote.fleet\n"
             "print(json.dumps(sorted(sys.modules)))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=dict(os.environ, PYTHONPATH=AGENT))

@@ -1,4 +1,4 @@
-"""Snapshots (host/recorded.py, control/snapshots.py) over the fake kernel.
+"""Snapshots (host/recorded.py, control/review/snapshots.py) over the fake kernel.
 
 The golden hosts (tests/golden/states: ConnectX-7 and MANA, which no
 kernel here has; tests/fakes.py FakeHost stands in) become snapshots: a
@@ -16,7 +16,7 @@ import os
 import pytest
 
 from fakes import FakeHost, load_state
-from nictune.control import snapshots
+from nictune.control.review import snapshots
 from nictune.host import agent, keyfile, recorded
 from nictune.profile.loader import load_profile
 

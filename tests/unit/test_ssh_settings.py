@@ -5,9 +5,9 @@ from __future__ import annotations
 import paramiko
 import pytest
 
-from nictune.control import ssh
-from nictune.control import sshargs
-from nictune.control.fleet import ssh_host
+from nictune.control.remote import ssh
+from nictune.control.remote import sshargs
+from nictune.control.remote.fleet import ssh_host
 from nictune.host.errors import TransportError
 
 CONFIG = """\
@@ -103,8 +103,8 @@ def test_a_state_dir_that_is_not_absolute_and_normalised_is_refused():
 
 
 def test_play_vars_win_over_the_inventory_for_connection_settings(tmp_path):
-    from nictune.control.fleet import jobs_for
-    from nictune.control.playbook import Play
+    from nictune.control.remote.fleet import jobs_for
+    from nictune.control.rollout.playbook import Play
     from nictune.inventory import load_inventory
 
     path = tmp_path / "hosts.ini"
@@ -122,7 +122,7 @@ def test_play_vars_win_over_the_inventory_for_connection_settings(tmp_path):
 def test_a_vaulted_setting_nictune_reads_itself_is_refused_by_name(tmp_path, name):
     # Read as text it was "Vaulted(<encrypted>)": a state directory refused
     # for its shape, or ssh arguments silently dropped.
-    from nictune.control.fleet import jobs_for
+    from nictune.control.remote.fleet import jobs_for
     from nictune.inventory import load_inventory
 
     path = tmp_path / "hosts.yml"

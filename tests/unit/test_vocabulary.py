@@ -64,7 +64,7 @@ def _assert_failed(result: dict, kind: str, words: str) -> None:
 
 
 def test_a_hook_command_answers_in_the_one_result_shape():
-    from nictune.control import hooks
+    from nictune.control.rollout import hooks
 
     ok = hooks.run_command([sys.executable, "-c", "pass"], {}, 30)
     assert {k: ok[k] for k in RESULT_KEYS} == {"ok": True, "changed": [], "message": "", "error": None}
@@ -76,8 +76,8 @@ def test_a_hook_command_answers_in_the_one_result_shape():
 
 
 def test_a_gate_answers_in_the_one_result_shape():
-    from nictune.control.gate.runner import Gate
-    from nictune.control.gate.spec import GateSpec, Iperf3Spec
+    from nictune.control.rollout.gate.runner import Gate
+    from nictune.control.rollout.gate.spec import GateSpec, Iperf3Spec
 
     spec = GateSpec(rails=["eth2"], source="pb.yaml:5", iperf3=Iperf3Spec(seconds=1))
     # A batch of one, no peers and nothing kept: nothing to measure against.
@@ -87,7 +87,7 @@ def test_a_gate_answers_in_the_one_result_shape():
 
 
 def test_a_rollouts_gate_entry_is_in_the_one_result_shape_whatever_the_gate_said():
-    from nictune.control.playbook import _traffic_gate
+    from nictune.control.rollout.playbook import _traffic_gate
 
     bare = _traffic_gate(lambda number, hosts: {"passed": True, "message": "fine"}, 1, ["h1"])
     assert {k: bare[k] for k in RESULT_KEYS} == {"ok": True, "changed": [], "message": "fine", "error": None}
@@ -96,8 +96,8 @@ def test_a_rollouts_gate_entry_is_in_the_one_result_shape_whatever_the_gate_said
 
 
 def test_agent_install_answers_in_the_one_result_shape(tmp_path):
-    from nictune.control import agent_install
-    from nictune.control.ssh import SshOptions
+    from nictune.control.install import agent_install
+    from nictune.control.remote.ssh import SshOptions
     from nictune.inventory import load_inventory
 
     inventory = tmp_path / "inv.ini"
@@ -140,7 +140,7 @@ def test_gate_record_reports_its_error_as_kind_and_message(tmp_path):
 # The printer itself, the last-resort handler of cli/app.py (no printer
 # exists yet, or any more), and the zipapp's bootstrap, which runs on hosts
 # without the CLI.
-WRITES_STDERR = {"cli/output.py", "cli/app.py", "control/agentzip.py"}
+WRITES_STDERR = {"cli/output.py", "cli/app.py", "control/remote/agentzip.py"}
 
 
 def test_the_cli_and_controller_write_to_stderr_only_through_the_printer():

@@ -2,12 +2,12 @@
 foreground, and what it last wrote about itself.
 
 With --netns NS, as for the other commands, the state directory is
-DIR/netns/NS (control/targets.py NetnsTarget): the one `nictune apply
+DIR/netns/NS (control/remote/targets.py NetnsTarget): the one `nictune apply
 --netns NS --state-dir DIR` stores the desired state in.  `run` then execs
 the agent under `ip netns exec NS`, so that its pid is the one started.
 
 `install|uninstall` put the agent in place as a systemd service, here or on
-an inventory's hosts over SSH (control/agent_install.py); `status -i` asks
+an inventory's hosts over SSH (control/install/agent_install.py); `status -i` asks
 those hosts for the service's state and the agent's status file.
 """
 
@@ -85,8 +85,8 @@ def _service(action: str, opts: Options) -> None:
 
 
 def _service_hosts(action: str, opts: Options) -> List[dict]:
-    from nictune.control import agent_install
-    from nictune.control.ssh import SshOptions
+    from nictune.control.install import agent_install
+    from nictune.control.remote.ssh import SshOptions
 
     if opts.inventory:
         if opts.netns is not None:
@@ -155,7 +155,7 @@ def status(target: Optional[str], opts: Options) -> None:
 
 
 def _status_here(where: str, unit_dir: Optional[str], out: Printer) -> dict:
-    from nictune.control import agent_install
+    from nictune.control.install import agent_install
     from nictune.host import resident
     from nictune.host.journal import Journal
 

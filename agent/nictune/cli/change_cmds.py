@@ -1,42 +1,40 @@
 """`plan --base REF | --base-file OLD`, and `--format markdown` output.
 
-The change's effect (control/change.py): each host plans the profile and
-its base in one request; the base comes from git (control/gitrev.py, never
+The change's effect (control/review/change.py): each host plans the profile and
+its base in one request; the base comes from git (control/review/gitrev.py, never
 a checkout) or from a file.  With an inventory inside the profile's
 repository, the hosts' inventory layers are taken at the base too; a host
 the base inventory does not have wanted nothing before the change.  With
 --from-snapshots the hosts' plans come from their snapshots
-(control/snapshots.py): no host is reached.
+(control/review/snapshots.py): no host is reached.
 """
 
 from __future__ import annotations
 
-import sys
-from typing import Dict, Optional
+from typing import Callable, Dict, NamedTuple, Optional
 
-from nictune.cli.options import Format, Options
+from nictune.cli.options import Options
 from nictune.cli.output import Printer, envelope
+from nictune.cli.reporting import emit, load_profile as load_local_profile
 from nictune.host.errors import InvalidInput, NictuneError
 
 
-def emit(report: dict, opts: Options, target: str = "") -> bool:
-    """Print the report as Markdown when asked; False: the caller prints."""
-    if opts.format != Format.markdown or opts.as_json:
-        return False
-    from nictune.control import markdown
-
-    sys.stdout.write(markdown.report(report, target, opts.show_all))
-    return True
+class ThisHost(NamedTuple):
+    """How the host commands run a request on this host or in --netns:
+    cli/host_cmds.py hands its own in, so that this module need not import
+    the module that dispatches to it."""
+    label: Callable[[Options], str]            # the label of its report (and snapshot)
+    run: Callable[[dict, Options], dict]       # the request there -> the host report
 
 
-def run(target: str, opts: Options) -> int:
+def run(target: str, opts: Options, here: ThisHost) -> int:
     """plan with a base, on this host, a namespace or an inventory's hosts."""
     out = Printer(opts.as_json)
     revision = None
     try:
         if opts.base and opts.base_file:
             raise InvalidInput("--base and --base-file do not go together: give one base")
-        report, revision = _run(target, opts, out)
+        report, revision = _run(target, opts, out, here)
     except NictuneError as e:
         report = envelope("plan", [], error=e.as_dict())
     finally:
@@ -47,7 +45,7 @@ def run(target: str, opts: Options) -> int:
 
 
 def _print(report: dict, opts: Options, target: str, out: Printer) -> None:
-    from nictune.control.change import text_lines
+    from nictune.control.review.change import text_lines
 
     if opts.as_json:
         out.json(report)
@@ -62,8 +60,8 @@ def _print(report: dict, opts: Options, target: str, out: Printer) -> None:
             out.warn(f"lint {f['code']}: {f['message']} ({', '.join(f['locations'])})")
 
 
-def _run(target: str, opts: Options, out: Printer):
-    from nictune.control import change
+def _run(target: str, opts: Options, out: Printer, here: ThisHost):
+    from nictune.control.review import change
     from nictune.profile.yamlpos import read_target
 
     kind, _parsed = read_target(target)
@@ -72,7 +70,7 @@ def _run(target: str, opts: Options, out: Printer):
                            "profile with its own --base)")
     revision = None
     if opts.base:
-        from nictune.control.gitrev import checkout_free
+        from nictune.control.review.gitrev import checkout_free
 
         revision = checkout_free(target, opts.base)
         try:
@@ -97,7 +95,7 @@ def _run(target: str, opts: Options, out: Printer):
     try:
         lint = _lint_change(target, base_path, relabelled)
         if opts.inventory is None:
-            hosts, base_errors, findings = _local(target, base_path, relabelled, opts)
+            hosts, base_errors, findings = _local(target, base_path, relabelled, opts, here)
         else:
             hosts, base_errors, findings = _fleet(target, base_path, relabelled, revision, opts, out)
     except BaseException:
@@ -113,7 +111,7 @@ def _run(target: str, opts: Options, out: Printer):
 def _lint_change(target: str, base_path: Optional[str], relabelled) -> dict:
     """Lint of both sides, as `nictune lint` sees each file (inventory layers
     are per host; the gate lints those before each host's plan)."""
-    from nictune.control.change import lint_change
+    from nictune.control.review.change import lint_change
     from nictune.profile.lint import lint
     from nictune.profile.loader import load_profile
 
@@ -127,19 +125,17 @@ def _lint_change(target: str, base_path: Optional[str], relabelled) -> dict:
     return lint_change(new, old)
 
 
-def _local(target: str, base_path: Optional[str], relabelled, opts: Options):
-    from nictune.cli import host_cmds
+def _local(target: str, base_path: Optional[str], relabelled, opts: Options, here: ThisHost):
     from nictune.cli.lint_cmds import lint_gate
-    from nictune.control.change import with_base
-    from nictune.control.request import build_request
+    from nictune.control.review.change import with_base
+    from nictune.control.remote.request import build_request
     from nictune.profile.loader import load_profile
 
-    profile = host_cmds._load_profile(target)
+    profile = load_local_profile(target)
     findings = lint_gate(profile, opts.force)
     # The same target as a plain plan (host_cmds.run_here): a snapshot's
     # label is the one the host or namespace would have.
-    label = (f"netns:{opts.netns}" if opts.netns else "local") if opts.from_snapshots else \
-        host_cmds.target_for(opts.netns, opts.state_dir).label
+    label = here.label(opts)
     request = build_request("plan", profile, opts.show_file_content)
     base_errors: Dict[str, dict] = {}
     base = None
@@ -150,14 +146,14 @@ def _local(target: str, base_path: Optional[str], relabelled, opts: Options):
             base_errors[label] = e.as_dict()
     if label not in base_errors:
         request = with_base(request, base)
-    return [host_cmds.run_here(request, opts)], base_errors, findings
+    return [here.run(request, opts)], base_errors, findings
 
 
 def _fleet(target: str, base_path: Optional[str], relabelled, revision, opts: Options,
            out: Printer):
     from nictune.cli.fleet_cmds import _gate, _ssh_options, run_jobs
-    from nictune.control import fleet
-    from nictune.control.change import BaseProfiles, with_base
+    from nictune.control.remote import fleet
+    from nictune.control.review.change import BaseProfiles, with_base
     from nictune.inventory import load_inventory
     from nictune.profile.yamlpos import read_target
 

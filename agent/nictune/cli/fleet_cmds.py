@@ -3,10 +3,10 @@
 TARGET is a profile, or a playbook (a YAML list of plays): with a profile,
 every selected host gets it (plus its inventory overrides); with a
 playbook, each play's hosts get the play's profile, and `apply` rolls out
-batch by batch behind a health gate (control/playbook.py).
+batch by batch behind a health gate (control/rollout/playbook.py).
 
 Only fleet commands import this module (cli/host_cmds.py), so paramiko
-(control/fleet.py) is imported at the top; inventories, playbooks and the
+(control/remote/fleet.py) is imported at the top; inventories, playbooks and the
 profile loader still only when a command needs them.
 """
 
@@ -17,8 +17,9 @@ from typing import List, Optional, Tuple, Union
 from nictune.cli.lint_cmds import LINTED, lint_gate
 from nictune.cli.options import Options
 from nictune.cli.output import Printer, envelope
-from nictune.control import fleet
-from nictune.control.ssh import SshOptions
+from nictune.cli.reporting import emit, print_profile, save_snapshots
+from nictune.control.remote import fleet
+from nictune.control.remote.ssh import SshOptions
 from nictune.host.errors import EXIT_ERROR, NictuneError, combined_exit
 from nictune.profile.errors import ProfileError
 from nictune.profile.yamlpos import Parsed, read_target
@@ -35,13 +36,9 @@ def run(command: str, target: Optional[str], opts: Options) -> int:
         save_snapshots(report, opts.save, out)
     if command in ("audit", "apply"):  # apply takes --junit only: a rollout's batches and gates
         _write_audit_files(report, opts, out)
-    from nictune.cli.change_cmds import emit
-
     if command == "show" and not opts.as_json and report["hosts"]:
-        from nictune.cli.host_cmds import _print_profile
-
         for host in report["hosts"]:  # each host's settings as a profile, as a local show
-            _print_profile(out, host)
+            print_profile(out, host)
     elif not emit(report, opts, target or ""):
         out.fleet(report, opts.show_all, target or "")
     return report["exit_code"]
@@ -91,27 +88,11 @@ def _pool(command: str, hosts: list, profiles, opts: Options, out: Printer,
 def run_jobs(command: str, jobs: list, opts: Options, tick) -> List[dict]:
     """On the hosts, or with --from-snapshots from their snapshots."""
     if opts.from_snapshots:
-        from nictune.control import snapshots
+        from nictune.control.review import snapshots
 
         return snapshots.run_jobs(jobs, opts.from_snapshots, snapshots.parse_age(opts.max_age),
                                   tick)
     return fleet.run_jobs(command, jobs, opts.forks, tick)
-
-
-def save_snapshots(report: dict, directory: str, out: Printer) -> None:
-    """show/audit --save: the hosts' snapshots to files, out of the report."""
-    from nictune.control import snapshots
-
-    try:
-        warnings = snapshots.save(report["hosts"], directory)
-    except OSError as e:
-        out.error(f"--save {directory}: {e.strerror or e}")
-        report["exit_code"] = combined_exit([report["exit_code"], EXIT_ERROR])
-        return
-    for w in warnings:
-        out.warn(w)
-    saved = sum(1 for h in report["hosts"] if h.get("snapshot_file"))
-    out.note(f"saved {saved} snapshot(s) to {directory}")
 
 
 def _ssh_options(opts: Options) -> SshOptions:
@@ -122,7 +103,7 @@ def _ssh_options(opts: Options) -> SshOptions:
 
 def _run_playbook(command: str, path: str, parsed: Parsed, inventory, opts: Options,
                   out: Printer) -> dict:
-    from nictune.control import playbook
+    from nictune.control.rollout import playbook
 
     plays = playbook.load_playbook_parsed(parsed, path)
     # Every play's gate before the first play writes: a bad gate in play 2
@@ -169,10 +150,10 @@ def _run_playbook(command: str, path: str, parsed: Parsed, inventory, opts: Opti
 def _gate_for(play, inventory, opts: Options):
     """The traffic gate for a play with a gate: key, as rollout() calls it:
     gate(batch number, hosts) -> {"passed", "message", "results"}
-    (control/playbook.py Gate), built by control/gate/runner.py over the fleet's
+    (control/rollout/playbook.py Gate), built by control/rollout/gate/runner.py over the fleet's
     own SSH settings; a bad gate: raises ProfileError before any write."""
-    from nictune.control.gate.runner import for_play
-    from nictune.control.gate.spec import gate_of_play
+    from nictune.control.rollout.gate.runner import for_play
+    from nictune.control.rollout.gate.spec import gate_of_play
 
     spec = gate_of_play(play)
     return for_play(play, spec, inventory, _ssh_options(opts)) if spec is not None else None
@@ -187,7 +168,7 @@ def _gate(command: str, opts: Options):
 def _write_audit_files(report: dict, opts: Options, out: Printer) -> None:
     import time
 
-    from nictune.control import audit_formats as fmt
+    from nictune.control.review import audit_formats as fmt
 
     junit = fmt.junit_rollouts if report.get("rollouts") else fmt.junit
     for path, render in ((opts.junit, lambda: junit(report)),

@@ -1,5 +1,5 @@
 """`nictune gate record PLAYBOOK -i INVENTORY`: the traffic gate's
-measurements (control/gate/), without applying anything, written to
+measurements (control/rollout/gate/), without applying anything, written to
 the gate's baseline file for later rollouts to compare with.
 
 For each play with a `gate:`, its hosts (narrowed by --limit) are split
@@ -29,7 +29,7 @@ def record(playbook_path: Optional[str], opts: Options) -> None:
     """Measure the gate's traffic on the play's hosts (nothing applied) and store the figures."""
     if not opts.inventory:
         raise typer.BadParameter("gate record runs on an inventory's hosts: give -i", param_hint="-i")
-    from nictune.control.ssh import SshOptions
+    from nictune.control.remote.ssh import SshOptions
 
     options = SshOptions(connect_timeout=opts.connect_timeout, command_timeout=opts.timeout,
                          accept_new_host_keys=opts.accept_new, ssh_config=opts.ssh_config)
@@ -43,10 +43,10 @@ def record(playbook_path: Optional[str], opts: Options) -> None:
 
 def run_record(path: str, inventory_path: str, limit: Optional[str], out_file: Optional[str],
                options) -> dict:
-    from nictune.control import playbook
-    from nictune.control.gate.baselines import write_baseline
-    from nictune.control.gate.runner import for_play
-    from nictune.control.gate.spec import load_play_gates
+    from nictune.control.rollout import playbook
+    from nictune.control.rollout.gate.baselines import write_baseline
+    from nictune.control.rollout.gate.runner import for_play
+    from nictune.control.rollout.gate.spec import load_play_gates
     from nictune.inventory import load_inventory
     from nictune.profile.errors import ProfileError
 

@@ -6,7 +6,6 @@ an inventory over SSH (cli/fleet_cmds.py).
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 from typing import Optional
 
@@ -17,9 +16,10 @@ from nictune.cli.options import (AUDIT_FILES, BASE, COMMON, CONFIRM, CONTENT, FL
                                  PROBE, SAVE, SHOW_ALL, SNAPSHOTS, SSH, TARGET, Format, Options,
                                  with_options)
 from nictune.cli.output import Printer, envelope
-from nictune.control.request import build_request
-from nictune.control.targets import target_for
-from nictune.host.errors import EXIT_ERROR, INVALID_INPUT, InvalidInput, NictuneError, error
+from nictune.cli.reporting import emit, load_profile, print_profile, save_snapshots
+from nictune.control.remote.request import build_request
+from nictune.control.remote.targets import target_for
+from nictune.host.errors import EXIT_ERROR, INVALID_INPUT, NictuneError, error
 
 AUDIT_NEEDS_INVENTORY = ("audit needs an inventory (-i): it reports drift across a fleet; "
                          "for this host, or a namespace with --netns, use verify")
@@ -34,7 +34,7 @@ def _dispatch(command: str, target: Optional[str], opts: Options) -> None:
             _usage(opts.as_json, command, "--netns and -i do not go together")
         from nictune.cli import change_cmds
 
-        raise typer.Exit(change_cmds.run(target, opts))
+        raise typer.Exit(change_cmds.run(target, opts, change_cmds.ThisHost(_label_here, run_here)))
     if opts.inventory is None:
         _local(command, target, opts)
     else:
@@ -70,7 +70,7 @@ def _run(command: str, profile_path: Optional[str], opts: Options) -> None:
     out = Printer(opts.as_json)
     findings: list = []
     try:
-        profile = _load_profile(profile_path) if profile_path else None
+        profile = load_profile(profile_path) if profile_path else None
         if profile is not None and command in LINTED:
             findings = lint_gate(profile, opts.force)
         request = build_request(command, profile, opts.show_file_content)
@@ -82,8 +82,6 @@ def _run(command: str, profile_path: Optional[str], opts: Options) -> None:
     else:
         report = envelope(command, [host_report])
     if opts.save:
-        from nictune.cli.fleet_cmds import save_snapshots
-
         save_snapshots(report, opts.save, out)
     if findings:
         report["lint"] = [f.as_dict() for f in findings]
@@ -91,7 +89,7 @@ def _run(command: str, profile_path: Optional[str], opts: Options) -> None:
             for f in findings:
                 out.warn(f"lint {f.text}")
     if command == "show" and not opts.as_json and report["hosts"]:
-        _print_profile(out, report["hosts"][0])
+        print_profile(out, report["hosts"][0])
     elif not _markdown(report, opts, profile_path or ""):
         out.report(report, opts.show_all, profile_path or "")
     raise typer.Exit(report["exit_code"])
@@ -101,7 +99,7 @@ def run_here(request: dict, opts: Options) -> dict:
     """The request on this host or in --netns, or with --from-snapshots
     from the snapshot saved under that label ("local", "netns:NAME")."""
     if opts.from_snapshots:
-        from nictune.control import snapshots
+        from nictune.control.review import snapshots
 
         label = f"netns:{opts.netns}" if opts.netns else "local"
         return snapshots.run(request, label, opts.from_snapshots,
@@ -109,39 +107,16 @@ def run_here(request: dict, opts: Options) -> dict:
     return target_for(opts.netns, opts.state_dir).run(request)
 
 
+def _label_here(opts: Options) -> str:
+    """The label of a report from this host or --netns (run_here's): a
+    snapshot is saved under it."""
+    if opts.from_snapshots:
+        return f"netns:{opts.netns}" if opts.netns else "local"
+    return target_for(opts.netns, opts.state_dir).label
+
+
 def _markdown(report: dict, opts: Options, target: str) -> bool:
-    from nictune.cli.change_cmds import emit
-
     return emit(report, opts, target)
-
-
-def _load_profile(path: str):
-    from nictune.profile.yamlpos import read_target
-
-    kind, parsed = read_target(path)
-    if kind == "playbook":
-        raise InvalidInput(f"{path} is a playbook: it runs on the hosts of an "
-                           "inventory, so add -i INVENTORY")
-    # Only commands that take a profile pay for the loader and jsonschema.
-    from nictune.profile.loader import load_profile_parsed
-
-    return load_profile_parsed(parsed, path)
-
-
-def _print_profile(out: Printer, host: dict) -> None:
-    import yaml
-
-    from nictune.host.text import printable
-
-    if host.get("error"):
-        out.error(host["error"]["message"])
-        return
-    for w in host.get("warnings", []):
-        out.warn(w)
-    sys.stdout.write(f"# Current settings of {printable(host['host'])}, as a nictune profile.\n")
-    for name, facts in sorted(host.get("facts", {}).items()):
-        sys.stdout.write(printable(f"# {name}: " + ", ".join(f"{k} {v}" for k, v in facts.items())) + "\n")
-    sys.stdout.write(yaml.safe_dump(host["profile"], sort_keys=False, default_flow_style=False))
 
 
 @with_options(TARGET, FLEET, COMMON, FORMAT, BASE, SNAPSHOTS, SHOW_ALL, CONTENT, SSH, FORCE)

@@ -56,7 +56,7 @@ SshConfigOpt = Annotated[str, typer.Option("--ssh-config", metavar="FILE",
 ProbeOpt = Annotated[bool, typer.Option(
     "--probe/--no-probe",
     help="verify/audit: once a host's agent has taught the controller what the verify reads, ask "
-         "only that, without starting the agent (control/probe.py).")]
+         "only that, without starting the agent (control/remote/probe.py).")]
 JunitOpt = Annotated[Optional[str], typer.Option("--junit", metavar="FILE",
                                                  help="Also write JUnit XML (a testcase per host).")]
 PrometheusOpt = Annotated[Optional[str], typer.Option(
@@ -65,7 +65,7 @@ ForceOpt = Annotated[bool, typer.Option("--force", help="Plan/apply even when ni
 BaseOpt = Annotated[Optional[str], typer.Option(
     "--base", metavar="REF",
     help="Show what the change since this git revision of the profile's repository does "
-         "(control/change.py).")]
+         "(control/review/change.py).")]
 BaseFileOpt = Annotated[Optional[str], typer.Option(
     "--base-file", metavar="OLD", help="Like --base, against an old profile file.")]
 
@@ -73,7 +73,7 @@ BaseFileOpt = Annotated[Optional[str], typer.Option(
 SaveOpt = Annotated[Optional[str], typer.Option(
     "--save", metavar="DIR",
     help="Also write each host's snapshot to DIR/<host>.json, for plan --from-snapshots "
-         "(control/snapshots.py).")]
+         "(control/review/snapshots.py).")]
 FromSnapshotsOpt = Annotated[Optional[str], typer.Option(
     "--from-snapshots", metavar="DIR",
     help="Plan from the snapshots in DIR (show/audit --save) instead of the hosts.")]

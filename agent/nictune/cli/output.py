@@ -19,6 +19,8 @@ from typing import Optional
 from nictune import REPORT_FORMAT, __version__
 from nictune.host.errors import EXIT_ERROR, combined_exit
 from nictune.host.text import printable
+from nictune.control.render import counts as _counts, fleet_summary as _fleet_summary, groups as _groups
+from nictune.control.render import listing as _listing, note as _note, result as _result, value as _value
 
 STYLE = {"pending": "yellow", "drift": "yellow", "applied": "green", "ok": "dim",
          "reverted": "cyan", "failed": "bold red", "unsupported": "red", "revert-failed": "bold red",
@@ -274,60 +276,6 @@ def _gate_row(row: dict) -> str:
                      f"({row.get('tool', '?')}): {row.get('why') or 'failed'}" + (f" [{shown}]" if shown else ""))
 
 
-def _groups(hosts: list, show_ok: bool) -> list:
-    """Hosts whose rows are identical share one table: a review of 200 hosts
-    reads as a handful of distinct diffs."""
-    groups: dict = {}
-    for h in hosts:
-        rows = [c for c in h.get("changes", []) if show_ok or c["status"] != "ok"]
-        if not rows:
-            continue
-        key = json.dumps([(c["key"], c["before"], c["after"], c["status"]) for c in rows],
-                         sort_keys=True, default=str)
-        groups.setdefault(key, ([], rows))[0].append(h["host"])
-    return list(groups.values())
-
-
-def _listing(names: list, limit: int = 6) -> str:
-    shown = ", ".join(names[:limit])
-    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
-
-
-def _result(h: dict) -> str:
-    if h.get("rollout"):  # rolled_back / rollback_failed by a playbook's rollout
-        return h["rollout"].replace("_", " ")
-    if h.get("error"):
-        return "unreachable" if h.get("unreachable") else h["error"]["kind"]
-    s = h.get("summary", {})
-    for status in ("drift", "pending", "applied", "reverted"):
-        if s.get(status):
-            return status
-    return "ok"
-
-
-def _counts(h: dict) -> str:
-    s = h.get("summary", {})
-    return ", ".join(f"{n} {status}" for status, n in sorted(s.items()) if status != "ok") or "-"
-
-
-def _fleet_summary(report: dict) -> str:
-    hosts = report["hosts"]
-    tally: dict = {}
-    for h in hosts:
-        tally[_result(h)] = tally.get(_result(h), 0) + 1
-    parts = ", ".join(f"{n} {what}" for what, n in sorted(tally.items()))
-    rollouts = report.get("rollouts") or []
-    not_started = sum(len(r.get("not_started") or []) for r in rollouts)
-    stops = [r["stopped"].get("message", "") for r in rollouts if isinstance(r.get("stopped"), dict)]
-    if not (not_started or stops):
-        return f"{len(hosts)} host(s): {parts or 'none selected'}."
-    # A rollout that stopped before a batch ran has no host report: say why,
-    # not "none selected".
-    ran = f"{len(hosts)} host(s): {parts}" if hosts else "no host was written"
-    why = f", the rollout stopped: {'; '.join(m.rstrip('.') for m in stops)}" if stops else ""
-    return f"{ran}; {not_started} host(s) not started{why}."
-
-
 def _esc(text) -> str:
     """A field for rich markup: control characters visible, brackets literal."""
     from rich.markup import escape
@@ -344,36 +292,9 @@ def _name(c: dict) -> str:
     return family.label(key["target"], key["name"]) if family else key["name"]
 
 
-def _value(v) -> str:
-    if v is True:
-        return "on"
-    if v is False:
-        return "off"
-    if v is None:
-        return "(none)"
-    if isinstance(v, dict):  # a feature group whose bits differ
-        on = sorted(k for k, bit in v.items() if bit)
-        off = sorted(k for k, bit in v.items() if not bit)
-        return f"mixed (on: {', '.join(on)})" if len(on) <= len(off) else f"mixed (off: {', '.join(off)})"
-    if isinstance(v, str) and "\n" in v:
-        return f"({v.count(chr(10))} lines)"
-    if isinstance(v, str) and v == "":
-        return '""'
-    return str(v)
-
-
 def _after(c: dict) -> str:
     bound = {"min": "at least ", "max": "at most "}.get(c.get("bound") or "", "")
     return bound + _value(c["after"])
-
-
-def _note(change: dict) -> str:
-    """The note, led by what makes the change disruptive: a reviewer must
-    not miss that writing it drops the link or resets queues."""
-    why = change.get("disruptive")
-    if not why or change["status"] not in ("pending", "drift", "applied"):
-        return change.get("note") or ""
-    return "; ".join(t for t in (f"DISRUPTIVE: {why}", change.get("note") or "") if t)
 
 
 def _disruptive(host: dict) -> str:

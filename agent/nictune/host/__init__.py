@@ -5,6 +5,6 @@ families and the kernel access they use (netlink, sysfs, procfs, configfs).
 It imports only the standard library, `nictune` itself (the version) and
 four files of pyroute2 (netlink/_pyroute2.py), and nothing of the
 controller side (cli, control, profile, inventory, lab): this directory,
-with nictune/__init__.py, is exactly what control/agentzip.py ships to a
+with nictune/__init__.py, is exactly what control/remote/agentzip.py ships to a
 host.
 """

@@ -14,7 +14,7 @@ Request (version 1), one line of JSON:
                                             # not write (knobs/nccl.py), else a placeholder
 A verify may add "learn": true: the report then carries "questions", the
 reads it made of the kernel, without their answers (host/rawreads.py), for
-control/probe.py to ask again later without starting the agent.
+control/remote/probe.py to ask again later without starting the agent.
 A request (either version) may add "record": true: the report then carries
 "snapshot" (host/recorded.py, docs/reference/report-format.md): every read a show made
 on the host, recorded while it ran (for a show, the same run; for any other
@@ -22,7 +22,7 @@ read-only command (plan, verify), its own reads and a show's after it).
 `show --save` and `audit --save` ask for it.
 Request version 2 (BASE_FORMAT) is version 1 plus, for "plan" only,
     "base": {"path": str, "doc": {...}, "sources": {...}}
-the profile before a change (control/change.py): the host also plans it,
+the profile before a change (control/review/change.py): the host also plans it,
 with the same engine, and the report adds "base": {"changes", "warnings",
 "error"}.  Nothing is written for either.  An agent that knows only
 version 1 refuses such a request rather than ignore "base".
@@ -54,7 +54,7 @@ from nictune.host.validate import NETNS, matches
 
 COMMANDS = ("plan", "apply", "verify", "rollback", "show")
 NEEDS_PROFILE = ("plan", "apply", "verify")
-BASE_FORMAT = 2  # a request that carries a base profile (control/change.py)
+BASE_FORMAT = 2  # a request that carries a base profile (control/review/change.py)
 
 
 def _validated(request) -> dict:
@@ -207,7 +207,7 @@ def _hide_host_only(changes: list) -> None:
 def verdict(command: str, statuses: list, error: Optional[dict]) -> dict:
     """ok, exit_code, changed and summary of a report, from its changes'
     statuses and its error: the agent's own, and the controller's check of
-    what a host sent (control/hostreport.py), which trusts no host's sum."""
+    what a host sent (control/remote/hostreport.py), which trusts no host's sum."""
     counts: dict = {}
     for status in statuses:
         counts[status] = counts.get(status, 0) + 1

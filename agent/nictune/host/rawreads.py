@@ -3,7 +3,7 @@
 The agentless audit's cost on a host is the Python it starts, not the
 reads (issue 13): so the controller learns once what a verify reads, and
 afterwards asks only that, through a probe of a few dozen lines
-(control/probe.py), and runs the verify itself on the answers.
+(control/remote/probe.py), and runs the verify itself on the answers.
 
 Learning (host side, a request with "learn": true): the command runs with
 every read recorded below the knob families, where they reach the kernel
@@ -257,7 +257,7 @@ class ProbeReplayer(recorded._Replayer):
 
 
 class Answers:
-    """A probe's answers, decoded (control/probe.py parse_answers)."""
+    """A probe's answers, decoded (control/remote/probe.py parse_answers)."""
 
     def __init__(self, page_size: int, files: dict, netlink: dict, ioctls: dict):
         self.page_size = page_size

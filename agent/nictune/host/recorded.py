@@ -862,6 +862,6 @@ class RecordedHost(Host):
 
 def snapshot_document(reads: dict, agent_version: str) -> dict:
     """The snapshot as a report carries it; the controller adds the host
-    label (control/snapshots.py) and writes it."""
+    label (control/review/snapshots.py) and writes it."""
     return {"nictune_snapshot": SNAPSHOT_FORMAT, "recorded": reads["recorded"],
             "agent": agent_version, "reads": reads}

@@ -36,14 +36,14 @@ that was replaced after the agent read it writes nothing (engine.Superseded,
 checked under the journal's lock): the agent follows a rollback, never
 fights it.
 
-The fast audit (control/ssh.py): the agent listens on SOCKET_NAME in the
+The fast audit (control/remote/ssh.py): the agent listens on SOCKET_NAME in the
 state directory (0600, the directory 0700, the agent root), where the
 controller reaches it through its SSH session's stream-local forwarding.
 Per connection, in the loop between its own cycles (never at the same time
 as its own work): ONE request line, at most MAX_REQUEST bytes within
 REQUEST_TIMEOUT seconds, the same JSON request host/agent.py takes, but
 only plan or verify, for this state directory, carrying "agent_id" equal to
-the sha256 of the archive this agent runs from (control/agentzip.py; None
+the sha256 of the archive this agent runs from (control/remote/agentzip.py; None
 when not run from one: then every request is refused); the peer must be
 uid 0 (SO_PEERCRED) besides the file's mode.  It runs through agent.run
 with a fresh Host (the kernel is read again for each request, never a

@@ -1,7 +1,7 @@
 """A snapshot's reads, checked before a replay trusts them.
 
 Snapshot files may be committed for reviewers' CI and read by `plan
---from-snapshots` (control/snapshots.py): their content is anybody's.
+--from-snapshots` (control/review/snapshots.py): their content is anybody's.
 check_reads() walks the "reads" part of one (host/recorded.py writes it)
 and raises BadSnapshot, naming where in the file and what is wrong, for
 anything a recording cannot have made: a field of another type, a value
@@ -10,7 +10,7 @@ class, an errno or key length out of range.  Each recorded value is
 decoded once here, so that decoding it again during the replay cannot
 fail.  What remains unchecked is whether a well-formed value is what the
 engine expects of that call (a list of links where a dict was recorded):
-control/snapshots.py reports such a failure as this host's, naming the file.
+control/review/snapshots.py reports such a failure as this host's, naming the file.
 """
 
 from __future__ import annotations

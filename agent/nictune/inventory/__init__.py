@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from .errors import InventoryError
 from .loader import load_inventory
-from .model import Group, Host, Inventory, Unsafe, Vaulted
+from .model import Group, Host, Inventory, Vaulted
+from .templates import Unsafe
 
 __all__ = ["Group", "Host", "Inventory", "InventoryError", "Unsafe", "Vaulted", "load_inventory"]

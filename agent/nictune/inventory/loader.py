@@ -8,7 +8,7 @@ from typing import Optional
 
 from .errors import InventoryError
 from .ini import read_ini_inventory
-from .model import Inventory
+from .model import Inventory, VarsFileLoader
 from .ranges import split_port, unread_ipv6
 from .varsdirs import BOM, VarsDirs, read_text
 from .yamlinv import NotYamlInventory, read_yaml_inventory
@@ -28,7 +28,7 @@ def load_inventory(path: str) -> Inventory:
     """
     if "," in path and not os.path.exists(path):
         return _host_list(path)
-    inv = Inventory(path)
+    inv = Inventory(path, _vars_dirs)
     if os.path.isdir(path):
         if _read_directory(inv, path) == 0:
             raise InventoryError(path, None, "the directory holds no inventory file")
@@ -45,10 +45,15 @@ def load_inventory(path: str) -> Inventory:
     return inv
 
 
+def _vars_dirs(directory: str, warn) -> VarsFileLoader:
+    """group_vars/ and host_vars/ in a directory (beside a playbook), as Inventory reads them."""
+    return VarsDirs(directory, warn).layers
+
+
 def _host_list(text: str) -> Inventory:
     # As Ansible's host_list plugin: "name", "name:port" or "[v6 address]:port";
     # anything else, ranges included, is one host named as written.
-    inv = Inventory(text)
+    inv = Inventory(text, _vars_dirs)
     for item in text.split(","):
         item = item.strip()
         if not item:

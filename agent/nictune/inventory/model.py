@@ -38,10 +38,6 @@ VAULT_ADVICE = ("nictune does not decrypt Ansible Vault: set it in plain text (`
                 "reads the vaulted value on stdin)")
 
 
-class Unsafe(str):
-    """A `!unsafe` string: Ansible never templates it."""
-
-
 class Vaulted:
     """A `!vault` value: Ansible Vault ciphertext, kept as is and never shown."""
 
@@ -375,8 +371,13 @@ def _no_files(kind: str, name: str) -> List[Layer]:
 class Inventory:
     """Hosts and groups of one inventory source, with Ansible's variables."""
 
-    def __init__(self, source: str):
+    def __init__(self, source: str, 
+                 vars_dirs: Optional[Callable[[str, Warn], VarsFileLoader]] = None):
+        """vars_dirs(directory, warn): the reader of group_vars/ and host_vars/
+        beside a playbook (inventory/loader.py gives varsdirs.py's, which
+        builds on this module); without it, a playbook's directory adds none."""
         self.source = source
+        self._vars_dirs = vars_dirs
         self.groups: Dict[str, Group] = {}
         self.hosts: Dict[str, Host] = {}
         self.warnings: List[str] = []
@@ -409,9 +410,10 @@ class Inventory:
         real = os.path.realpath(directory or ".")
         if real == self._vars_base:
             return _no_files
+        if self._vars_dirs is None:
+            return _no_files
         if real not in self._beside_playbooks:
-            from .varsdirs import VarsDirs  # varsdirs builds on this module
-            self._beside_playbooks[real] = VarsDirs(directory or ".", self.warn).layers
+            self._beside_playbooks[real] = self._vars_dirs(directory or ".", self.warn)
         return self._beside_playbooks[real]
 
     def source_of(self, host: str, varname: str) -> Optional[str]:

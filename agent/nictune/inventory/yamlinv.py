@@ -24,8 +24,9 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from nictune.profile.yamlpos import OverLimit, compose_document
 
 from .errors import InventoryError, shown
-from .model import Inventory, Layer, Unsafe, Vaulted, Warn, Where
+from .model import Inventory, Layer, Vaulted, Warn, Where
 from .ranges import RangeError, expand_host_pattern
+from .templates import Unsafe
 
 _BASE = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
 _NULL = "tag:yaml.org,2002:null"

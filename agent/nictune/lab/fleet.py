@@ -7,7 +7,7 @@
 
 SSH rides on mgmt0; profiles tune the rails, so a profile never cuts the
 management path.  With up(..., data_rails=True) each host also gets a rail
-to the others (the traffic gate's, control/gate/): PREFIXd001 <veth>
+to the others (the traffic gate's, control/rollout/gate/): PREFIXd001 <veth>
 data0 198.18.Y.N on a second bridge PREFIXrb, a /24 of 198.18.0.0/16.  Each sshd runs under `ip netns exec`, so the host's
 /etc/nccl.conf is its own file (/etc/netns/NS/nccl.conf), and logins get a
 HOME with Debian's stock dotfiles (root's own ~/.bashrc here starts pyenv:

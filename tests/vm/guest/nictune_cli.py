@@ -12,7 +12,7 @@ from typing import List
 from typer.testing import CliRunner
 
 from nictune.cli.app import app
-from nictune.control import audit_formats as fmt
+from nictune.control.review import audit_formats as fmt
 
 
 def nictune(*args: str) -> tuple:
@@ -62,7 +62,7 @@ def assert_no_key(keys: List[str], texts: List[str], state_dir: str, journaled: 
 
 
 def audited(report: dict, drifted: set) -> list:
-    """The report as the fleet audit writes it (control/audit_formats.py:
+    """The report as the fleet audit writes it (control/review/audit_formats.py:
     --junit and --prometheus), checked to name exactly the `drifted` keys
     (pending in a plan, drift in a verify): the outputs then grepped for
     the keys have the values of those changes in them."""

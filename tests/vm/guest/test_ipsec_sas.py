@@ -11,7 +11,7 @@ expect: {ipsec_offload: crypto}, is refused an SA with the hand SA's
 state` / `ip xfrm policy`.  nictune's key bytes (hex either case, raw) are
 in no report, no file under the state directory, nor the JUnit XML and
 Prometheus text the fleet audit renders from the plan and verify
-reports (control/audit_formats.py).  The CLI runs in-process.
+reports (control/review/audit_formats.py).  The CLI runs in-process.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ SAs are read back with `ip -j -d link` and `ip macsec show`; a ping runs
 through the two macsec links; the key bytes (hex either case, raw) are in
 no report, no file under the state directory, nor the JUnit XML and
 Prometheus text the fleet audit renders from the plan and verify reports
-(control/audit_formats.py).  The CLI runs in-process.
+(control/review/audit_formats.py).  The CLI runs in-process.
 """
 
 from __future__ import annotations

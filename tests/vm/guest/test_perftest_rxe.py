@@ -1,5 +1,5 @@
 """perftest over soft-RoCE (rdma_rxe in the test VM): ib_write_bw and
-ib_send_lat run with the argv nictune.control.perftest builds, the traffic
+ib_send_lat run with the argv nictune.control.rollout.perftest builds, the traffic
 class it derives from a profile and the GID index it derives from the host,
 and their reports are read by its parsers.
 
@@ -27,7 +27,7 @@ import time
 
 import pytest
 
-from nictune.control import perftest
+from nictune.control.rollout import perftest
 from nictune.host.machine import Host
 from nictune.profile.loader import load_profile
 from rxe import ipv4_mapped_gid, sh, sysfs_gid_table

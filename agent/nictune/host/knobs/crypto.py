@@ -26,18 +26,9 @@ from __future__ import annotations
 from typing import Optional
 
 from nictune.host import nicclass
-from nictune.host.knobs.ethtool import FeaturesFamily
+from nictune.host.knobs.ethtool import CRYPTO_BITS, FeaturesFamily
 from nictune.host.model import Key, Unsupported
 
-# crypto: name -> the kernel's feature bit (net/ethtool/common.c
-# netdev_features_strings)
-CRYPTO_BITS = {
-    "tls_tx": "tls-hw-tx-offload",
-    "tls_rx": "tls-hw-rx-offload",
-    "esp": "esp-hw-offload",
-    "esp_tx_csum": "esp-tx-csum-hw-offload",
-    "macsec": "macsec-hw-offload",
-}
 _WHAT = {
     "tls_tx": "kTLS transmit offload (tls-hw-tx-offload).",
     "tls_rx": "kTLS receive offload (tls-hw-rx-offload).",

@@ -22,6 +22,17 @@ from nictune.host.knobs.base import Family, group_by_target
 from nictune.host.model import Unsupported
 from nictune.host.validate import FEATURE_NAME, check
 
+# The crypto family's feature bits (knobs/crypto.py names them; net/ethtool/common.c
+# netdev_features_strings): kept here, where features' show() leaves them out, so that
+# neither module imports the other's.
+CRYPTO_BITS = {
+    "tls_tx": "tls-hw-tx-offload",
+    "tls_rx": "tls-hw-rx-offload",
+    "esp": "esp-hw-offload",
+    "esp_tx_csum": "esp-tx-csum-hw-offload",
+    "macsec": "macsec-hw-offload",
+}
+
 RING_MAX = 1048576  # KMALLOC_MAX_SIZE-bound in every driver; the device's own maximum is checked too
 
 # ethtool's own aliases (its off_flag_def table).  One-bit aliases are
@@ -132,8 +143,6 @@ class FeaturesFamily(Family):
         dev = self._shown_device(target)
         if dev is None:
             return {}
-        from nictune.host.knobs.crypto import CRYPTO_BITS  # shown under crypto: instead
-
         crypto = set(CRYPTO_BITS.values())
         return {"features": {b: dev.active[b] for b in sorted(dev.changeable) if b not in crypto}}
 

@@ -1,0 +1,1 @@
+"""Installing the resident agent as a systemd service, here or over SSH."""

@@ -1,0 +1,270 @@
+"""The questions the probe asks (control/remote/probe.py), kept on the controller.
+
+One file per (host, request, agent archive) in a directory of the
+controller user's own, `$XDG_CACHE_HOME/nictune/probe` (~/.cache/...).
+What is read back decides what root opens on every host, so nothing in the
+directory is taken on trust:
+
+- the directory must be the running user's, mode 0700 and not a symbolic
+  link, or it is not used at all (CacheRefused: the verify goes to the
+  agent, with a warning saying why);
+- a file is opened without following a link and without waiting on a
+  FIFO, and read only if it is a regular file of the user's, mode 0600, of
+  at most MAX_FILE bytes; anything else is removed and learned again;
+- what it holds is checked as a host's report is (probe.checked_questions).
+
+The cache is pruned (prune()), at a process's first write to it and then
+at most every PRUNE_INTERVAL seconds: files of another agent archive (an
+older nictune: never looked up again) and of the old naming go; a host
+keeps its MAX_PER_HOST most recently used files (one per profile version
+or command line it is audited with); then the least recently used files go
+until at most MAX_ENTRIES files and MAX_BYTES bytes are left.  A lookup
+that finds a file touches it, so "least recently used" is by mtime.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import re
+import stat
+import threading
+import time
+from typing import Optional
+
+from nictune.control.remote import probe
+from nictune.host import rawreads
+
+# A checked question set (probe.MAX_QUESTION_BYTES of paths and requests)
+# as JSON: base64 and quoting add a half at most.
+MAX_FILE = 2 * probe.MAX_QUESTION_BYTES
+MAX_PER_HOST = 4
+MAX_ENTRIES = 250_000
+MAX_BYTES = 2 << 30
+PRUNE_INTERVAL = 60.0
+STALE_TEMPORARY = 3600.0  # seconds: a writer that died left it
+# archive tag - host tag - the whole key
+_NAME = re.compile(r"^([0-9a-f]{12})-([0-9a-f]{16})-[0-9a-f]{64}\.json$")
+_TEMPORARY = re.compile(r"^\..*\.tmp$")
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+_pruned_at: dict = {}  # directory -> time.monotonic() of its last pruning here
+_pruning = threading.Lock()
+
+
+class CacheRefused(Exception):
+    """The cache directory is not safe to read: nothing in it is used."""
+
+
+def _tag(value: str, length: int) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()[:length]
+
+
+def archive_tag(archive: str) -> str:
+    return _tag(archive, 12)
+
+
+class QuestionCache:
+    """Learned questions, or, for a verify a probe cannot ask, why not:
+    that host and request then go to the agent without learning again,
+    until the profile or nictune changes (the key)."""
+
+    def __init__(self, directory: Optional[str] = None):
+        home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        self.directory = directory or os.path.join(home, "nictune", "probe")
+
+    @staticmethod
+    def key(where: list, request: dict, archive: str) -> str:
+        asked = {k: v for k, v in request.items() if k not in ("learn",)}
+        text = json.dumps([where, asked, archive], sort_keys=True, separators=(",", ":"), default=str)
+        host = json.dumps(where, separators=(",", ":"), default=str)
+        return f"{archive_tag(archive)}-{_tag(host, 16)}-{hashlib.sha256(text.encode()).hexdigest()}"
+
+    # -- reading -------------------------------------------------------------
+
+    def lookup(self, key: str) -> tuple:
+        """(the questions to ask or None, whether this verify was found not
+        to be askable by a probe).  Raises CacheRefused when the directory
+        is not the user's own."""
+        directory = self._open_directory(create=False)
+        if directory is None:
+            return None, False
+        try:
+            kept = self._read(directory, key + ".json")
+        finally:
+            os.close(directory)
+        questions = probe.checked_questions(kept)
+        return questions, questions is None and probe.refusal(kept) is not None
+
+    def _read(self, directory: int, name: str):
+        """The file's JSON, or None; a file that is not one of ours, or not
+        JSON, is removed (the next verify learns again)."""
+        try:
+            fd = os.open(name, _READ, dir_fd=directory)
+        except OSError as e:
+            if e.errno != errno.ENOENT:  # a symbolic link (ELOOP), unreadable
+                _unlink(directory, name)
+            return None
+        try:
+            st = os.fstat(fd)
+            data = _read_capped(fd) if _is_own_file(st) else None
+            if data is not None:
+                os.utime(fd)  # the least recently used go first (prune)
+        except OSError:
+            data = None
+        finally:
+            os.close(fd)
+        try:
+            kept = json.loads(data) if data is not None else None
+        except (ValueError, RecursionError):
+            kept = None
+        if kept is None:
+            _unlink(directory, name)
+        return kept
+
+    # -- writing -------------------------------------------------------------
+
+    def learned(self, key: str, asked) -> None:
+        """Keep what a learning verify brought back: its questions, checked,
+        or why a probe cannot ask them."""
+        questions = probe.checked_questions(asked)
+        if questions is not None:
+            self.put(key, questions)
+        elif probe.refusal(asked) is not None:
+            self.put(key, {"format": rawreads.FORMAT, "why_not": probe.refusal(asked)})
+
+    def put(self, key: str, q: dict) -> None:
+        data = json.dumps(q).encode()
+        if len(data) > MAX_FILE:
+            return
+        try:
+            directory = self._open_directory(create=True)
+        except (CacheRefused, OSError):
+            return  # not kept: the next audit learns again
+        try:
+            _write(directory, key + ".json", data)
+            self._prune_now_and_then(directory, key[:12])
+        except OSError:
+            pass
+        finally:
+            os.close(directory)
+
+    def drop(self, key: str) -> None:
+        try:
+            directory = self._open_directory(create=False)
+        except CacheRefused:
+            return
+        if directory is not None:
+            _unlink(directory, key + ".json")
+            os.close(directory)
+
+    # -- the directory -------------------------------------------------------
+
+    def _open_directory(self, create: bool) -> Optional[int]:
+        """The directory, opened and checked; None when it does not exist."""
+        if create:
+            os.makedirs(self.directory, mode=0o700, exist_ok=True)
+        try:
+            fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            why = "it is a symbolic link" if e.errno in (errno.ELOOP, errno.ENOTDIR) else e.strerror
+            raise CacheRefused(self._refused(why)) from None
+        st = os.fstat(fd)
+        why = _not_private(st, 0o700)
+        if why:
+            os.close(fd)
+            raise CacheRefused(self._refused(why))
+        return fd
+
+    def _refused(self, why: str) -> str:
+        return (f"the probe's question cache {self.directory} is not used: {why}; every verify "
+                "starts the agent until it is the user's own directory, mode 0700 (or is removed)")
+
+    def _prune_now_and_then(self, directory: int, current: str) -> None:
+        with _pruning:
+            last = _pruned_at.get(self.directory)
+            now = time.monotonic()
+            if last is not None and now - last < PRUNE_INTERVAL:
+                return
+            _pruned_at[self.directory] = now
+        prune(directory, current)
+
+
+def _not_private(st: os.stat_result, mode: int) -> str:
+    """Why st is not the running user's with at most `mode`, or ''."""
+    if st.st_uid != os.geteuid():
+        return f"it is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})"
+    if stat.S_IMODE(st.st_mode) & ~mode:
+        return f"its mode is {stat.S_IMODE(st.st_mode):04o}, not {mode:04o}"
+    return ""
+
+
+def _is_own_file(st: os.stat_result) -> bool:
+    return stat.S_ISREG(st.st_mode) and not _not_private(st, 0o600) and st.st_size <= MAX_FILE
+
+
+def _read_capped(fd: int) -> Optional[bytes]:
+    chunks, size = [], 0
+    while size <= MAX_FILE:
+        chunk = os.read(fd, MAX_FILE + 1 - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks) if size <= MAX_FILE else None
+
+
+def _write(directory: int, name: str, data: bytes) -> None:
+    tmp = f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    _unlink(directory, tmp)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                 dir_fd=directory)
+    try:
+        with open(fd, "wb", closefd=False) as f:
+            f.write(data)
+    finally:
+        os.close(fd)
+    os.replace(tmp, name, src_dir_fd=directory, dst_dir_fd=directory)
+
+
+def _unlink(directory: int, name: str) -> None:
+    try:
+        os.unlink(name, dir_fd=directory)
+    except OSError:
+        pass
+
+
+def prune(directory: int, current: str) -> int:
+    """Remove what the policy above says goes; the number removed.
+    `current` is the archive tag of the nictune running."""
+    kept, gone = [], []
+    now = time.time()
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            match = _NAME.fullmatch(entry.name)
+            if match and match.group(1) == current and stat.S_ISREG(st.st_mode):
+                kept.append((st.st_mtime, entry.name, match.group(2), st.st_size))
+            elif match or entry.name.endswith(".json") or (
+                    _TEMPORARY.fullmatch(entry.name) and now - st.st_mtime > STALE_TEMPORARY):
+                gone.append(entry.name)
+    kept.sort(reverse=True)  # most recently used first
+    per_host: dict = {}
+    entries_left, bytes_left = 0, 0
+    for mtime, name, host, size in kept:
+        per_host[host] = per_host.get(host, 0) + 1
+        if (per_host[host] > MAX_PER_HOST or entries_left + 1 > MAX_ENTRIES
+                or bytes_left + size > MAX_BYTES):
+            gone.append(name)
+        else:
+            entries_left, bytes_left = entries_left + 1, bytes_left + size
+    for name in gone:
+        _unlink(directory, name)
+    return len(gone)
