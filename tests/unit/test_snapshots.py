@@ -374,3 +374,21 @@ def test_a_recorded_os_error_without_a_number_is_kept():
     from nictune.host.replay.snapshot_check import check_reads
 
     check_reads({"files": {"open /x": {"$raise": "os", "errno": None, "strerror": "odd"}}})
+
+
+def test_a_snapshot_saved_before_the_host_side_had_rooms_names_its_classes_still():
+    """Snapshots name their classes by module path; those saved before the
+    modules moved into host/'s rooms (facts/, transports/netlink/...) replay."""
+    from nictune.host.facts.rdma import Gid
+    from nictune.host.transports.netlink.drvinfo import DrvInfo
+
+    gid = {"$dc": "nictune.host.rdma:Gid", "fields": {
+        "device": "mlx5_0", "port": 1, "index": 3, "gid": "0000:0000:0000:0000:0000:ffff:c612:0001",
+        "type": "RoCE v2", "ndev": "enp23s0f0np0"}}
+    drv = {"$dc": "nictune.host.netlink.drvinfo:DrvInfo", "fields": {
+        "driver": "mlx5_core", "version": "6.8", "fw_version": "28.39.1002", "bus_info": "0000:17:00.0"}}
+    assert snapshot.decode(gid) == Gid("mlx5_0", 1, 3, "0000:0000:0000:0000:0000:ffff:c612:0001",
+                                       "RoCE v2", "enp23s0f0np0")
+    assert snapshot.decode(drv) == DrvInfo("mlx5_core", "6.8", "28.39.1002", "0000:17:00.0")
+    # and what is saved today names where the class lives now
+    assert snapshot.encode(snapshot.decode(gid))["$dc"] == "nictune.host.facts.rdma:Gid"

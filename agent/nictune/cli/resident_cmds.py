@@ -4,11 +4,15 @@ foreground, and what it last wrote about itself.
 With --netns NS, as for the other commands, the state directory is
 DIR/netns/NS (control/targets.py NetnsTarget): the one `nictune apply
 --netns NS --state-dir DIR` stores the desired state in.  `run` then execs
-the agent under `ip netns exec NS`, so that its pid is the one started.
+the resident agent under `ip netns exec NS`, so that its pid is the one started.
 
-`install|uninstall` put the agent in place as a systemd service, here or on
+`install|uninstall` put the resident agent in place as a systemd service, here or on
 an inventory's hosts over SSH (control/agent_install.py); `status -i` asks
-those hosts for the service's state and the agent's status file.
+those hosts for the service's state and the resident agent's status file.
+
+The command group keeps its name, `nictune agent`: "the agent" alone is the
+program one request runs on a host (host/agent.py, the zipapp), "the resident
+agent" the same program kept running as a service (host/resident/).
 """
 
 from __future__ import annotations
@@ -125,7 +129,7 @@ def _service_line(action: str, h: dict) -> str:
 @agent.command("install")
 @with_options(STATE_DIR, INVENTORY, UNIT_DIR, NO_START, AGENT_SETTINGS, FORKS, SSH, JSON)
 def install(target: Optional[str], opts: Options) -> None:
-    """Install the agent as a systemd service (nictune-agent.service), enabled and started.
+    """Install the resident agent as a systemd service (nictune-agent.service), enabled and started.
     It runs in the host's own network namespace: for a namespace, use `agent run --netns`."""
     _service("install", opts)
 

@@ -736,7 +736,7 @@ class SshTarget:
                 return None
             answers = probe.parse_answers(bytes(data), questions)
             report = probe.verify(answers, request, self.label)
-        except (probe.BadProbe, probe.rawreads.NotProbed, socket.timeout, paramiko.SSHException, OSError):
+        except (probe.BadProbe, probe.probe_reads.NotProbed, socket.timeout, paramiko.SSHException, OSError):
             return None
         finally:
             chan.close()

@@ -18,13 +18,13 @@ its whole shape; format 1).  What is read of it, each part optional:
      "last_verify_ok": float | None,  # ... of the last that left no drift
      "desired_state": {"ok": bool, "reason": str | None, "from_copy": bool},
      "interfaces": [str]}          # whose counters to show; absent (as
-                                   # resident.py has it): every netdev but lo
+                                   # daemon.py has it): every netdev but lo
 
 Wiring is one call, `exporter = start(lambda: agent.status, address,
 textfile)`, and `exporter.stop()` on the way out; every scrape (and each
 textfile write, every `interval` seconds) reads the status and the kernel
 anew.  `python -m nictune.host.resident.metrics ADDRESS STATUS.json` serves a
-status file instead (resident.py's agent-status.json, or a test's).
+status file instead (daemon.py's agent-status.json, or a test's).
 
 Naming (https://prometheus.io/docs/practices/naming/): the nictune_ prefix,
 _total on counters, base units (pause durations in seconds, byte counts in

@@ -22,7 +22,7 @@ Every notification names its device in its header, the nested attribute
 1 of every ethtool message (ETHTOOL_A_*_HEADER; net/ethtool/netlink.c
 ethnl_fill_reply_header puts ETHTOOL_A_HEADER_DEV_INDEX and _DEV_NAME in).
 Not imported by a verify (tests/unit/test_agent_imports.py): only by
-resident.py, when the agent runs.
+host/resident/daemon.py, when the resident agent runs.
 """
 
 from __future__ import annotations
