@@ -236,7 +236,7 @@ def _agent(host, state, monkeypatch, booted: float = 0.0):
     """A Resident on the fake host, no socket; boot_time() says `booted`."""
     from nictune.host.resident import daemon
 
-    monkeypatch.setattr(resident, "boot_time", lambda: booted)
+    monkeypatch.setattr(daemon, "boot_time", lambda: booted)
     lines = []
     agent = daemon.Resident(state, log=lines.append, listen=False)
     agent.host = host
