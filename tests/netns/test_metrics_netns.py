@@ -32,7 +32,7 @@ pytestmark = pytest.mark.netns
 
 parser = pytest.importorskip("prometheus_client.parser")
 
-AGENT_DIR = str(Path(metrics.__file__).resolve().parents[2])
+AGENT_DIR = str(Path(metrics.__file__).resolve().parents[3])
 # Never a proxy: every address here is inside a throw-away namespace.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
