@@ -503,7 +503,7 @@ control_path_dir = {a}/cp
 
 
 class Residents:
-    """The resident agent (host/resident.py) on each of the first n hosts, as
+    """The resident agent (host/resident/daemon.py) on each of the first n hosts, as
     its unit runs it (the zipapp on PYTHONPATH, the environment emptied),
     inside the host's namespace with the host's state directory, moved into
     the host's cgroup so that the CPU it spends answering counts as the

@@ -69,8 +69,8 @@ DONTWRITE = ENV.pop("PYTHONDONTWRITEBYTECODE", None)
 for var in ("PYTHONPROFILEIMPORTTIME", "PYTHONPYCACHEPREFIX", "NICTUNE_STATE_DIR", "NICTUNE_DEBUG"):
     ENV.pop(var, None)
 
-AGENT_MODULES = ("nictune.host.agent", "nictune.host.engine", "nictune.host.netlink.rtnl",
-                 "nictune.host.netlink.ethtool", "nictune.host.netlink.drvinfo")
+AGENT_MODULES = ("nictune.host.agent", "nictune.host.transaction.engine", "nictune.host.transports.netlink.rtnl",
+                 "nictune.host.transports.netlink.ethtool", "nictune.host.transports.netlink.drvinfo")
 
 TARGET_PLAN_S = 1.0
 TARGET_APPLY_S = 2.0
@@ -330,9 +330,9 @@ def startup(lab: Lab, scratch: Path, request: str, profile: Path, state: Path) -
         # (so within the report's `seconds`).
         ("agent-eager", "python -c 'import nictune.host.agent'  (agent, before agent.run)",
          [PY, "-c", "import nictune.host.agent"], None),
-        ("agent-core", "python -c 'import nictune.host.agent, nictune.host.engine'",
-         [PY, "-c", "import nictune.host.agent, nictune.host.engine"], None),
-        ("agent", "  + nictune.host.netlink.rtnl, .ethtool, .drvinfo  (all the agent uses)",
+        ("agent-core", "python -c 'import nictune.host.agent, nictune.host.transaction.engine'",
+         [PY, "-c", "import nictune.host.agent, nictune.host.transaction.engine"], None),
+        ("agent", "  + nictune.host.transports.netlink.rtnl, .ethtool, .drvinfo  (all the agent uses)",
          [PY, "-c", "import " + ", ".join(AGENT_MODULES)], None),
         ("pyroute2", "python -c 'import pyroute2'  (for comparison)", [PY, "-c", "import pyroute2"], None),
         ("validate", "nictune validate PROFILE  (controller imports + CLI run + profile load; no agent)",
@@ -390,7 +390,7 @@ def importtime(stderr: str) -> list:
 
 
 NOTABLE = ("typer", "typer._adapters", "pydantic", "jsonschema", "yaml", "rich", "nictune.profile.loader",
-           "nictune.host.agent", "nictune.host.model", "nictune.host.engine", "pyroute2.netlink", "json", "dataclasses")
+           "nictune.host.agent", "nictune.host.model", "nictune.host.transaction.engine", "pyroute2.netlink", "json", "dataclasses")
 
 
 def import_profile(rows: list, top: int = 6) -> dict:

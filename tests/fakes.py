@@ -3,7 +3,7 @@
 A recorded state (tests/golden/states/*.json, or a golden case's
 observed.json) says what the host's kernel shows:
 
-    links      list of nictune.host.netlink.rtnl.Link fields (RTM_GETLINK);
+    links      list of nictune.host.transports.netlink.rtnl.Link fields (RTM_GETLINK);
                "master": the upper device's name, which the fake links in
                sysfs as the kernel does (X/lower_<name>, <name>/upper_X)
     page_size  the kernel's PAGE_SIZE (Host.page_size), 4096 if left out
@@ -63,13 +63,13 @@ import shutil
 from dataclasses import asdict, fields, replace
 from typing import Callable, Optional
 
-from nictune.host.io import LiveIO
+from nictune.host.transports.io import LiveIO
 from nictune.host.machine import Host
-from nictune.host.netlink.dcb import App, Buffer, DcbState, Ets, Pfc
-from nictune.host.netlink.drvinfo import DrvInfo
-from nictune.host.netlink.errors import NetlinkError
-from nictune.host.netlink.ethtool import Features
-from nictune.host.netlink.rtnl import Link
+from nictune.host.transports.netlink.dcb import App, Buffer, DcbState, Ets, Pfc
+from nictune.host.transports.netlink.drvinfo import DrvInfo
+from nictune.host.transports.netlink.errors import NetlinkError
+from nictune.host.transports.netlink.ethtool import Features
+from nictune.host.transports.netlink.rtnl import Link
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STATES = os.path.join(HERE, "golden", "states")
@@ -536,7 +536,7 @@ class FixtureHost(Host):
 
 
 class FakeIO(LiveIO):
-    """The fake host's port (host/io.py): files are the real ones under the
+    """The fake host's port (host/transports/io.py): files are the real ones under the
     test's root; the page size is the fake kernel's; the clock is a clock of
     its own, which a wait moves at once.  Sockets are the running kernel's,
     as they always were: the fake kernel's handles (rtnl, ethtool, dcb,

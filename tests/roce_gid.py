@@ -1,4 +1,4 @@
-"""Pick one GID out of nictune.host.rdma's tables (test helper, shared by
+"""Pick one GID out of nictune.host.facts.rdma's tables (test helper, shared by
 tests/unit and the VM tests in tests/vm/guest).
 
 The agent chooses its GIDs in nictune.host.knobs.nccl; tests look a single
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from nictune.host import rdma
+from nictune.host.facts import rdma
 
 
 def roce_v2_ipv4(host, device: str, port: int, ndev: Optional[str] = None) -> Optional[rdma.Gid]:

@@ -48,12 +48,12 @@ def plan_one(fleet, profile, host) -> dict:
 def test_a_damaged_cache_is_sent_again_and_the_plan_still_works(fleet, profile):
     host = fleet.of_kind("sshd")[0]
     plan_one(fleet, profile, host)
-    with open(os.path.join(cached_agent(fleet, host), "nictune/host/engine.py"), "r+b") as f:
+    with open(os.path.join(cached_agent(fleet, host), "nictune/host/transaction/engine.py"), "r+b") as f:
         f.truncate(100)  # as a full disk or a crash mid-copy would leave it
 
     result = plan_one(fleet, profile, host)
     assert result["transport"]["agent_sent"] is True
-    assert "nictune/host/engine.py differs" in result["transport"]["cache_damaged"]
+    assert "nictune/host/transaction/engine.py differs" in result["transport"]["cache_damaged"]
     assert any("failed its check" in w and "a fresh copy sent" in w for w in result["warnings"])
     assert plan_one(fleet, profile, host)["transport"] == {"agent_sent": False}
 

@@ -1,6 +1,6 @@
 """The fast audit over real sshd (lab/fleet.py): `nictune audit` asks a
 running resident agent through the session's stream-local forwarding to its
-socket (control/remote/ssh.py, host/resident.py), and takes the zipapp path where
+socket (control/remote/ssh.py, host/resident/daemon.py), and takes the zipapp path where
 none runs or where it runs another archive.
 
 The resident agent is run as its unit would run it (the zipapp on

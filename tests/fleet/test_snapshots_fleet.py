@@ -19,7 +19,7 @@ from fleet_helpers import by_host, git, nictune
 from typer.testing import CliRunner
 
 from nictune.cli.app import app
-from nictune.host import keyfile
+from nictune.host.transports import keyfile
 from nictune.lab.fleet import run_in
 
 pytestmark = pytest.mark.netns

@@ -51,7 +51,7 @@ HUGE = [2**32 - 1, 2**31, 2**31 - 1, 1 << 24, (1 << 16) + 1, 1025, 0]
 GSSET_INFO, GSTRINGS, GSTATS = 0x37, 0x1B, 0x1D
 
 from nictune.control.remote import probe, probecache  # noqa: E402
-from nictune.host import rawreads  # noqa: E402
+from nictune.host.replay import probe_reads  # noqa: E402
 
 sys.path.insert(0, HERE)
 from mutate import HOSTILE_VALUES  # noqa: E402
@@ -259,7 +259,7 @@ def answer_case(a: Answers, rnd: random.Random) -> tuple:
         report = probe.verify(probe.parse_answers(data, a.q), a.request, "fuzz")
     except probe.BadProbe:
         return name, "refused"
-    except rawreads.NotProbed:
+    except probe_reads.NotProbed:
         return name, "not probed"
     if not isinstance(report, dict):
         raise TypeError(f"verify answered {type(report).__name__}")

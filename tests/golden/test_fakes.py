@@ -11,7 +11,7 @@ import errno
 import pytest
 
 from fakes import load_state, overlay
-from nictune.host.netlink import NetlinkError
+from nictune.host.transports.netlink import NetlinkError
 
 pytestmark = pytest.mark.recorded
 

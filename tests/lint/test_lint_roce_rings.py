@@ -16,7 +16,7 @@ import textwrap
 
 import pytest
 
-from nictune.host import nicclass
+from nictune.host.facts import nicclass
 from nictune.profile.lint import lint
 from nictune.profile.loader import Profile, load_profile_text, sources_of
 from nictune.profile.merge import Resolver

@@ -24,7 +24,7 @@ import signal
 import sys
 import time
 
-from nictune.host import journal
+from nictune.host.transaction import journal
 from nictune.host.agent import main
 from nictune.host.knobs.link import LinkFamily
 

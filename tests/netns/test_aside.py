@@ -1,4 +1,4 @@
-"""What a change takes with it (nictune/host/aside.py), against the real
+"""What a change takes with it (nictune/host/transaction/aside.py), against the real
 kernel: an MTU below 1280, `state: down` and ip_forward take addresses,
 routes and per-interface sysctls that restoring their keys does not bring
 back; rollback (manual and automatic) must put them back, or fail with the

@@ -1,4 +1,4 @@
-"""The SIOCETHTOOL fallback (nictune.host.netlink.ethtool_ioctl) against the real kernel.
+"""The SIOCETHTOOL fallback (nictune.host.transports.netlink.ethtool_ioctl) against the real kernel.
 
 It must answer exactly as the netlink backend does, and what it writes is
 read back with ethtool(8).
@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from nictune.host.machine import Host
-from nictune.host.netlink import NetlinkError
-from nictune.host.netlink.ethtool import Ethtool
-from nictune.host.netlink.ethtool_ioctl import EthtoolIoctl
+from nictune.host.transports.netlink import NetlinkError
+from nictune.host.transports.netlink.ethtool import Ethtool
+from nictune.host.transports.netlink.ethtool_ioctl import EthtoolIoctl
 from nsenter import in_netns
 
 AGENT_ROOT = str(Path(__file__).resolve().parents[2] / "agent")
@@ -223,7 +223,7 @@ def test_agent_applies_through_the_ioctl_backend(veth_pair, tmp_path):
     # Proof that the ioctl backend did the work: the netlink one is made to
     # blow up in the agent process (sitecustomize runs before the agent).
     (tmp_path / "sitecustomize.py").write_text(
-        "import nictune.host.netlink.ethtool as m\n"
+        "import nictune.host.transports.netlink.ethtool as m\n"
         "def _no(self, *a, **k):\n"
         "    raise AssertionError('the netlink ethtool backend was used')\n"
         "m.Ethtool.__init__ = _no\n")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from nictune.control.remote.targets import NetnsTarget
-from nictune.host.netlink.xfrm import Template, Xfrm
+from nictune.host.transports.netlink.xfrm import Template, Xfrm
 from nsenter import in_netns
 
 pytestmark = pytest.mark.netns

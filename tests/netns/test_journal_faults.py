@@ -272,7 +272,7 @@ def test_an_apply_killed_before_its_journal_says_nothing_was_written(veth_pair, 
 
 def _lock_path(pair) -> str:
     r = subprocess.run(["ip", "netns", "exec", pair.ns_a, sys.executable, "-c",
-                        "from nictune.host.journal import target_lock; print(target_lock())"],
+                        "from nictune.host.transaction.journal import target_lock; print(target_lock())"],
                        capture_output=True, text=True, env=_env())
     assert r.returncode == 0, r.stderr
     return r.stdout.strip()

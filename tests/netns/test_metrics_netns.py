@@ -1,11 +1,11 @@
-"""The metrics exporter (host/metrics.py) as a real process inside a network
+"""The metrics exporter (host/resident/metrics.py) as a real process inside a network
 namespace, scraped over the namespace's loopback and over a veth, and by a
 real Prometheus server (the binary of Debian's prometheus package, put in
 .venv/bin by scripts/setup) whose query API must return the drift and
 counter series.
 
-The exporter runs as `python -m nictune.host.metrics ADDRESS STATUS.json`,
-serving a status file of the resident agent's shape (host/resident.py) and
+The exporter runs as `python -m nictune.host.resident.metrics ADDRESS STATUS.json`,
+serving a status file of the resident agent's shape (host/resident/daemon.py) and
 the namespace's real counters.  Every process started here is stopped in a
 finally, before the fixture deletes the namespaces.
 """
@@ -25,21 +25,21 @@ from pathlib import Path
 
 import pytest
 
-from nictune.host import metrics
+from nictune.host.resident import metrics
 from tests.nsenter import in_netns
 
 pytestmark = pytest.mark.netns
 
 parser = pytest.importorskip("prometheus_client.parser")
 
-AGENT_DIR = str(Path(metrics.__file__).resolve().parents[2])
+AGENT_DIR = str(Path(metrics.__file__).resolve().parents[3])
 # Never a proxy: every address here is inside a throw-away namespace.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def _start_exporter(ns: str, address: str, status_file: Path):
     env = {**os.environ, "PYTHONPATH": AGENT_DIR}
-    proc = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-m", "nictune.host.metrics",
+    proc = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-m", "nictune.host.resident.metrics",
                              address, str(status_file)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     line = proc.stdout.readline()  # "serving http://HOST:PORT/metrics", or EOF if it died

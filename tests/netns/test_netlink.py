@@ -1,4 +1,4 @@
-"""nictune.host.netlink against the real kernel, cross-checked with ip(8) and ethtool(8)."""
+"""nictune.host.transports.netlink against the real kernel, cross-checked with ip(8) and ethtool(8)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from nictune.host.netlink import NetlinkError
-from nictune.host.netlink.drvinfo import drvinfo
-from nictune.host.netlink.ethtool import Ethtool
-from nictune.host.netlink.rtnl import Rtnl
+from nictune.host.transports.netlink import NetlinkError
+from nictune.host.transports.netlink.drvinfo import drvinfo
+from nictune.host.transports.netlink.ethtool import Ethtool
+from nictune.host.transports.netlink.rtnl import Rtnl
 from nsenter import in_netns
 
 pytestmark = pytest.mark.netns
@@ -302,7 +302,7 @@ def test_netlink_error_format():
 def test_import_stays_light():
     # The agent's CPU budget: no pyroute2/__init__, no asyncio, no pyroute2 socket.
     code = (
-        "import sys, nictune.host.netlink.rtnl, nictune.host.netlink.ethtool, nictune.host.netlink.drvinfo;"
+        "import sys, nictune.host.transports.netlink.rtnl, nictune.host.transports.netlink.ethtool, nictune.host.transports.netlink.drvinfo;"
         "print(sorted(m for m in ('asyncio', 'pyroute2.iproute', 'pyroute2.netlink.nlsocket',"
         " 'pyroute2.netlink.generic', 'pyroute2.ndb') if m in sys.modules))"
     )

@@ -1,7 +1,7 @@
 """Every registered family plans from a recorded `show` as it plans live.
 
 For each family in the registry (host/knobs/__init__.py REGISTRY), a host
-is recorded by a show (host/recorded.py, as `show --save` does), the
+is recorded by a show (host/replay/snapshot.py, as `show --save` does), the
 family's profile is planned from that snapshot, offline, and planned live
 on the same host; the two plans must be equal key for key (before, after,
 status, note, source).  The host is whichever the family has here:
@@ -34,8 +34,9 @@ from typer.testing import CliRunner
 import nictune.host.knobs as knobs
 from fakes import FakeHost, load_state
 from nictune.cli.app import app
-from nictune.host import agent, recorded
-from nictune.host.netlink.devlink import Eswitch
+from nictune.host import agent
+from nictune.host.replay import snapshot
+from nictune.host.transports.netlink.devlink import Eswitch
 from nictune.profile.loader import load_profile
 from nictune.profile.reference import examples
 from ovsdb import running_ovsdb
@@ -127,10 +128,10 @@ def on_fakes(tmp_path, text: str, host_class=FakeHost, state="cx7-host", path=No
     snap = json.loads(json.dumps(shown["snapshot"]))  # as the file stores it
     live = agent.run(dict(request, state_dir=str(tmp_path / "state-live")),
                      host=host_class(state, tmp_path / "live"))
-    replay = recorded.RecordedHost(snap["reads"])
+    replay = snapshot.RecordedHost(snap["reads"])
     with replay.replaying():
         offline = agent.run(request, host=replay)
-    roots = [tmp_path / "recorded", tmp_path / "live", recorded.FAKE_ROOT]
+    roots = [tmp_path / "recorded", tmp_path / "live", snapshot.FAKE_ROOT]
     return _stable(live, roots), _stable(offline, roots)
 
 
@@ -220,7 +221,7 @@ def macsec_case(request, tmp_path) -> tuple:
     if os.geteuid() != 0:
         _cannot_run("key files must be root's: run as root")
     request.getfixturevalue("monkeypatch").setattr(
-        "nictune.host.netlink.macsec.Macsec", _NoMacsecLinks)
+        "nictune.host.transports.netlink.macsec.Macsec", _NoMacsecLinks)
     keys = []
     for name in ("tx", "rx"):
         path = tmp_path / f"ms0-{name}"

@@ -1,4 +1,4 @@
-"""The probe (control/remote/probe.py, host/rawreads.py) on a real kernel: the
+"""The probe (control/remote/probe.py, host/replay/probe_reads.py) on a real kernel: the
 agent learns a verify's questions inside a namespace, the probe asks them
 there with the system's python3 -I -S, and the verify made on the
 controller from its answers equals the agent's own, clean and after drift
@@ -22,7 +22,7 @@ import pytest
 
 from nictune.control.remote import probe
 from nictune.control.remote.request import build_request
-from nictune.host import rawreads
+from nictune.host.replay import probe_reads
 from nictune.profile.loader import load_profile
 
 pytestmark = pytest.mark.netns
@@ -114,7 +114,7 @@ def test_a_read_the_questions_lack_sends_the_host_back_to_its_agent(veth_pair, t
     # A second matching interface: its reads were never asked.
     assert run(ns, ["ip", "link", "add", "ntv1", "type", "veth", "peer", "name", "ntw1"]).returncode == 0
     answers = probe.parse_answers(probe_in(ns, questions), questions)
-    with pytest.raises(rawreads.NotProbed):
+    with pytest.raises(probe_reads.NotProbed):
         probe.verify(answers, req, req["host"])
     # The agent, learning again, covers it.
     report, again = learned(ns, req)

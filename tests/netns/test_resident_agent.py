@@ -1,4 +1,4 @@
-"""The resident agent (host/resident.py) as a process inside a namespace.
+"""The resident agent (host/resident/daemon.py) as a process inside a namespace.
 
 No systemd here: the unit's command line is run directly, under `ip netns
 exec`, as `nictune agent run --netns` does.  The desired state comes from a
@@ -222,7 +222,7 @@ def test_it_keeps_what_the_last_apply_or_rollback_left(lab, agent):
 
 
 def test_the_running_agent_serves_its_drift_as_metrics(lab, agent):
-    # The agent's own endpoint (host/metrics.py), scraped over the
+    # The agent's own endpoint (host/resident/metrics.py), scraped over the
     # namespace's loopback: the drift it recorded, as Prometheus reads it.
     from prometheus_client.parser import text_string_to_metric_families
 

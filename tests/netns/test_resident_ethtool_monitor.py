@@ -150,12 +150,12 @@ def test_channels_changed_on_a_down_veth_are_heard_only_through_the_ethtool_grou
 def test_without_the_group_the_agent_polls_and_says_so(tmp_path, monkeypatch):
     """The real kernel asked for a group it does not have (as a kernel
     before 5.6 has no ethtool family at all)."""
-    from nictune.host import resident
-    from nictune.host.netlink import ethmonitor
+    from nictune.host.resident import daemon
+    from nictune.host.transports.netlink import ethmonitor
 
     monkeypatch.setattr(ethmonitor, "GROUP", "monitor-of-another-kernel")
     lines = []
-    agent = resident.Resident(str(tmp_path / "state"), interval=45, log=lines.append,
+    agent = daemon.Resident(str(tmp_path / "state"), interval=45, log=lines.append,
                               listen=False)
     assert agent.ethtool_monitor() is None
     said = agent.status["ethtool_monitor"]

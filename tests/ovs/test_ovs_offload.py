@@ -177,7 +177,7 @@ def test_the_client_answers_echo_and_reads_split_replies(tmp_path):
     import socket
     import threading
 
-    from nictune.host import ovsdb
+    from nictune.host.transports import ovsdb
 
     path = str(tmp_path / "peer.sock")
     listener = socket.socket(socket.AF_UNIX)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from nictune.host.netlink import dcb as nd
+from nictune.host.transports.netlink import dcb as nd
 from recorded.tools import dcb_calls as calls
 from recorded.tools import dcb_recorder as rec
 from recorded.tools.dcb_calls import DCB_CMD_SDCBX, RecordedDcb, call_for, encode_call

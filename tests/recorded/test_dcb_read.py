@@ -20,9 +20,9 @@ import subprocess
 
 import pytest
 
-from nictune.host.netlink import dcb as nd
-from nictune.host.netlink.errors import NetlinkError
-from nictune.host.netlink.socket import NETLINK_ROUTE, NetlinkSocket
+from nictune.host.transports.netlink import dcb as nd
+from nictune.host.transports.netlink.errors import NetlinkError
+from nictune.host.transports.netlink.socket import NETLINK_ROUTE, NetlinkSocket
 from nsenter import in_netns
 from recorded.tools import dcb_calls as calls
 from recorded.tools import dcb_recorder as rec

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from nictune.host.netlink import devlink as dl
+from nictune.host.transports.netlink import devlink as dl
 from nictune.host.validate import InvalidInput
 
 from .genl_helpers import recorded, run_nictune, shim_in_tmp, wire
@@ -100,7 +100,7 @@ def test_the_installed_devlink_still_sends_the_recorded_bytes(shim):
 _SOCKET_SCRIPT = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from nictune.host.netlink.devlink import Devlink
+from nictune.host.transports.netlink.devlink import Devlink
 d = Devlink()
 d.set_eswitch("pci/0000:03:00.0", mode="switchdev")
 d.set_eswitch("pci/0000:03:00.0", inline_mode="transport")

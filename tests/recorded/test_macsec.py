@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from nictune.host.netlink import macsec as ms
+from nictune.host.transports.netlink import macsec as ms
 
 from .genl_helpers import recorded, run_nictune, shim_in_tmp, wire as _wire
 
@@ -150,7 +150,7 @@ def test_the_decoder_has_no_place_for_a_key():
 _SOCKET_SCRIPT = """
 import gc, json, sys
 sys.path.insert(0, sys.argv[1])
-from nictune.host.netlink.macsec import Macsec, sci_bytes
+from nictune.host.transports.netlink.macsec import Macsec, sci_bytes
 KEY = bytes.fromhex(sys.argv[2])
 m = Macsec()
 kept = []  # every SA message add_sa sent, still referenced after it returns

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from nictune.host.netlink import ethtool_ioctl as ei
-from nictune.host.netlink.errors import NetlinkError
+from nictune.host.transports.netlink import ethtool_ioctl as ei
+from nictune.host.transports.netlink.errors import NetlinkError
 from nsenter import in_netns
 from recorded.tools import tunable_recorder as rec
 

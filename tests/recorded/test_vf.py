@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nictune.host.netlink import vf as nlvf
+from nictune.host.transports.netlink import vf as nlvf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "tools"))
 import vf_record as rec  # noqa: E402

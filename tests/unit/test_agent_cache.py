@@ -64,13 +64,13 @@ def pyc_of(home: str, module: str) -> str:
 
 
 def garble(home):
-    with open(os.path.join(home, "nictune/host/engine.py"), "a") as f:
+    with open(os.path.join(home, "nictune/host/transaction/engine.py"), "a") as f:
         f.write("\n)))) not python\n")
-    return "nictune/host/engine.py differs"
+    return "nictune/host/transaction/engine.py differs"
 
 
 def truncate_pyc(home):
-    path = pyc_of(home, "nictune/host/journal.py")
+    path = pyc_of(home, "nictune/host/transaction/journal.py")
     os.truncate(path, 20)
     return os.path.relpath(path, home) + " differs"
 
@@ -122,8 +122,8 @@ def world_writable_folder(home):
 def foreign_owner(home):
     if os.geteuid() != 0:
         pytest.skip("needs root to give a file away")
-    os.chown(os.path.join(home, "nictune/host/engine.py"), 4321, 4321)
-    return "nictune/host/engine.py is owned by uid 4321"
+    os.chown(os.path.join(home, "nictune/host/transaction/engine.py"), 4321, 4321)
+    return "nictune/host/transaction/engine.py is owned by uid 4321"
 
 
 @pytest.mark.parametrize("damage", [garble, truncate_pyc, remove_a_module, add_a_module,

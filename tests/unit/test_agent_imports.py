@@ -29,31 +29,38 @@ from nictune.host.knobs.base import Family
 from nictune.profile.loader import load_profile_text
 
 # What a verify of link/sysctl/features/nccl may import of nictune.
+# (the rooms' package __init__ files, transaction/facts/transports, hold a
+# docstring only)
 NICTUNE_ALLOWED = {
     "nictune", "nictune.host", "nictune.host.agent", "nictune.host.errors", "nictune.host.model",
-    "nictune.host.text", "nictune.host.validate", "nictune.host.machine", "nictune.host.journal",
-    "nictune.host.engine", "nictune.host.aside", "nictune.host.health", "nictune.host.rdma",
-    "nictune.host.nicclass", "nictune.host.ibauto", "nictune.host.files", "nictune.host.io",
+    "nictune.host.text", "nictune.host.validate", "nictune.host.machine", "nictune.host.files",
+    "nictune.host.transaction", "nictune.host.transaction.journal",
+    "nictune.host.transaction.engine", "nictune.host.transaction.aside",
+    "nictune.host.facts", "nictune.host.facts.health", "nictune.host.facts.rdma",
+    "nictune.host.facts.nicclass", "nictune.host.facts.ibauto",
+    "nictune.host.transports", "nictune.host.transports.io",
     "nictune.host.knobs", "nictune.host.knobs.base", "nictune.host.knobs.sysctl",
     "nictune.host.knobs.link", "nictune.host.knobs.ethtool", "nictune.host.knobs.envfile",
     "nictune.host.knobs.nccl",
-    "nictune.host.netlink", "nictune.host.netlink.errors", "nictune.host.netlink._nlmsg",
-    "nictune.host.netlink.socket", "nictune.host.netlink.genl", "nictune.host.netlink.uapi",
-    "nictune.host.netlink.devlink", "nictune.host.netlink.rtnl", "nictune.host.netlink.names",
-    "nictune.host.netlink.ioctl", "nictune.host.netlink.drvinfo", "nictune.host.netlink.ethtool",
-    "nictune.host.netlink.sadinfo",
+    "nictune.host.transports.netlink", "nictune.host.transports.netlink.errors",
+    "nictune.host.transports.netlink._nlmsg", "nictune.host.transports.netlink.socket",
+    "nictune.host.transports.netlink.genl", "nictune.host.transports.netlink.uapi",
+    "nictune.host.transports.netlink.devlink", "nictune.host.transports.netlink.rtnl",
+    "nictune.host.transports.netlink.names", "nictune.host.transports.netlink.ioctl",
+    "nictune.host.transports.netlink.drvinfo", "nictune.host.transports.netlink.ethtool",
+    "nictune.host.transports.netlink.sadinfo",
 }
 # The stdlib modules the agent imports itself; what they import in turn is
 # measured on the running Python (it differs between versions).
 # dataclasses (and the inspect it pulls in, ~10 ms) stays for now: the
-# netlink handles' results are dataclasses, and host/recorded.py's
+# netlink handles' results are dataclasses, and host/replay/snapshot.py's
 # snapshots encode them with dataclasses.fields().
 STDLIB_ROOTS = ("__future__", "json", "dataclasses", "socket", "struct", "array", "select", "fcntl", "errno",
                 "fnmatch", "contextlib", "time", "os", "re")
 # Never on this path: what issue 13 cut, and what nothing here needs.
 FORBIDDEN = ("logging", "typing", "pyroute2", "asyncio", "threading", "traceback", "ipaddress",
-             "subprocess", "importlib.util", "nictune.host.netlink._pyroute2",
-             "nictune.host.netlink.xfrm", "nictune.host.netlink.inet", "nictune.host.ipsec",
+             "subprocess", "importlib.util", "nictune.host.transports.netlink._pyroute2",
+             "nictune.host.transports.netlink.xfrm", "nictune.host.transports.netlink.inet", "nictune.host.facts.ipsec",
              "nictune.host.knobs.ovs", "nictune.host.knobs.ipsec", "nictune.host.knobs.macsec",
              "nictune.host.knobs.expect", "nictune.host.knobs.dcb", "nictune.host.knobs.roce")
 
@@ -142,7 +149,7 @@ def test_a_profile_loads_the_families_of_its_sections_only():
 
 def test_the_engine_imports_no_family_until_a_profile_names_it():
     agent_dir = os.path.dirname(os.path.dirname(os.path.dirname(knobs.__path__[0])))
-    loaded, _ = _modules("import sys\nsys.path.insert(0, sys.argv[1])\nimport nictune.host.engine\n"
+    loaded, _ = _modules("import sys\nsys.path.insert(0, sys.argv[1])\nimport nictune.host.transaction.engine\n"
                          + DUMP, agent_dir)
     # aside.py reads sysctl's SPREAD table: that family comes with the engine.
     assert sorted(m for m in loaded if m.startswith("nictune.host.knobs.")) == [

@@ -23,8 +23,8 @@ def test_the_archive_is_reproducible():
 
 def test_it_holds_the_host_side_and_nothing_of_the_controller():
     names = zipfile.ZipFile(io.BytesIO(agentzip.build().data)).namelist()
-    assert "nictune/host/agent.py" in names and "nictune/host/engine.py" in names
-    assert "nictune/host/netlink/rtnl.py" in names and "__main__.py" in names
+    assert "nictune/host/agent.py" in names and "nictune/host/transaction/engine.py" in names
+    assert "nictune/host/transports/netlink/rtnl.py" in names and "__main__.py" in names
     nictune_files = [n for n in names if n.startswith("nictune/")]
     assert nictune_files and all(n == "nictune/__init__.py" or n.startswith("nictune/host/")
                                  for n in nictune_files)

@@ -8,14 +8,14 @@ import os
 
 import pytest
 
-from nictune.host.io import LiveIO
+from nictune.host.transports.io import LiveIO
 from nictune.host.knobs import sriov as sriov_mod
 from nictune.host.knobs.eswitch import EswitchFamily, devlink_handle
 from nictune.host.knobs.sriov import SriovFamily
 from nictune.host.machine import Host, Interface
 from nictune.host.model import Key, Unsupported
-from nictune.host.netlink.devlink import Eswitch
-from nictune.host.netlink.vf import VfConfig
+from nictune.host.transports.netlink.devlink import Eswitch
+from nictune.host.transports.netlink.vf import VfConfig
 from nictune.host.validate import InvalidInput
 
 

@@ -1,12 +1,12 @@
 """Which pending changes take state with them that restoring their keys does
-not undo (nictune/host/aside.py), and how plans say so.  Recording and
+not undo (nictune/host/transaction/aside.py), and how plans say so.  Recording and
 restoring that state runs against the real kernel: tests/netns/test_aside.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from nictune.host import aside
+from nictune.host.transaction import aside
 from nictune.host.knobs.sysctl import SysctlFamily
 from nictune.host.machine import Host
 from nictune.host.model import HOST, Change, Key

@@ -19,9 +19,9 @@ import pytest
 
 from fakes import FakeHost
 from nictune.host import model as m
-from nictune.host.engine import Engine, Families
+from nictune.host.transaction.engine import Engine, Families
 from nictune.host.errors import InvalidInput
-from nictune.host.health import _ETHTOOL_COUNTERS, GAUGES, RDMA_COUNTERS, ROCE_HEALTH, Health
+from nictune.host.facts.health import _ETHTOOL_COUNTERS, GAUGES, RDMA_COUNTERS, ROCE_HEALTH, Health
 from nictune.host.knobs.expect import ExpectFamily
 from nictune.profile import check as profile_check
 from nictune.profile import schema as s

@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from nictune.host import model as m
-from nictune.host import nicclass
-from nictune.host.engine import Engine
+from nictune.host.facts import nicclass
+from nictune.host.transaction.engine import Engine
 from nictune.host.knobs.crypto import CRYPTO_BITS, CryptoFamily
 from nictune.host.knobs.ethtool import FeaturesFamily
 from nictune.profile import check as profile_check

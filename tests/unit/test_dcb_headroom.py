@@ -15,7 +15,7 @@ import pytest
 
 from fakes import FakeHost, cx7_rails_state, load_state
 from nictune.host import model as m
-from nictune.host.engine import Engine
+from nictune.host.transaction.engine import Engine
 from nictune.host.knobs.dcb import DcbFamily
 from nictune.host.knobs.roce import RoceFamily
 from nictune.host.knobs.tunable import TunableFamily

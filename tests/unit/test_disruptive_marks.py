@@ -15,7 +15,7 @@ from shipped import CX7, P0
 from nictune.cli.output import Printer, envelope
 from nictune.control.remote.hostreport import ProtocolError, accept
 from nictune.host import agent
-from nictune.host.engine import Engine
+from nictune.host.transaction.engine import Engine
 from nictune.host.knobs import REGISTERED
 
 

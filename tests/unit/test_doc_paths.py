@@ -14,10 +14,10 @@ DOCS = sorted([REPO / "README.md", REPO / "playbooks" / "README.md", REPO / "ben
                REPO / "tests" / "vm" / "README.md",
                *(REPO / "docs").rglob("*.md")])
 TOP = {"agent", "tests", "docs", "profiles", "playbooks", "bench", "scripts", "contrib", ".ci"}
-# Rooms of the package, cited without agent/nictune/ in front; knobs/ and
-# netlink/ sit below host/.
+# Rooms of the package, cited without agent/nictune/ in front; knobs/ sits
+# below host/, netlink/ below host/transports/.
 ROOTS = {"nictune": REPO / "agent", "knobs": REPO / "agent" / "nictune" / "host",
-         "netlink": REPO / "agent" / "nictune" / "host"}
+         "netlink": REPO / "agent" / "nictune" / "host" / "transports"}
 PACKAGE = REPO / "agent" / "nictune"
 FENCE = re.compile(r"^(`{3,})[^\n]*\n.*?^\1\s*$", re.S | re.M)
 LINK = re.compile(r"\]\(([^)\s]+)\)")

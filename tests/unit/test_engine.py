@@ -17,7 +17,7 @@ import pytest
 from fakes import FakeHost
 from nictune.host import agent
 from nictune.host import model as m
-from nictune.host.engine import Engine
+from nictune.host.transaction.engine import Engine
 from nictune.host.errors import Interrupted, NoJournal
 from nictune.host.knobs import FAMILIES
 from nictune.host.knobs.base import Family

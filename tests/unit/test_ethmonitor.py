@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import struct
 
-from nictune.host.netlink.ethmonitor import parse_notifications
-from nictune.host.resident import Resident
+from nictune.host.transports.netlink.ethmonitor import parse_notifications
+from nictune.host.resident.daemon import Resident
 
 FAMILY = 21
 

@@ -16,7 +16,7 @@ import pytest
 from fakes import FakeHost
 from nictune.host import agent
 from nictune.host import model as m
-from nictune.host.engine import Engine, Families
+from nictune.host.transaction.engine import Engine, Families
 from nictune.host.knobs.expect import ExpectFamily, version_met
 from nictune.host.model import Key
 from nictune.profile import check as profile_check

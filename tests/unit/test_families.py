@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from nictune.host.engine import Engine
+from nictune.host.transaction.engine import Engine
 from nictune.host.errors import InvalidInput, NictuneError
 from nictune.host.knobs import FAMILIES, REGISTERED, family_named
 from nictune.host.knobs.base import Family
@@ -223,7 +223,7 @@ def test_invalid_input_during_a_read_refuses_the_whole_command(cx7, tmp_path, mo
 
 
 def test_a_read_that_raises_marks_only_that_family(cx7):
-    from nictune.host.engine import Families
+    from nictune.host.transaction.engine import Families
 
     fams = Families(cx7)
     keys = [Key("rings", "enp23s0f0np0", "rx"), Key("link", "enp23s0f0np0", "mtu")]

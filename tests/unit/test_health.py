@@ -10,7 +10,7 @@ import os
 import pytest
 from fakes import FixtureHost
 
-from nictune.host.health import Health, _gts
+from nictune.host.facts.health import Health, _gts
 from nictune.host.machine import Interface
 
 FIXTURE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),

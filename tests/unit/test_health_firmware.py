@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 from fakes import FixtureHost
 
-from nictune.host.health import Health
+from nictune.host.facts.health import Health
 from nictune.host.knobs.expect import ExpectFamily
 from nictune.host.machine import Interface
 from nictune.host.model import Key, Unsupported, Want
-from nictune.host.netlink import devlink as dl
-from nictune.host.netlink.errors import NetlinkError
+from nictune.host.transports.netlink import devlink as dl
+from nictune.host.transports.netlink.errors import NetlinkError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recorded" / "tools"))
 import devlink_record as rec  # noqa: E402

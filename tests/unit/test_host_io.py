@@ -1,4 +1,4 @@
-"""Host.io (host/io.py): the one door to the kernel, and its adapters.
+"""Host.io (host/transports/io.py): the one door to the kernel, and its adapters.
 
 The live port's derived operations answer as os.path does; a recording and
 the probe's learning wrap the host's own port (a fake host stays fake) and
@@ -14,8 +14,12 @@ import socket
 
 from fakes import FakeHost
 
-from nictune.host import knobs, rawreads, recorded
-from nictune.host.io import LiveIO
+from nictune.host import knobs
+
+from nictune.host.replay import probe_reads
+
+from nictune.host.replay import snapshot
+from nictune.host.transports.io import LiveIO
 
 
 def _tree(tmp_path):
@@ -73,13 +77,13 @@ def test_a_recording_patches_nothing_and_keeps_the_hosts_own_port(tmp_path):
         seen.append((builtins.open, os.open, os.stat, os.listdir, socket.socket))
         return host.page_size()
 
-    page, reads = recorded.record(host, run, "2026-12-01T03:00:00Z")
+    page, reads = snapshot.record(host, run, "2026-12-01T03:00:00Z")
     assert seen == [originals]  # nothing of the process was swapped, even while recording
     assert page == 65536  # the fake host's page size, through its own port
     assert reads["calls"]['host.page_size[[],{}]'] == {"value": 65536}
     assert reads["files"]["open /proc/sys/net/core/somaxconn"] == {"text": "4096\n"}
-    assert host.io.page_size() == 65536 and not isinstance(host.io, recorded.SessionIO)
-    replay = recorded.RecordedHost(reads)
+    assert host.io.page_size() == 65536 and not isinstance(host.io, snapshot.SessionIO)
+    replay = snapshot.RecordedHost(reads)
     assert replay.page_size() == 65536
     assert replay.io.read_text("/nictune-snapshot/proc/sys/net/core/somaxconn") == "4096\n"
 
@@ -94,7 +98,7 @@ def test_learning_keeps_the_hosts_own_port_and_patches_nothing(tmp_path):
         host.io.sleep(3)  # the fake port's clock, not this process's
         return host.io.listdir(host.path("sys/class/net"))
 
-    listing, questions = rawreads.learn(host, run)
+    listing, questions = probe_reads.learn(host, run)
     assert listing == [] and host.io.waits == [3]
     assert questions["files"] == ["listdir /sys/class/net"]
 
@@ -106,7 +110,7 @@ def test_a_recording_asks_every_registered_family_what_a_plan_may_read(tmp_path,
     for cls in classes:
         monkeypatch.setattr(cls, "plan_reads", classmethod(lambda c, host: asked.append(c)))
     host = FakeHost({"links": []}, tmp_path / "root")
-    recorded.record(host, lambda: None, "2026-12-01T03:00:00Z")
+    snapshot.record(host, lambda: None, "2026-12-01T03:00:00Z")
     assert sorted(asked, key=lambda c: c.__name__) == sorted(classes, key=lambda c: c.__name__)
 
 
@@ -125,11 +129,11 @@ def test_macsec_key_files_are_read_through_the_port(tmp_path):
                 MacsecFamily(host).expand("enp23s0f0np0", section, lambda *p: "profile.yaml")]
 
     host = FakeHost("cx7-host", tmp_path / "root")
-    desired, reads = recorded.record(host, lambda: expand(host), "2026-12-01T03:00:00Z")
+    desired, reads = snapshot.record(host, lambda: expand(host), "2026-12-01T03:00:00Z")
     assert any("key" in str(value) for _, value in desired), desired
     loads = [ident for ident in reads["calls"] if ident.startswith("keyfile.load")]
     assert len(loads) == 1 and "00112233" not in json.dumps(reads)
-    assert expand(recorded.RecordedHost(reads)) == desired
+    assert expand(snapshot.RecordedHost(reads)) == desired
 
 
 FORMAT1 = os.path.join(os.path.dirname(__file__), "..", "fixtures", "snapshots",
@@ -148,7 +152,7 @@ def test_a_snapshot_written_before_the_port_replays_as_a_new_one(tmp_path):
 
     with open(FORMAT1) as f:
         old = json.load(f)
-    assert old["nictune_snapshot"] == recorded.SNAPSHOT_FORMAT == 1
+    assert old["nictune_snapshot"] == snapshot.SNAPSHOT_FORMAT == 1
     report = agent.run({"nictune_request": 1, "command": "show", "record": True,
                         "state_dir": str(tmp_path / "state")},
                        host=FakeHost(cx7_rails_state(), tmp_path / "root"))
@@ -162,7 +166,7 @@ def test_a_snapshot_written_before_the_port_replays_as_a_new_one(tmp_path):
                "profile": {"path": profile.path, "doc": profile.doc, "sources": profile.sources}}
 
     def plan(snap):
-        out = agent.run(dict(request, host="h1"), host=recorded.RecordedHost(snap["reads"]))
+        out = agent.run(dict(request, host="h1"), host=snapshot.RecordedHost(snap["reads"]))
         return out["error"], out["changes"]
 
     error, changes = plan(old)

@@ -1,4 +1,4 @@
-"""NCCL_IB_HCA / NCCL_IB_GID_INDEX `auto` and GID-index drift (nictune.host.ibauto)
+"""NCCL_IB_HCA / NCCL_IB_GID_INDEX `auto` and GID-index drift (nictune.host.facts.ibauto)
 on sysfs fixture trees that stand in for RDMA hardware no kernel here has:
 tests/fixtures/ibauto-host (two rails, a storage port, a front-end port whose
 IPv4 GID index differs; see its README) and tests/fixtures/mana-host."""
@@ -11,9 +11,9 @@ import os
 import pytest
 
 from fakes import FakeHost, load_state
-from nictune.host import ibauto
-from nictune.host.ibauto import AutoUnresolved, gid_index_problem, resolve_auto
-from nictune.host.engine import Engine
+from nictune.host.facts import ibauto
+from nictune.host.facts.ibauto import AutoUnresolved, gid_index_problem, resolve_auto
+from nictune.host.transaction.engine import Engine
 from nictune.host.knobs.nccl import parse
 from nictune.host.validate import InvalidInput
 

@@ -12,11 +12,11 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from nictune.host.errors import InvalidInput
-from nictune.host.io import LiveIO
+from nictune.host.transports.io import LiveIO
 from nictune.host.knobs import family_named
 from nictune.host.knobs import ipsec as fam
 from nictune.host.model import Key, Unsupported
-from nictune.host.netlink.xfrm import Alg, Offload, Policy, Sa, Template
+from nictune.host.transports.netlink.xfrm import Alg, Offload, Policy, Sa, Template
 from nictune.profile import SCHEMA
 
 KEY = "0a1b2c3d4e5f60718293a4b5c6d7e8f901234567"
@@ -64,7 +64,7 @@ def test_the_plan_shows_the_fingerprint_never_the_key(key_file):
     assert pol.want.value == ("tmpl 198.18.0.1 > 198.18.0.2 esp transport reqid 1 priority 0 "
                               "offload none")
     note = f.note(sa.key)
-    from nictune.host.keyfile import fingerprint
+    from nictune.host.transports.keyfile import fingerprint
     assert f"fingerprint {fingerprint((KEY + chr(10)).encode())}" in note
     assert "0x6e740001" in note
     texts = repr((sa, pol, note, f.note(pol.key))).lower()

@@ -18,9 +18,10 @@ import stat
 import pytest
 
 from fakes import FakeHost
-from nictune.host import agent, journal
+from nictune.host import agent
+from nictune.host.transaction import journal
 from nictune.host import model as m
-from nictune.host.engine import Engine
+from nictune.host.transaction.engine import Engine
 from nictune.host.errors import Interrupted, JournalDamaged, StateDirError
 from shipped import P0, P1
 

@@ -1,6 +1,6 @@
 """`nictune rollback` and the resident agent's own journal records.
 
-The agent journals every apply it makes ("by": "agent", host/resident.py);
+The agent journals every apply it makes ("by": "agent", host/resident/daemon.py);
 a user's rollback must still undo the user's last apply and put back the
 desired state before it (engine.Engine.rollback, journal.user_apply).  On
 the fake ConnectX-7 host of tests/fakes.py, with a real state directory;
@@ -16,9 +16,9 @@ import os
 import pytest
 
 from fakes import FakeHost
-from nictune.host import journal
+from nictune.host.transaction import journal
 from nictune.host import model as m
-from nictune.host.engine import Engine, Superseded
+from nictune.host.transaction.engine import Engine, Superseded
 from nictune.host.errors import JournalDamaged
 from shipped import P0, P1
 

@@ -1,4 +1,4 @@
-"""Key files (host/keyfile.py): who may hold a key, how it is fingerprinted,
+"""Key files (host/transports/keyfile.py): who may hold a key, how it is fingerprinted,
 and that no refusal ever quotes the key."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from nictune.host import keyfile
+from nictune.host.transports import keyfile
 from nictune.host.errors import InvalidInput
 
 KEY = "00112233445566778899aabbccddeeff"

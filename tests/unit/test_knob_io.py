@@ -87,7 +87,7 @@ def test_knob_modules_reach_the_kernel_only_through_the_port():
     found = []
     for module in modules:
         found += problems(module.read_text(), f"host/knobs/{module.name}")
-    assert found == [], "use Host.io (host/io.py) instead:\n" + "\n".join(found)
+    assert found == [], "use Host.io (host/transports/io.py) instead:\n" + "\n".join(found)
 
 
 def test_each_way_past_the_port_is_found():
@@ -104,8 +104,8 @@ def test_each_way_past_the_port_is_found():
         "from os.path import exists": "from os.path import exists",
         "import os\nf = os\nf.listdir('/')": "os itself",
         "import os as o": "import os as o",
-        "from nictune.host import keyfile\nkeyfile.check(p)": "keyfile.check",
-        "from nictune.host import keyfile\nk, fp = keyfile.load(p, 16)": "keyfile.load",
+        "from nictune.host.transports import keyfile\nkeyfile.check(p)": "keyfile.check",
+        "from nictune.host.transports import keyfile\nk, fp = keyfile.load(p, 16)": "keyfile.load",
     }
     for source, expected in planted.items():
         found = problems(source, "planted.py")

@@ -1,4 +1,4 @@
-"""The resident agent's Prometheus metrics (host/metrics.py, issue 14 item 4).
+"""The resident agent's Prometheus metrics (host/resident/metrics.py, issue 14 item 4).
 
 The text is read back with prometheus_client's own parser (the oracle, from
 the test extras), never with a regex of ours.  The mlx5 ethtool statistics
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from nictune.host import metrics
+from nictune.host.resident import metrics
 from nictune.host.machine import Host
 
 parser = pytest.importorskip("prometheus_client.parser")
@@ -73,7 +73,7 @@ def test_escaping_is_the_formats_own():
 
 
 def test_status_series_names_types_and_values():
-    # The shape host/resident.py writes (its docstring; format 1).
+    # The shape host/resident/daemon.py writes (its docstring; format 1).
     status = {"nictune_agent_status": 1, "pid": 1, "reapplies": 3, "last_verify": 1764500060.0,
               "last_verify_ok": 1764500000.25, "idle": None,
               "keys": {"link:eth0:mtu": {"drifts": 2, "restores": 1, "last_drift": 1764500050.0,

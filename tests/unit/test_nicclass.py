@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nictune.host import nicclass
+from nictune.host.facts import nicclass
 
 
 def test_mana_has_no_dcb_and_says_so_per_key():

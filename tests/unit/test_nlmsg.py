@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import pytest
 
-from nictune.host.netlink import _nlmsg
-from nictune.host.netlink import _pyroute2 as pr
-from nictune.host.netlink import devlink, ethtool, genl, rtnl, sadinfo
+from nictune.host.transports.netlink import _nlmsg
+from nictune.host.transports.netlink import _pyroute2 as pr
+from nictune.host.transports.netlink import devlink, ethtool, genl, rtnl, sadinfo
 
 NESTED = _nlmsg.NLA_F_NESTED
 

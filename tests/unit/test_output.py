@@ -16,7 +16,7 @@ from fakes import FakeHost
 from shipped import CX7, MAIA, MAIA_TSO, P0, P1
 from nictune.host import agent
 from nictune.cli.output import Printer, _summary, _value, envelope
-from nictune.host.engine import Engine
+from nictune.host.transaction.engine import Engine
 
 
 

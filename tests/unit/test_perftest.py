@@ -15,7 +15,7 @@ from fakes import FakeHost
 from nictune.control.rollout import perftest
 from nictune.control.rollout.perftest import Endpoint, Perftest, PerftestError
 from nictune.host.errors import InvalidInput
-from nictune.host.ibauto import AutoUnresolved
+from nictune.host.facts.ibauto import AutoUnresolved
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "perftest")
 RAIL0, RAIL1, STORAGE, FRONT = "enp23s0f0np0", "enp23s0f1np1", "enp41s0f0np0", "enp65s0f0np0"

@@ -17,9 +17,9 @@ import threading
 import pytest
 
 from nictune.control.remote import probe, probecache
-from nictune.host import rawreads
+from nictune.host.replay import probe_reads
 
-QUESTIONS = {"format": rawreads.FORMAT, "files": ["open /proc/sys/net/ipv4/tcp_ecn"],
+QUESTIONS = {"format": probe_reads.FORMAT, "files": ["open /proc/sys/net/ipv4/tcp_ecn"],
              "kernel": [["netlink", 0, base64.b64encode(bytes(20)).decode()]], "nofollow": []}
 ARCHIVE = "a" * 64
 NOBODY = 65534
@@ -158,6 +158,6 @@ def test_questions_too_big_to_keep_are_not_written(cache):
 
 
 def test_a_verify_found_not_askable_is_remembered(cache):
-    cache.learned(key(host="c"), {"format": rawreads.FORMAT, "why_not": ["a key file"]})
+    cache.learned(key(host="c"), {"format": probe_reads.FORMAT, "why_not": ["a key file"]})
     assert cache.lookup(key(host="c")) == (None, True)
     assert probe.checked_questions(json.load(open(path_of(cache, key(host="c"))))) is None

@@ -15,11 +15,12 @@ import tracemalloc
 import pytest
 
 from nictune.control.remote import probe
-from nictune.host import health, rawreads
-from nictune.host.netlink import ethtool, ioctl
-from nictune.host.netlink.errors import NetlinkError
+from nictune.host.facts import health
+from nictune.host.replay import probe_reads
+from nictune.host.transports.netlink import ethtool, ioctl
+from nictune.host.transports.netlink.errors import NetlinkError
 
-QUESTIONS = {"format": rawreads.FORMAT, "files": ["open /proc/sys/net/ipv4/tcp_ecn", "stat /sys/class/net",
+QUESTIONS = {"format": probe_reads.FORMAT, "files": ["open /proc/sys/net/ipv4/tcp_ecn", "stat /sys/class/net",
                                                   "listdir /sys/class/net", "access /proc/sys/net/ipv4/tcp_ecn 2"],
              "kernel": [["netlink", 0, base64.b64encode(bytes(20)).decode()],
                         ["ioctl", "eth0", base64.b64encode(bytes(8)).decode()]],
@@ -105,7 +106,7 @@ def test_the_probe_imports_nothing_but_c_modules():
 # -- what a host's answers may make the controller allocate ---------------------------
 
 class _SsetInfoSocket:
-    """A socket as the host's port makes it (host/io.py), whose SIOCETHTOOL
+    """A socket as the host's port makes it (host/transports/io.py), whose SIOCETHTOOL
     answers GSSET_INFO with `count`; every call noted."""
 
     def __init__(self, count: int, calls: list):

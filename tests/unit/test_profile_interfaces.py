@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from fakes import FakeHost
 from shipped import P0, P1
-from nictune.host.engine import Families, expand
+from nictune.host.transaction.engine import Families, expand
 from nictune.host.knobs.base import Family
 
 PROFILE = {"nictune": 1,

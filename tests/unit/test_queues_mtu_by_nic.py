@@ -16,12 +16,12 @@ import os
 import pytest
 
 from fakes import FakeHost
-from nictune.host import nicclass
-from nictune.host.engine import Engine
+from nictune.host.facts import nicclass
+from nictune.host.transaction.engine import Engine
 from nictune.host.knobs.ethtool import ChannelsFamily, RingsFamily
 from nictune.host.knobs.link import LinkFamily
 from nictune.host.model import Key, Want
-from nictune.host.netlink.errors import NetlinkError
+from nictune.host.transports.netlink.errors import NetlinkError
 from nictune.profile.errors import ProfileError
 from nictune.profile.loader import load_profile, load_profile_text
 

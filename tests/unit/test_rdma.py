@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
-from nictune.host import rdma
-from nictune.host.io import LiveIO
+from nictune.host.facts import rdma
+from nictune.host.transports.io import LiveIO
 from nictune.host.machine import Host
 from nictune.host.validate import InvalidInput
 from roce_gid import roce_v2_ipv4

@@ -1,6 +1,6 @@
 """The fast audit's pieces on this machine: the stream-local channel-open
 message the controller sends (control/remote/ssh.py), and the resident agent's
-socket (host/resident.py AuditSocket): bounded request, plan/verify only,
+socket (host/resident/daemon.py AuditSocket): bounded request, plan/verify only,
 its own archive only, a uid-0 peer only (a real client run as nobody with
 setpriv), and a real verify answered through it.  The whole path over real
 sshd is tests/fleet/test_resident_audit_fleet.py."""
@@ -19,8 +19,8 @@ import threading
 import pytest
 
 from nictune.control.remote.ssh import STREAMLOCAL, streamlocal_open
-from nictune.host import resident
-from nictune.host.resident import AuditSocket, read_request, refusal
+from nictune.host.resident import daemon
+from nictune.host.resident.daemon import AuditSocket, read_request, refusal
 
 
 def _string(b: bytes) -> bytes:
@@ -143,4 +143,4 @@ def test_a_peer_that_is_not_root_is_refused(tmp_path):
 
 
 def test_not_run_from_an_archive_the_agent_has_no_id():
-    assert resident.archive_id() is None  # imported from the source tree here
+    assert daemon.archive_id() is None  # imported from the source tree here

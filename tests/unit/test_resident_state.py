@@ -15,10 +15,10 @@ import time
 import pytest
 
 from fakes import FakeHost
-from nictune.host.engine import Engine
+from nictune.host.transaction.engine import Engine
 from nictune.host.errors import JournalDamaged, StateDirError
-from nictune.host.journal import Journal
-from nictune.host.resident import FlapLimiter, drift_policy, parse_link_events
+from nictune.host.transaction.journal import Journal
+from nictune.host.resident.daemon import FlapLimiter, drift_policy, parse_link_events
 from nictune.profile.loader import load_profile_text
 from nictune.profile.errors import ProfileError
 from shipped import CX7, P1
@@ -234,11 +234,11 @@ def test_a_desired_state_that_is_not_a_file_refuses_the_apply_before_any_write(c
 
 def _agent(host, state, monkeypatch, booted: float = 0.0):
     """A Resident on the fake host, no socket; boot_time() says `booted`."""
-    from nictune.host import resident
+    from nictune.host.resident import daemon
 
-    monkeypatch.setattr(resident, "boot_time", lambda: booted)
+    monkeypatch.setattr(daemon, "boot_time", lambda: booted)
     lines = []
-    agent = resident.Resident(state, log=lines.append, listen=False)
+    agent = daemon.Resident(state, log=lines.append, listen=False)
     agent.host = host
     agent.lines = lines
     return agent
@@ -323,7 +323,7 @@ def test_the_first_start_since_boot_applies_the_whole_desired_state(cx7, monkeyp
 
 
 def test_a_damaged_desired_state_gives_way_to_its_copy_and_says_so(cx7, monkeypatch):
-    from nictune.host import metrics
+    from nictune.host.resident import metrics
 
     host, state = _applied_then_drifted(cx7)
     with open(os.path.join(state, "desired.json"), "w") as f:
@@ -342,7 +342,7 @@ def test_a_damaged_desired_state_gives_way_to_its_copy_and_says_so(cx7, monkeypa
 
 
 def test_a_desired_state_that_cannot_be_read_is_a_series_not_zero_drift(cx7, monkeypatch):
-    from nictune.host import metrics
+    from nictune.host.resident import metrics
 
     host, state = _applied_then_drifted(cx7)
     for name in ("desired.json", "desired.json.copy"):

@@ -9,7 +9,7 @@ import pytest
 
 from fakes import FakeHost, cx7_rails_state
 from nictune.host import model as m
-from nictune.host.engine import Engine
+from nictune.host.transaction.engine import Engine
 from nictune.host.knobs.dcb import DcbFamily, default_dscp_map
 from nictune.host.knobs.nccl import AutoUnresolved, NcclFamily, resolve_auto
 from nictune.host.knobs.roce import RoceFamily

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from nictune.host import health
-from nictune.host.ipsec import Finding, Usage
+from nictune.host.facts import health
+from nictune.host.facts.ipsec import Finding, Usage
 from nictune.host.machine import Host, Interface
-from nictune.host.netlink import sadinfo
+from nictune.host.transports.netlink import sadinfo
 
 
 def _health(monkeypatch, count):

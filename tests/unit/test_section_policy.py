@@ -10,7 +10,7 @@ import pytest
 
 from fakes import FakeHost, load_state
 from nictune.host import agent
-from nictune.host.engine import Policy
+from nictune.host.transaction.engine import Policy
 from nictune.profile import ProfileError, load_profile_text
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from fakes import FakeHost
 from nictune.host import model as m
-from nictune.host.engine import Engine
+from nictune.host.transaction.engine import Engine
 from nictune.host.knobs.crypto import CRYPTO_BITS, CryptoFamily
 from nictune.host.knobs.eswitch import EswitchFamily
 from nictune.host.knobs.expect import ExpectFamily

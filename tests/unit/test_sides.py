@@ -19,7 +19,7 @@ FORBIDDEN = ("yaml", "jsonschema", "typer", "rich", "click", "paramiko", "pydant
              "asyncio", "nictune.cli", "nictune.profile", "nictune.control",
              "nictune.inventory", "nictune.lab")
 # The one module that may import pyroute2, and what from it.
-PYROUTE2_DOOR = os.path.join("netlink", "_pyroute2.py")
+PYROUTE2_DOOR = os.path.join("transports", "netlink", "_pyroute2.py")
 
 
 def test_host_side_imports_only_what_a_target_has():

@@ -1,4 +1,4 @@
-"""Snapshots (host/recorded.py, control/review/snapshots.py) over the fake kernel.
+"""Snapshots (host/replay/snapshot.py, control/review/snapshots.py) over the fake kernel.
 
 The golden hosts (tests/golden/states: ConnectX-7 and MANA, which no
 kernel here has; tests/fakes.py FakeHost stands in) become snapshots: a
@@ -17,7 +17,9 @@ import pytest
 
 from fakes import FakeHost, load_state
 from nictune.control.review import snapshots
-from nictune.host import agent, keyfile, recorded
+from nictune.host import agent
+from nictune.host.transports import keyfile
+from nictune.host.replay import snapshot
 from nictune.profile.loader import load_profile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -45,7 +47,7 @@ def plan_request(profile_path: str) -> dict:
 
 
 def offline(request: dict, snap: dict, label: str = "h1") -> dict:
-    host = recorded.RecordedHost(snap["reads"])
+    host = snapshot.RecordedHost(snap["reads"])
     with host.replaying():
         return agent.run(dict(request, host=label), host=host)
 
@@ -61,7 +63,7 @@ def stable(report: dict, roots) -> dict:
 def test_a_golden_host_as_a_snapshot_plans_as_the_golden_plan(case, tmp_path):
     snap = snapshot_of(load_state(os.path.join(GOLDEN, case, "observed.json")), tmp_path / "root")
     got = stable(offline(plan_request(os.path.join(GOLDEN, case, "profile.yaml")), snap),
-                 [tmp_path / "root", recorded.FAKE_ROOT])
+                 [tmp_path / "root", snapshot.FAKE_ROOT])
     with open(os.path.join(GOLDEN, case, "expected.json")) as f:
         want = json.load(f)
     if case not in RISES:
@@ -141,13 +143,13 @@ def test_an_offline_plan_never_writes(tmp_path):
     request = plan_request(os.path.join(GOLDEN, "connectx7-training", "profile.yaml"))
     report = offline(dict(request, command="apply"), snap)
     assert report["error"] is not None and report["changed"] is False
-    host = recorded.RecordedHost(snap["reads"])
+    host = snapshot.RecordedHost(snap["reads"])
     with host.replaying():
-        with pytest.raises(recorded.SnapshotWrite):
+        with pytest.raises(snapshot.SnapshotWrite):
             host.io.open("/proc/sys/net/core/rmem_max", "w")  # the host's port: its only door
-        with pytest.raises(recorded.SnapshotWrite):
+        with pytest.raises(snapshot.SnapshotWrite):
             host.rtnl().set_link(2, mtu=9000)
-        with pytest.raises(recorded.SnapshotWrite):
+        with pytest.raises(snapshot.SnapshotWrite):
             host.io.mkdir("/etc/nictune-was-here")
     assert not os.path.exists("/etc/nictune-was-here")
     # Outside the replay, this thread's files are its own again.
@@ -167,19 +169,19 @@ def test_key_files_never_reach_a_snapshot(tmp_path):
         keyfile.wipe(material)
         return fp
 
-    fingerprint, reads = recorded.record(host, run, "2026-12-01T03:00:00Z")
+    fingerprint, reads = snapshot.record(host, run, "2026-12-01T03:00:00Z")
     text = json.dumps(reads)
     assert key not in text and key.upper() not in text and key[:8] not in text
     assert fingerprint in text  # what plans and the journal carry anyway
-    replay = recorded.RecordedHost(reads)
+    replay = snapshot.RecordedHost(reads)
     with replay.replaying():
         material, fp = replay.io.key_load(str(path), 16, uid=os.geteuid())
         assert fp == fingerprint and material == bytearray(16)  # no key: zeros of its length
-        with pytest.raises(recorded.NotInSnapshot, match="snapshots hold no key material"):
+        with pytest.raises(snapshot.NotInSnapshot, match="snapshots hold no key material"):
             replay.io.key_load(str(tmp_path / "other.key"), 16)
         # Nor can the file itself be opened through the replay (keyfile.py's
         # own os.open is the live port's, never a replay's).
-        with pytest.raises(recorded.NotInSnapshot):
+        with pytest.raises(snapshot.NotInSnapshot):
             replay.io.os_open(str(path), os.O_RDONLY)
     assert fingerprint == keyfile.fingerprint((key + "\n").encode())
 
@@ -307,14 +309,14 @@ def test_one_bad_snapshot_leaves_the_other_hosts_planned(tmp_path):
 
 
 @pytest.mark.parametrize("value", [
-    {"$enum": "nictune.host.recorded:os.system", "value": "touch {marker}"},
+    {"$enum": "nictune.host.replay.snapshot:os.system", "value": "touch {marker}"},
     {"$nt": "nictune.host.agent:subprocess.getoutput", "items": ["touch {marker}"]},
-    {"$dc": "nictune.host.recorded:os.system", "fields": {}},
-    {"$raise": "nictune.host.recorded:os.system", "message": "touch {marker}"},
+    {"$dc": "nictune.host.replay.snapshot:os.system", "fields": {}},
+    {"$raise": "nictune.host.replay.snapshot:os.system", "message": "touch {marker}"},
 ])
 def test_a_snapshot_never_names_a_function_to_call(tmp_path, value):
     """The tags name nictune's data classes; a function reached through a
-    module's imports ("nictune.host.recorded:os.system") is refused."""
+    module's imports ("nictune.host.replay.snapshot:os.system") is refused."""
     marker = tmp_path / "ran"
     snap = snapshot_of("cx7-host", tmp_path / "root")
     value = json.loads(json.dumps(value).replace("{marker}", str(marker)))
@@ -356,12 +358,12 @@ def _nested(depth: int):
     ({"files": {"open /x": {"$raise": "os", "errno": 1 << 40}}}, "errno is not an errno number"),
     ({"calls": {"k": {"fingerprint": "f", "length": 1 << 40}}}, "length is not a key length"),
     ({"calls": {"k": {"value": _nested(34)}}}, "is nested more than 32 deep"),
-    ({"calls": {"k": {"value": {"$dc": "nictune.host.netlink.drvinfo:DrvInfo",
+    ({"calls": {"k": {"value": {"$dc": "nictune.host.transports.netlink.drvinfo:DrvInfo",
                                 "fields": {"driver": 5}}}}}, "field driver is 5, not str"),
     ({"calls": {"k": {"value": {"$bytes": "AA==", "x": 1}}}}, "which is no recorded value"),
 ])
 def test_each_field_of_a_snapshot_is_checked_for_its_type(reads, words):
-    from nictune.host.snapcheck import BadSnapshot, check_reads
+    from nictune.host.replay.snapshot_check import BadSnapshot, check_reads
 
     with pytest.raises(BadSnapshot) as e:
         check_reads(reads)
@@ -369,6 +371,24 @@ def test_each_field_of_a_snapshot_is_checked_for_its_type(reads, words):
 
 
 def test_a_recorded_os_error_without_a_number_is_kept():
-    from nictune.host.snapcheck import check_reads
+    from nictune.host.replay.snapshot_check import check_reads
 
     check_reads({"files": {"open /x": {"$raise": "os", "errno": None, "strerror": "odd"}}})
+
+
+def test_a_snapshot_saved_before_the_host_side_had_rooms_names_its_classes_still():
+    """Snapshots name their classes by module path; those saved before the
+    modules moved into host/'s rooms (facts/, transports/netlink/...) replay."""
+    from nictune.host.facts.rdma import Gid
+    from nictune.host.transports.netlink.drvinfo import DrvInfo
+
+    gid = {"$dc": "nictune.host.rdma:Gid", "fields": {
+        "device": "mlx5_0", "port": 1, "index": 3, "gid": "0000:0000:0000:0000:0000:ffff:c612:0001",
+        "type": "RoCE v2", "ndev": "enp23s0f0np0"}}
+    drv = {"$dc": "nictune.host.netlink.drvinfo:DrvInfo", "fields": {
+        "driver": "mlx5_core", "version": "6.8", "fw_version": "28.39.1002", "bus_info": "0000:17:00.0"}}
+    assert snapshot.decode(gid) == Gid("mlx5_0", 1, 3, "0000:0000:0000:0000:0000:ffff:c612:0001",
+                                       "RoCE v2", "enp23s0f0np0")
+    assert snapshot.decode(drv) == DrvInfo("mlx5_core", "6.8", "28.39.1002", "0000:17:00.0")
+    # and what is saved today names where the class lives now
+    assert snapshot.encode(snapshot.decode(gid))["$dc"] == "nictune.host.facts.rdma:Gid"

@@ -13,8 +13,8 @@ import pytest
 
 from fakes import FakeHost
 from nictune.host import model as m
-from nictune.host.engine import Engine
-from nictune.host.health import TLS_COUNTERS, Health, parse_tls_stat
+from nictune.host.transaction.engine import Engine
+from nictune.host.facts.health import TLS_COUNTERS, Health, parse_tls_stat
 
 pytestmark = pytest.mark.recorded
 

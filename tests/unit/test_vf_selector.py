@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-from nictune.host.engine import Families, expand
+from nictune.host.transaction.engine import Families, expand
 from nictune.host.machine import Host, Interface, vfs_of
 from nictune.host.validate import InvalidInput
 from nictune.profile.errors import ProfileError

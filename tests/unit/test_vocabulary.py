@@ -167,10 +167,10 @@ def test_an_agent_status_error_is_printed_with_its_control_characters_visible(tm
 def test_the_agent_and_gate_commands_take_the_shared_options_object():
     import inspect
 
-    from nictune.cli import agent_cmds, gate_cmds
+    from nictune.cli import gate_cmds, resident_cmds
     from nictune.cli.options import Options
 
-    commands = [agent_cmds.run, agent_cmds.install, agent_cmds.uninstall, agent_cmds.status,
+    commands = [resident_cmds.run, resident_cmds.install, resident_cmds.uninstall, resident_cmds.status,
                 gate_cmds.record]
     for command in commands:
         body = inspect.signature(inspect.unwrap(command))

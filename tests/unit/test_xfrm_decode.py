@@ -1,5 +1,5 @@
-"""NETLINK_XFRM decoding (host/netlink/xfrm.py) and which SAs concern an
-interface (host/ipsec.py), on recorded bytes.
+"""NETLINK_XFRM decoding (host/transports/netlink/xfrm.py) and which SAs concern an
+interface (host/facts/ipsec.py), on recorded bytes.
 
 The host kernel here has xfrm but no ESP/AH/IPcomp type (CONFIG_INET_ESP
 unset: `ip xfrm state add` answers "Requested type not found"), so no SA
@@ -24,9 +24,9 @@ import struct
 
 import pytest
 
-from nictune.host import ipsec
+from nictune.host.facts import ipsec
 from nictune.host.knobs.expect import ExpectFamily
-from nictune.host.netlink import xfrm
+from nictune.host.transports.netlink import xfrm
 
 pytestmark = pytest.mark.recorded
 

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from nictune.host.netlink import xfrm
+from nictune.host.transports.netlink import xfrm
 
 HERE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "xfrm")
 KEY = "0a1b2c3d4e5f60718293a4b5c6d7e8f901234567"

@@ -79,7 +79,7 @@ def _pool(command: str, hosts: list, profiles, opts: Options, out: Printer,
     if opts.save:
         for job in jobs:
             if job.request is not None:
-                job.request["record"] = True  # host/recorded.py: the report brings a snapshot
+                job.request["record"] = True  # host/replay/snapshot.py: the report brings a snapshot
     label = f" ({play.name})" if play else ""
     with out.progress(f"{command}{label}", len(jobs)) as tick:
         return run_jobs(command, jobs, opts, tick)

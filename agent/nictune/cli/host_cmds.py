@@ -75,7 +75,7 @@ def _run(command: str, profile_path: Optional[str], opts: Options) -> None:
             findings = lint_gate(profile, opts.force)
         request = build_request(command, profile, opts.show_file_content)
         if opts.save:
-            request["record"] = True  # host/recorded.py: the report brings a snapshot
+            request["record"] = True  # host/replay/snapshot.py: the report brings a snapshot
         host_report = run_here(request, opts)
     except NictuneError as e:  # ProfileError included
         report = envelope(command, [], error=e.as_dict())

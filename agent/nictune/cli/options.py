@@ -17,7 +17,7 @@ from typing import Annotated, Any, Callable, List, Optional, Tuple
 
 import typer
 
-from nictune.host.journal import DEFAULT_STATE_DIR
+from nictune.host.transaction.journal import DEFAULT_STATE_DIR
 
 ProfileArg = Annotated[Path, typer.Argument(metavar="PROFILE", help="Profile YAML file.", show_default=False)]
 ProfilesArg = Annotated[List[Path], typer.Argument(metavar="PROFILE...", help="Profile YAML files.", show_default=False)]
@@ -82,7 +82,7 @@ MaxAgeOpt = Annotated[str, typer.Option(
                                      "(90s, 30m, 24h, 7d).")]
 
 
-# -- the resident agent and its service (cli/agent_cmds.py) -------------------
+# -- the resident agent and its service (cli/resident_cmds.py) -------------------
 PlaybookArg = Annotated[Path, typer.Argument(metavar="PLAYBOOK", show_default=False,
                                              help="Playbook whose plays have gate:.")]
 OutFileOpt = Annotated[Optional[str], typer.Option(

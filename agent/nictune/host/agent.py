@@ -8,15 +8,15 @@ Request (version 1), one line of JSON:
     {"nictune_request": 1, "command": "plan"|"apply"|"verify"|"rollback"|"show",
      "host": "label", "state_dir": "/var/lib/nictune",
      "profile": {"path": str, "doc": {...}, "sources": {"a/b": "file:line"}},
-     "confirm": {"timeout": 30},            # remote applies only: nictune/host/watchdog.py
+     "confirm": {"timeout": 30},            # remote applies only: nictune/host/transaction/watchdog.py
      "netns": "NAME",                       # set by `--netns`: the namespace the agent runs in
      "show_file_content": false}            # true: reports carry the text of files nictune did
                                             # not write (knobs/nccl.py), else a placeholder
 A verify may add "learn": true: the report then carries "questions", the
-reads it made of the kernel, without their answers (host/rawreads.py), for
+reads it made of the kernel, without their answers (host/replay/probe_reads.py), for
 control/remote/probe.py to ask again later without starting the agent.
 A request (either version) may add "record": true: the report then carries
-"snapshot" (host/recorded.py, docs/reference/report-format.md): every read a show made
+"snapshot" (host/replay/snapshot.py, docs/reference/report-format.md): every read a show made
 on the host, recorded while it ran (for a show, the same run; for any other
 read-only command (plan, verify), its own reads and a show's after it).
 `show --save` and `audit --save` ask for it.
@@ -48,7 +48,7 @@ from nictune.host import errors
 from nictune.host import model as m
 from nictune.host.errors import EXIT_OK, EXIT_PENDING, InvalidInput, NictuneError, exit_code
 from nictune.host.machine import Host
-from nictune.host.journal import DEFAULT_STATE_DIR
+from nictune.host.transaction.journal import DEFAULT_STATE_DIR
 from nictune.host.model import Outcome
 from nictune.host.validate import NETNS, matches
 
@@ -105,30 +105,30 @@ def _check_netns(name) -> None:
 
 def execute(request: dict, host: Host, confirm: Optional[dict] = None) -> Outcome:
     """Run one validated request against `host`; with "record", add the
-    snapshot of the host (host/recorded.py)."""
+    snapshot of the host (host/replay/snapshot.py)."""
     if request.get("learn"):
-        from nictune.host import rawreads
+        from nictune.host.replay import probe_reads
 
-        outcome, questions = rawreads.learn(host, lambda: _execute(request, host, confirm))
+        outcome, questions = probe_reads.learn(host, lambda: _execute(request, host, confirm))
         outcome.extra["questions"] = questions
         return outcome
     if not request.get("record"):
         return _execute(request, host, confirm)
     from datetime import datetime, timezone
 
-    from nictune.host import recorded
-    from nictune.host.engine import Engine
+    from nictune.host.replay import snapshot
+    from nictune.host.transaction.engine import Engine
 
     when = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     if request["command"] == "show":
-        outcome, reads = recorded.record(host, lambda: _execute(request, host, confirm), when)
+        outcome, reads = snapshot.record(host, lambda: _execute(request, host, confirm), when)
     else:
         # The command's own reads (what its profile names: an owned file's
         # own path, a counter) and a show's (every family, every interface).
         engine = Engine(host, request.get("state_dir") or DEFAULT_STATE_DIR)
-        outcome, reads = recorded.record(
+        outcome, reads = snapshot.record(
             host, lambda: _then(_execute(request, host, confirm), engine.show), when)
-    outcome.extra["snapshot"] = recorded.snapshot_document(reads, __version__)
+    outcome.extra["snapshot"] = snapshot.snapshot_document(reads, __version__)
     return outcome
 
 
@@ -138,7 +138,7 @@ def _then(outcome: Outcome, also) -> Outcome:
 
 
 def _execute(request: dict, host: Host, confirm: Optional[dict] = None) -> Outcome:
-    from nictune.host.engine import Engine
+    from nictune.host.transaction.engine import Engine
 
     host.netns = request.get("netns")
     engine = Engine(host, request.get("state_dir") or DEFAULT_STATE_DIR)
@@ -292,7 +292,7 @@ def _read_request():
 
 
 def _await_confirmation(state_dir: str, token: str, timeout: float) -> str:
-    from nictune.host.journal import Journal
+    from nictune.host.transaction.journal import Journal
 
     journal = Journal(state_dir)
     try:
@@ -321,7 +321,7 @@ def main() -> int:
         timeout = _confirm_timeout(request)
         armed = None
         if timeout:
-            from nictune.host import watchdog
+            from nictune.host.transaction import watchdog
 
             state_dir = request.get("state_dir") or DEFAULT_STATE_DIR
             token, keep = watchdog.arm(state_dir, timeout)

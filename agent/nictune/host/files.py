@@ -62,7 +62,7 @@ def _io(io):
     """The port given, or the running host's (the controller's own files)."""
     if io is not None:
         return io
-    from nictune.host.io import LIVE
+    from nictune.host.transports.io import LIVE
 
     return LIVE
 

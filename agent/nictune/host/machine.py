@@ -15,7 +15,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
     from typing import Optional
 
-from nictune.host.io import LiveIO
+from nictune.host.transports.io import LiveIO
 from nictune.host.text import shown_name
 from nictune.host.validate import IFNAME, WORDS, matches
 
@@ -136,7 +136,7 @@ class Host:
 
     def __init__(self, root: str = "/", io: Optional[LiveIO] = None):
         self.root = root
-        # The one door to the kernel (host/io.py): every file, socket, ioctl
+        # The one door to the kernel (host/transports/io.py): every file, socket, ioctl
         # and key file the families use goes through it.
         self.io = io or LiveIO()
         # The network namespace the agent was started in by `ip netns exec`,
@@ -166,7 +166,7 @@ class Host:
 
     def rtnl(self):
         if self._rtnl is None:
-            from nictune.host.netlink.rtnl import Rtnl
+            from nictune.host.transports.netlink.rtnl import Rtnl
 
             self._rtnl = Rtnl(self.io.netlink)
         return self._rtnl
@@ -181,8 +181,8 @@ class Host:
             if os.environ.get("NICTUNE_ETHTOOL") != "ioctl":
                 import errno
 
-                from nictune.host.netlink.errors import NetlinkError
-                from nictune.host.netlink.ethtool import Ethtool
+                from nictune.host.transports.netlink.errors import NetlinkError
+                from nictune.host.transports.netlink.ethtool import Ethtool
 
                 try:
                     self._ethtool = Ethtool(self.io.netlink)
@@ -190,7 +190,7 @@ class Host:
                 except NetlinkError as e:
                     if e.errno != errno.ENOENT:
                         raise
-            from nictune.host.netlink.ethtool_ioctl import EthtoolIoctl
+            from nictune.host.transports.netlink.ethtool_ioctl import EthtoolIoctl
 
             self._ethtool = EthtoolIoctl(self.io.inet_socket())
         return self._ethtool
@@ -198,32 +198,32 @@ class Host:
     def tunables(self):
         """An ethtool tunables ioctl socket for one phase (a context manager:
         tunables exist only as ETHTOOL_GTUNABLE/STUNABLE ioctls)."""
-        from nictune.host.netlink.ethtool_ioctl import Tunables
+        from nictune.host.transports.netlink.ethtool_ioctl import Tunables
 
         return Tunables(self.io.inet_socket())
 
     def macsec(self):
         """A MACsec handle (rtnetlink for the link, genl macsec for the SAs),
         for one phase; the caller closes it (a context manager)."""
-        from nictune.host.netlink.macsec import Macsec
+        from nictune.host.transports.netlink.macsec import Macsec
 
         return Macsec(self.io.netlink)
 
     def xfrm(self):
         """A NETLINK_XFRM handle for one phase; the caller closes it."""
-        from nictune.host.netlink.xfrm import Xfrm
+        from nictune.host.transports.netlink.xfrm import Xfrm
 
         return Xfrm(self.io.netlink)
 
     def vfs(self):
         """An rtnetlink handle for VF settings (netlink/vf.py); the caller closes it."""
-        from nictune.host.netlink.vf import Vfs
+        from nictune.host.transports.netlink.vf import Vfs
 
         return Vfs(self.io.netlink)
 
     def inet(self):
         """An rtnetlink handle for addresses and routes; the caller closes it."""
-        from nictune.host.netlink.inet import Inet
+        from nictune.host.transports.netlink.inet import Inet
 
         return Inet(self.io.netlink)
 
@@ -231,15 +231,15 @@ class Host:
         """The devlink generic netlink socket (NetlinkError ENOENT: the
         kernel has no devlink)."""
         if self._devlink is None:
-            from nictune.host.netlink.devlink import Devlink
+            from nictune.host.transports.netlink.devlink import Devlink
 
             self._devlink = Devlink(self.io.netlink)
         return self._devlink
 
     def dcb(self):
         if self._dcb is None:
-            from nictune.host.netlink.dcb import Dcb
-            from nictune.host.netlink.socket import NETLINK_ROUTE, NetlinkSocket
+            from nictune.host.transports.netlink.dcb import Dcb
+            from nictune.host.transports.netlink.socket import NETLINK_ROUTE, NetlinkSocket
 
             self._dcb_sock = NetlinkSocket(NETLINK_ROUTE, opener=self.io.netlink)
             self._dcb = Dcb(self._dcb_sock)
@@ -319,7 +319,7 @@ class Host:
 
     def _drvinfo(self, ifname: str):
         """ethtool -i of one device (a seam: tests stand in recorded state)."""
-        from nictune.host.netlink.drvinfo import drvinfo
+        from nictune.host.transports.netlink.drvinfo import drvinfo
 
         if self._ioctl_sock is None:  # one socket for every interface
             self._ioctl_sock = self.io.inet_socket()
@@ -335,7 +335,7 @@ class Host:
 
     def _ports(self) -> dict:
         """netdev name -> its devlink port; {} without devlink."""
-        from nictune.host.netlink.errors import NetlinkError
+        from nictune.host.transports.netlink.errors import NetlinkError
 
         try:
             return {p.netdev: p for p in self.devlink().ports() if p.netdev}

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 
 from nictune.host.errors import SYSTEM, NictuneError
-from nictune.host.journal import DEFAULT_STATE_DIR
+from nictune.host.transaction.journal import DEFAULT_STATE_DIR
 
 NAMESPACES = ("ntlab1", "ntlab2")
 IFNAME = "lab0"

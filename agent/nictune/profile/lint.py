@@ -21,7 +21,7 @@ different places, and nothing stops them from disagreeing:
     interface MTU and the RoCE MTU
 
 It also warns about settings whose kernel side effects a rollback can undo
-only in part (nictune/host/aside.py): an MTU below 1280, `state: down`,
+only in part (nictune/host/transaction/aside.py): an MTU below 1280, `state: down`,
 disable_ipv6 and the sysctls the kernel copies to every interface.
 
 Each finding names both sides with file:line.  Lint sees the merged
@@ -37,8 +37,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..host import nicclass
-from ..host.aside import IPV6_MIN_MTU
+from ..host.facts import nicclass
+from ..host.transaction.aside import IPV6_MIN_MTU
 from ..host.knobs.nccl import HCA_ITEM, nccl_list
 from ..host.knobs.sysctl import SPREAD, normalise, spread_note
 from .loader import Profile, load_profile

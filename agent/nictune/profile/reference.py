@@ -19,7 +19,7 @@ from typing import Dict, Iterator, List, Tuple
 
 import yaml
 
-from ..host import nicclass
+from ..host.facts import nicclass
 from ..host.knobs import FAMILIES, REGISTERED
 from .schema import SCHEMA, describe, resolve
 

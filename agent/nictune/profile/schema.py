@@ -189,7 +189,7 @@ def _on_unsupported(scope: str) -> dict:
     }
 
 
-# on_drift (host/resident.py): what the resident agent does when a key it
+# on_drift (host/resident/daemon.py): what the resident agent does when a key it
 # keeps no longer reads as the desired state.
 DRIFT_POLICIES = ["report", "restore"]
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, List, Sequence, Tuple
 
-from nictune.host.netlink import dcb as nd
-from nictune.host.netlink.socket import NLM_F_ACK, NLM_F_REQUEST
+from nictune.host.transports.netlink import dcb as nd
+from nictune.host.transports.netlink.socket import NLM_F_ACK, NLM_F_REQUEST
 from nictune.host.validate import InvalidInput
 
-from nictune.host.netlink.dcb import (  # noqa: F401  (the tests import them from here)
+from nictune.host.transports.netlink.dcb import (  # noqa: F401  (the tests import them from here)
     DCB_CMD_SDCBX,
     DCBX_HOST,
     DCBX_LLD_MANAGED,

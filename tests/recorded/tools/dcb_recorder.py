@@ -6,7 +6,7 @@ under nlshim.c (an LD_PRELOAD shim, compiled into a temp dir): the shim
 logs every RTM_GETDCB/RTM_SETDCB message and answers it with the replies
 written here, which are laid out the way the kernel's dcbnl_ieee_fill()
 (net/dcb/dcbnl.c) lays them out.  Those replies are packed here with
-struct, independently of nictune.host.netlink.dcb, so the same bytes also test
+struct, independently of nictune.host.transports.netlink.dcb, so the same bytes also test
 nictune's decoder against `dcb -j ... show`.
 
     python tests/recorded/tools/dcb_recorder.py          # record, print a summary

@@ -17,9 +17,9 @@ import sys
 
 from dcb_calls import RecordedDcb, call_for
 
-from nictune.host.netlink import dcb as nd
-from nictune.host.netlink.errors import NetlinkError
-from nictune.host.netlink.socket import NETLINK_ROUTE, NetlinkSocket
+from nictune.host.transports.netlink import dcb as nd
+from nictune.host.transports.netlink.errors import NetlinkError
+from nictune.host.transports.netlink.socket import NETLINK_ROUTE, NetlinkSocket
 
 
 def run(job: dict, dcb: nd.Dcb) -> dict:

@@ -7,7 +7,7 @@ sending it, and answers it with replies written here.  The replies are
 packed with struct from include/uapi/linux/devlink.h and laid out as
 net/devlink/ (devlink_nl_eswitch_fill, devlink_nl_port_fill,
 devlink_nl_info_fill + devlink_info_version_put) lays them out --
-independently of nictune.host.netlink.devlink, so the same bytes check
+independently of nictune.host.transports.netlink.devlink, so the same bytes check
 nictune's decoder against what `devlink -j` makes of them.
 
     python tests/recorded/tools/devlink_record.py          # record, print

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import sys
 
-from nictune.host.netlink.errors import NetlinkError
-from nictune.host.netlink.ethtool_ioctl import ETHTOOL_PFC_PREVENTION_TOUT, Tunables
+from nictune.host.transports.netlink.errors import NetlinkError
+from nictune.host.transports.netlink.ethtool_ioctl import ETHTOOL_PFC_PREVENTION_TOUT, Tunables
 
 
 def main() -> int:

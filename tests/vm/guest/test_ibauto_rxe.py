@@ -1,4 +1,4 @@
-"""NCCL_IB_HCA / NCCL_IB_GID_INDEX `auto` (nictune.host.ibauto) on real GID
+"""NCCL_IB_HCA / NCCL_IB_GID_INDEX `auto` (nictune.host.facts.ibauto) on real GID
 tables: two soft-RoCE (rdma_rxe) links in the test VM, checked against sysfs
 read independently (rxe.sysfs_gid_table).  Only the profile's interface is
 taken, and an address change that moves the IPv4 GID to another index is
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from nictune.host import ibauto
+from nictune.host.facts import ibauto
 from nictune.host.machine import Host
 from rxe import GID_WAIT, ipv4_mapped_gid, leftovers, sh, soft_roce, sysfs_gid_table
 

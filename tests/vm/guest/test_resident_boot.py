@@ -42,7 +42,7 @@ import pytest
 
 import netdevsim
 from netdevsim import ethtool_state
-from nictune.host.resident import load_status
+from nictune.host.resident.daemon import load_status
 from nictune_cli import nictune
 from rxe import sh
 

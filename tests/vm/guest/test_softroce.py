@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rxe import ipv4_mapped_gid, leftovers, sh, soft_roce, sysfs_gid_table
-from nictune.host import rdma
+from nictune.host.facts import rdma
 from nictune.cli.app import app
 from nictune.host.machine import Host
 from roce_gid import roce_v2_ipv4

@@ -83,7 +83,7 @@ def check_options(interval: float, metrics_address: str) -> None:
 
 def unit_text(python: str, state_dir: str, interval: float = 30.0,
               metrics_address: str = "127.0.0.1:9463") -> str:
-    """The systemd unit of the resident agent (host/resident.py) run from the
+    """The systemd unit of the resident agent (host/resident/daemon.py) run from the
     zipapp under state_dir, by `python`."""
     python, state_dir = check_path(python, "python"), check_path(state_dir, "state directory")
     check_options(interval, metrics_address)
@@ -133,7 +133,7 @@ RestartSec=5s
 ProtectSystem=strict
 ReadWritePaths={state_dir} {" ".join("-" + d for d in owned_file_dirs())}
 # /run is read-only under ProtectSystem=strict, and the agent locks each
-# target in /run/nictune (host/journal.py TARGET_LOCK_DIR) as every nictune
+# target in /run/nictune (host/transaction/journal.py TARGET_LOCK_DIR) as every nictune
 # does: systemd makes it writable, root's alone, and keeps it when the
 # service stops (a CLI apply may hold a lock there).  The VM tier's boot
 # under systemd found the agent unable to apply anything without it.

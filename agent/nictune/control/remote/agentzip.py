@@ -28,7 +28,7 @@ import nictune
 
 # What ships: the version module and the host side, nothing else.
 SHIPPED = ("__init__.py", "host")
-# What nictune/host/netlink/_pyroute2.py imports; tests/unit/test_agentzip.py
+# What nictune/host/transports/netlink/_pyroute2.py imports; tests/unit/test_agentzip.py
 # checks this list against what the host side really loads.
 PYROUTE2_FILES = (
     "pyroute2/__init__.py",

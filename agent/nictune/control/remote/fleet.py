@@ -20,7 +20,7 @@ from nictune.control.remote.request import build_request
 from nictune.control.remote.ssh import SshHost, SshOptions, SshTarget
 from nictune.host import errors
 from nictune.host.errors import InvalidInput, NictuneError
-from nictune.host.journal import DEFAULT_STATE_DIR
+from nictune.host.transaction.journal import DEFAULT_STATE_DIR
 from nictune.inventory.errors import InventoryError, shown
 
 DEFAULT_FORKS = 50

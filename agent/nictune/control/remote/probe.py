@@ -4,12 +4,12 @@ A verify over SSH costs the host an interpreter, the agent's imports and
 its JSON far more than the reads themselves (issue 13).  So the first
 verify of a host with a profile runs the agent as always, with "learn":
 true, and its report brings back the questions that verify asked the
-kernel (host/rawreads.py): netlink requests, ethtool ioctls, file reads.
+kernel (host/replay/probe_reads.py): netlink requests, ethtool ioctls, file reads.
 The controller keeps them (control/remote/probecache.py, keyed by host, request
 and agent archive), and from then on sends them to PROBE, a few dozen lines of
 Python that read each answer and print it, nothing else imported; the
 controller runs the same engine and knob families on the answers
-(rawreads.ProbedHost).  Nothing is kept on the host between audits, and no
+(probe_reads.ProbedHost).  Nothing is kept on the host between audits, and no
 answer is ever reused: only which questions to ask.
 
 Any doubt sends the host back to its agent, which learns again: a read the
@@ -26,7 +26,7 @@ import re
 import shlex
 from typing import Optional
 
-from nictune.host import rawreads
+from nictune.host.replay import probe_reads
 from nictune.host.files import MAX_OWNED_BYTES
 
 # Runs as `python3 -I -S -c PROBE`: reads the questions on stdin and writes
@@ -200,7 +200,7 @@ def checked_questions(q) -> Optional[dict]:
     """The questions of a learned report, checked; None when the host's
     verify cannot be asked this way (or the report's questions are not
     questions, or more than a verify asks)."""
-    if not isinstance(q, dict) or q.get("format") != rawreads.FORMAT or q.get("why_not"):
+    if not isinstance(q, dict) or q.get("format") != probe_reads.FORMAT or q.get("why_not"):
         return None
     files, kernel, nofollow = q.get("files"), q.get("kernel"), q.get("nofollow", [])
     if not (isinstance(files, list) and isinstance(kernel, list) and isinstance(nofollow, list)):
@@ -222,7 +222,7 @@ def checked_questions(q) -> Optional[dict]:
     if not all(isinstance(f, str) for f in nofollow) or not set(nofollow) <= {
             f for f in files if f.startswith("open ")}:
         return None
-    return {"format": rawreads.FORMAT, "files": files, "kernel": kernel, "nofollow": nofollow}
+    return {"format": probe_reads.FORMAT, "files": files, "kernel": kernel, "nofollow": nofollow}
 
 
 def _file_question(ident) -> bool:
@@ -236,7 +236,7 @@ def _file_question(ident) -> bool:
         path, _, mode = path.rpartition(" ")
         if mode not in ("0", "1", "2", "4", "6", "7"):
             return False
-    if op not in rawreads.READ_OPS or not _PATH.fullmatch(path):
+    if op not in probe_reads.READ_OPS or not _PATH.fullmatch(path):
         return False
     parts = path.split("/")[1:]
     if path != "/" and any(p in ("", ".", "..") for p in parts):
@@ -269,7 +269,7 @@ def _kernel_question(item) -> Optional[int]:
 def refusal(q) -> Optional[list]:
     """Why a learned verify cannot be asked by a probe (the questions'
     why_not: a counter's rise, a key file...), or None."""
-    why = q.get("why_not") if isinstance(q, dict) and q.get("format") == rawreads.FORMAT else None
+    why = q.get("why_not") if isinstance(q, dict) and q.get("format") == probe_reads.FORMAT else None
     if not (isinstance(why, list) and why and all(isinstance(w, str) for w in why)):
         return None
     return [w[:200] for w in why[:20]]
@@ -290,7 +290,7 @@ def encode_questions(q: dict) -> bytes:
 
 # -- answers --------------------------------------------------------------------------
 
-def parse_answers(data: bytes, q: dict) -> rawreads.Answers:
+def parse_answers(data: bytes, q: dict) -> probe_reads.Answers:
     """The probe's output as Answers; BadProbe for anything else."""
     if len(data) > MAX_ANSWERS:
         raise BadProbe("the answers are too large")
@@ -333,7 +333,7 @@ def parse_answers(data: bytes, q: dict) -> rawreads.Answers:
             ioctls[(arg, asked)] = (value, body) if good else ((value,), b"")
     if any(v is None for v in netlink.values()):
         raise BadProbe("the probe could not open a netlink socket")
-    return rawreads.Answers(page_size, files, netlink, ioctls)
+    return probe_reads.Answers(page_size, files, netlink, ioctls)
 
 
 def _file_answer(ident: str, good: bool, value: int, body: bytes) -> dict:
@@ -373,11 +373,11 @@ def _datagrams(body: bytes) -> list:
     return out
 
 
-def verify(answers: rawreads.Answers, request: dict, label: str) -> dict:
+def verify(answers: probe_reads.Answers, request: dict, label: str) -> dict:
     """The verify the agent would have made, made here on the answers.
-    Raises rawreads.NotProbed when it needs a read it has no answer to."""
+    Raises probe_reads.NotProbed when it needs a read it has no answer to."""
     from nictune.host import agent
 
-    host = rawreads.ProbedHost(answers, label)
+    host = probe_reads.ProbedHost(answers, label)
     with host.replaying():
         return agent.run(request, host=host, label=label)

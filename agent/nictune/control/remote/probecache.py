@@ -35,7 +35,7 @@ import time
 from typing import Optional
 
 from nictune.control.remote import probe
-from nictune.host import rawreads
+from nictune.host.replay import probe_reads
 
 # A checked question set (probe.MAX_QUESTION_BYTES of paths and requests)
 # as JSON: base64 and quoting add a half at most.
@@ -133,7 +133,7 @@ class QuestionCache:
         if questions is not None:
             self.put(key, questions)
         elif probe.refusal(asked) is not None:
-            self.put(key, {"format": rawreads.FORMAT, "why_not": probe.refusal(asked)})
+            self.put(key, {"format": probe_reads.FORMAT, "why_not": probe.refusal(asked)})
 
     def put(self, key: str, q: dict) -> None:
         data = json.dumps(q).encode()

@@ -5,7 +5,7 @@ bootstrap (control/remote/agentzip.py), the archive sent only if the host lacks 
 the request as one JSON line, the report as one JSON line back (taken as
 control/remote/hostreport.py says: under the inventory's name, exit code worked
 out again, every field checked), and for an apply the "confirm" exchange of
-nictune/host/watchdog.py.  A cached agent that fails the bootstrap's check
+nictune/host/transaction/watchdog.py.  A cached agent that fails the bootstrap's check
 is sent again, with a warning in the report.
 
 A verify with no resident agent to ask goes to the probe once the agent
@@ -13,7 +13,7 @@ has taught the controller its questions (control/remote/probe.py): no agent is
 started, the controller verifies on the probe's answers ("via": "probe").
 
 A plan or verify (audit, verify -i) first asks the resident agent, when one
-runs on the host (host/resident.py), through the session's stream-local
+runs on the host (host/resident/daemon.py), through the session's stream-local
 forwarding to its root-only socket <state dir>/agent.sock: no process is
 started on the host.  Only an agent running this controller's own archive
 (the same sha256) answers; a missing socket, a refused channel, another
@@ -54,7 +54,7 @@ import nictune
 from nictune.control.remote import agentzip, hostreport, probe, probecache, sshargs
 from nictune.host import errors
 from nictune.host.errors import TransportError
-from nictune.host.journal import DEFAULT_STATE_DIR
+from nictune.host.transaction.journal import DEFAULT_STATE_DIR
 from nictune.host.validate import check_path
 
 # paramiko logs a traceback from its transport thread for every failed
@@ -502,10 +502,10 @@ def _bundle() -> agentzip.Bundle:
         return agentzip.build()
 
 
-# -- the resident agent's socket (host/resident.py) ------------------------------
+# -- the resident agent's socket (host/resident/daemon.py) ------------------------------
 
 STREAMLOCAL = "direct-streamlocal@openssh.com"
-RESIDENT_SOCKET = "agent.sock"  # host/resident.py SOCKET_NAME
+RESIDENT_SOCKET = "agent.sock"  # host/resident/daemon.py SOCKET_NAME
 RESIDENT_COMMANDS = ("plan", "verify")
 
 
@@ -736,7 +736,7 @@ class SshTarget:
                 return None
             answers = probe.parse_answers(bytes(data), questions)
             report = probe.verify(answers, request, self.label)
-        except (probe.BadProbe, probe.rawreads.NotProbed, socket.timeout, paramiko.SSHException, OSError):
+        except (probe.BadProbe, probe.probe_reads.NotProbed, socket.timeout, paramiko.SSHException, OSError):
             return None
         finally:
             chan.close()

@@ -18,7 +18,7 @@ from typing import Optional, Protocol, runtime_checkable
 
 import nictune
 from nictune.host.errors import Interrupted, NictuneError, TransportError
-from nictune.host.journal import (APPLYING, COMMITTED, DEFAULT_STATE_DIR, ROLLED_BACK, Journal)
+from nictune.host.transaction.journal import (APPLYING, COMMITTED, DEFAULT_STATE_DIR, ROLLED_BACK, Journal)
 from nictune.host.validate import NETNS, matches
 
 AGENT_TIMEOUT = 300

@@ -21,7 +21,7 @@ hosts reads as a few tables; drift is grouped the same way.
 Snapshots: effect() takes nothing but host reports whose `changes` are the
 new plan and whose `base` is the base plan.  With `--from-snapshots DIR`
 the same version-2 request runs in the controller against each host's
-snapshot (control/review/snapshots.py, host/recorded.py RecordedHost), which
+snapshot (control/review/snapshots.py, host/replay/snapshot.py RecordedHost), which
 produces the same reports, and everything here works on them unchanged.
 
 The change document (`"change"` in the `--json` envelope), format 1:

@@ -1,7 +1,7 @@
 """Snapshot files: `show --save DIR` / `audit --save DIR` write them,
 `plan --from-snapshots DIR` plans from them, with no access to the hosts.
 
-A snapshot is what host/recorded.py recorded while a show ran on the host:
+A snapshot is what host/replay/snapshot.py recorded while a show ran on the host:
 every read nictune made there and its answer.  One file per host, named
 by the host's label in the inventory (never by anything the host says):
 DIR/<label>.json, where the label is percent-encoded if it holds anything
@@ -16,7 +16,7 @@ File (format 1, docs/reference/report-format.md "Snapshots"):
 The file holds the content of the files nictune reads on the host (owned
 files such as /etc/nccl.conf included): it is the host's own state,
 written with mode 0600, for the operator to keep where the profiles'
-reviewers' CI can read it.  It holds no key material (host/recorded.py).
+reviewers' CI can read it.  It holds no key material (host/replay/snapshot.py).
 
 An offline plan runs the agent's own request (agent.run) in this process
 against recorded.RecordedHost: the same engine and knob families as a live
@@ -40,14 +40,14 @@ from typing import Callable, List, Optional
 from urllib.parse import quote
 
 from nictune.host.errors import INVALID_INPUT, SYSTEM, InvalidInput, NictuneError, error
-from nictune.host.recorded import shown
-from nictune.host.snapcheck import BadSnapshot, check_reads
+from nictune.host.replay.snapshot import shown
+from nictune.host.replay.snapshot_check import BadSnapshot, check_reads
 
 SNAPSHOT_FORMAT = 1
 DEFAULT_MAX_AGE = "24h"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _TIME = "%Y-%m-%dT%H:%M:%SZ"
-# A snapshot of a large host is at most about 15 MiB (host/recorded.py
+# A snapshot of a large host is at most about 15 MiB (host/replay/snapshot.py
 # walks at most 50,000 files under /proc/sys/net, about 130 per interface).
 # The cap bounds what a hostile file costs: JSON of tiny lists and
 # mappings takes about 25 times its size in memory, under 1 GiB here.
@@ -122,7 +122,7 @@ def load(directory: str, label: str) -> dict:
     is wrong when it is missing, unreadable or not a snapshot of that host.
     The file may be anybody's (committed for reviewers' CI): it is read
     only as a regular file of at most MAX_SNAPSHOT_BYTES, and every field
-    is checked before a replay uses it (host/snapcheck.py)."""
+    is checked before a replay uses it (host/replay/snapshot_check.py)."""
     path = path_of(directory, label)
     data = _read_regular(path, label, directory)
     try:
@@ -224,7 +224,7 @@ def run(request: dict, label: str, directory: str, max_age: Optional[float],
     """The agent's report for `request` on host `label`, from its snapshot."""
     from nictune.control.remote.fleet import failed_report
     from nictune.host import agent
-    from nictune.host.recorded import RecordedHost
+    from nictune.host.replay.snapshot import RecordedHost
 
     command = request.get("command", "plan")
     if command != "plan":

@@ -256,13 +256,13 @@ def traffic_class(doc: dict, entry: Optional[str] = None) -> Tuple[Optional[int]
 def roce_endpoint(host, ifname: str, env: Optional[dict] = None) -> Tuple[Endpoint, str]:
     """(Endpoint, the address of its GID) of the RoCE port that carries
     `ifname` on `host` (a nictune.host Host: the agent's side, or a fake),
-    with the GID NCCL would select there (nictune.host.ibauto: lowest index
+    with the GID NCCL would select there (nictune.host.facts.ibauto: lowest index
     of the RoCE v2 IPv4 GID, or as env's NCCL_IB_ADDR_FAMILY /
     NCCL_IB_ADDR_RANGE / NCCL_IB_ROCE_VERSION_NUM say).  A number pinned in
     env's NCCL_IB_GID_INDEX is not taken: verify reports it when it no longer
     points there (ibauto.gid_index_problem), and the gate measures the GID
     the traffic would take.  AutoUnresolved when ifname has no such port."""
-    from nictune.host import ibauto  # host side: only for callers that have a Host
+    from nictune.host.facts import ibauto  # host side: only for callers that have a Host
 
     wanted = ibauto.wanted_from(env or {})
     ports, _ = ibauto.roce_rails(host, wanted, [ifname], f"the RDMA port of {ifname}")

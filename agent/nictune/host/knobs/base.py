@@ -50,7 +50,7 @@ What each phase may raise:
 
 from __future__ import annotations
 
-from nictune.host.io import W_OK
+from nictune.host.transports.io import W_OK
 from nictune.host.model import Desired, Key, Want
 
 TYPE_CHECKING = False
@@ -77,7 +77,7 @@ class Family:
     # a mapping of free-form keys (features, sysctl) stands for all of them.
     settings: ClassVar[Tuple[str, ...]] = ()
     read_only: ClassVar[bool] = False  # facts to check (expect:), never written
-    # None when a plan from a recorded `show` (host/recorded.py) is the live
+    # None when a plan from a recorded `show` (host/replay/snapshot.py) is the live
     # plan; else why it is not.  tests/netns/test_offline_plans.py reads it
     # and fails when a family said to plan offline does not, or the reverse.
     offline_plan: ClassVar[Optional[str]] = None
@@ -180,7 +180,7 @@ class Family:
         """Current values of this family on `target`, as profile sections."""
         return {}
 
-    # -- what a snapshot holds (host/recorded.py) ----------------------------------
+    # -- what a snapshot holds (host/replay/snapshot.py) ----------------------------------
     @classmethod
     def plan_reads(cls, host: Host) -> None:
         """Read, through host, what a later plan of this family may read

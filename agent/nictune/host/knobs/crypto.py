@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from nictune.host import nicclass
+from nictune.host.facts import nicclass
 from nictune.host.knobs.ethtool import CRYPTO_BITS, FeaturesFamily
 from nictune.host.model import Key, Unsupported
 

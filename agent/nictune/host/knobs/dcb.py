@@ -29,11 +29,11 @@ import dataclasses
 import errno
 from typing import Optional
 
-from nictune.host import nicclass
+from nictune.host.facts import nicclass
 from nictune.host.knobs.base import Family, group_by_target, quietly
 from nictune.host.model import Desired, Key, Unsupported, Want
-from nictune.host.netlink.uapi import DCBX_HOST, DCBX_LLD_MANAGED, DCBX_VER_IEEE
-from nictune.host.netlink.errors import NetlinkError
+from nictune.host.transports.netlink.uapi import DCBX_HOST, DCBX_LLD_MANAGED, DCBX_VER_IEEE
+from nictune.host.transports.netlink.errors import NetlinkError
 from nictune.host.validate import DSCP
 
 PRIOS = 8
@@ -360,7 +360,7 @@ class DcbFamily(Family):
         """Make the DSCP entries `wanted`, from the `have` just read: add what
         is missing first, then delete what is left over, so the device keeps
         trusting DSCP throughout when the map stays non-empty."""
-        from nictune.host.netlink.dcb import App
+        from nictune.host.transports.netlink.dcb import App
 
         dcb = self.host.dcb()
         missing = [App(SEL_DSCP, p, int(d)) for d, p in wanted.items() if have.get(d) != p]

@@ -37,8 +37,8 @@ from typing import Optional
 
 from nictune.host.knobs.base import Family, quietly
 from nictune.host.model import Desired, Key, Unsupported, Want
-from nictune.host.netlink.uapi import ENCAP_MODES, INLINE_MODES
-from nictune.host.netlink.uapi import ESWITCH_MODES as MODES
+from nictune.host.transports.netlink.uapi import ENCAP_MODES, INLINE_MODES
+from nictune.host.transports.netlink.uapi import ESWITCH_MODES as MODES
 
 SETTINGS = {"mode": MODES, "inline_mode": INLINE_MODES, "encap": ENCAP_MODES}
 WRITE_ORDER = ("mode", "inline_mode", "encap")

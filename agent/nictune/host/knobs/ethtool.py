@@ -16,7 +16,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
     from typing import Optional
 
-from nictune.host import nicclass
+from nictune.host.facts import nicclass
 from nictune.host.errors import NictuneError
 from nictune.host.knobs.base import Family, group_by_target
 from nictune.host.model import Unsupported
@@ -209,7 +209,7 @@ class EthtoolParamsFamily(Family):
         its EQs being sized to the current queue count."""
         if self.driver_of(ifname) != "mana":
             return None
-        from nictune.host import rdma  # only for MANA ports
+        from nictune.host.facts import rdma  # only for MANA ports
 
         found = rdma.port_of(self.host, ifname)
         if found is None:

@@ -9,7 +9,7 @@
       counters: {rx_discards_phy: {max: 0}, TlsDecryptError: 0}  # increase
       counters_interval: 5            # seconds between the two reads
       counter_totals: {TlsTxDevice: {min: 1}}   # the value as it reads
-      ipsec_offload: crypto           # crypto, packet or none (host/ipsec.py)
+      ipsec_offload: crypto           # crypto, packet or none (host/facts/ipsec.py)
       firmware_pending_reset: false   # devlink dev info: stored == running
 
 Keys are family "expect", name the fact ("counters.<name>" and
@@ -19,7 +19,7 @@ expectation as drift.  A fact the host does not report reads as None,
 which meets no expectation.
 
 Counters are the interface's ethtool statistics, RDMA hw_counters and
-/sys/class/net/X/statistics (host/health.py), except the kTLS ones of
+/sys/class/net/X/statistics (host/facts/health.py), except the kTLS ones of
 /proc/net/tls_stat (Tls*: TlsTxDevice, TlsDecryptError, ...), which are
 the network namespace's whichever entry names them, and read as
 Unsupported("the tls module is not loaded") where that file is absent.
@@ -50,7 +50,7 @@ once per host.  show reads no expectations and never waits.  A profile
 without counters: expectations (or with gauges and totals only) never
 waits.
 
-ipsec_offload is read over NETLINK_XFRM (host/ipsec.py says which SAs and
+ipsec_offload is read over NETLINK_XFRM (host/facts/ipsec.py says which SAs and
 policies concern an interface).  Its current value is the modes its SAs
 run in, joined with "+" ("crypto", "crypto+none"), None without SAs:
 crypto is met when every SA is offloaded to the interface (packet offload
@@ -59,7 +59,7 @@ policy is packet-offloaded there; none when no SA is offloaded there (no
 SA at all meets it).  The plan's note names each SA at fault and why.
 
 firmware_pending_reset is read from devlink `dev info` of the device that
-has a port for the interface (host/health.py): true when a flashed
+has a port for the interface (host/facts/health.py): true when a flashed
 firmware waits for a reset; the note names the components and versions.
 Without such a device (no devlink, a driver without info_get) it reads as
 Unsupported, not as unmet.
@@ -70,8 +70,8 @@ from __future__ import annotations
 import re
 from typing import Optional, Tuple
 
-from nictune.host.ipsec import OFFLOAD_MODES, support_note
-from nictune.host.ipsec import met as ipsec_met
+from nictune.host.facts.ipsec import OFFLOAD_MODES, support_note
+from nictune.host.facts.ipsec import met as ipsec_met
 from nictune.host.knobs.base import Family
 from nictune.host.model import Desired, Key, Unsupported, Want
 from nictune.host.validate import COUNTER_NAME, DRIVER, VERSION_WANT, InvalidInput, check
@@ -130,7 +130,7 @@ class ExpectFamily(Family):
 
     @classmethod
     def plan_reads(cls, host) -> None:
-        from nictune.host.health import Health
+        from nictune.host.facts.health import Health
 
         health = Health(host)
         for iface in host.interfaces():
@@ -192,7 +192,7 @@ class ExpectFamily(Family):
         self._absent: set = set()    # total and gauge keys the host has no counter for
         # Here, not at the top: the controller imports this module for its
         # schema alone, and health pulls in rdma and the interface facts.
-        from nictune.host.health import Health
+        from nictune.host.facts.health import Health
 
         self.health = Health(host)
 
@@ -269,7 +269,7 @@ class ExpectFamily(Family):
     def _now(self, targets: set, keys: list, fresh: bool = False) -> dict:
         """{target: {counter: value | Unsupported}} for the counters `keys`
         name: the interfaces' own, and the kTLS ones (the namespace's)."""
-        from nictune.host.health import is_tls_counter  # see __init__
+        from nictune.host.facts.health import is_tls_counter  # see __init__
 
         wanted = sorted(c for c in {_counter(k) for k in keys} - {None} if is_tls_counter(c))
         if wanted and fresh:
@@ -340,7 +340,7 @@ class ExpectFamily(Family):
         return f"{counter} rose by {after - before} in {took} ({before} -> {after})"
 
     def _read_tls(self, counter: str):
-        from nictune.host.health import TLS_ABSENT
+        from nictune.host.facts.health import TLS_ABSENT
 
         try:
             stat = self.health.tls_stat()
@@ -411,6 +411,6 @@ def _counter(key: Key) -> Optional[str]:
 
 
 def _gauge(counter: str) -> bool:
-    from nictune.host.health import GAUGES  # see ExpectFamily.__init__
+    from nictune.host.facts.health import GAUGES  # see ExpectFamily.__init__
 
     return bool(GAUGES.match(counter))

@@ -53,7 +53,7 @@ and apply the old profile).
 file, which the kernel does not know (expect: ipsec_offload and the health
 facts ipsec_sa_offloaded / _software show where SAs run).
 
-What each NIC class offers: host/ipsec.py (mlx5_core crypto and packet,
+What each NIC class offers: host/facts/ipsec.py (mlx5_core crypto and packet,
 mana none; netdevsim, the VM tier's, crypto).
 """
 
@@ -61,9 +61,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from nictune.host import keyfile
+from nictune.host.transports import keyfile
 from nictune.host.errors import InvalidInput
-from nictune.host.ipsec import OFFLOAD_MODES, support_note
+from nictune.host.facts.ipsec import OFFLOAD_MODES, support_note
 from nictune.host.knobs.base import Family
 from nictune.host.model import Desired, Key, Unsupported, Want
 from nictune.host.validate import ABS_PATH, NOT_NORMALISED
@@ -361,7 +361,7 @@ class IpsecFamily(Family):
                 self._add_policy(x, key, existing.get(key.name))
 
     def _add_sa(self, x, key: Key, current: dict) -> None:
-        from nictune.host.netlink.xfrm import newsa_message
+        from nictune.host.transports.netlink.xfrm import newsa_message
 
         p = self._sas[key]
         old = current.get((p["dst"], p["spi"]))
@@ -388,7 +388,7 @@ class IpsecFamily(Family):
             keyfile.wipe(raw)
 
     def _add_policy(self, x, key: Key, old) -> None:
-        from nictune.host.netlink.xfrm import newpolicy_message, template_bytes
+        from nictune.host.transports.netlink.xfrm import newpolicy_message, template_bytes
 
         p = self._policies[key]
         if old is not None:

@@ -9,7 +9,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
     from typing import Optional
 
-from nictune.host import nicclass
+from nictune.host.facts import nicclass
 from nictune.host.knobs.base import Family, group_by_target
 from nictune.host.model import Desired, Key, Unsupported, Want
 

@@ -59,7 +59,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from nictune.host import keyfile, nicclass
+from nictune.host.transports import keyfile
+
+from nictune.host.facts import nicclass
 from nictune.host.errors import InvalidInput
 from nictune.host.knobs.base import Family
 from nictune.host.model import Desired, Key, Unsupported, Want
@@ -314,7 +316,7 @@ class MacsecFamily(Family):
         self.host.forget(facts=True)  # a link came
 
     def _apply_one(self, m, target: str, values: dict) -> None:
-        from nictune.host.netlink.macsec import KEY_LENGTHS, sci_bytes
+        from nictune.host.transports.netlink.macsec import KEY_LENGTHS, sci_bytes
 
         if target in self._adopted:
             if "offload" in values:

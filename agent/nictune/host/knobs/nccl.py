@@ -21,7 +21,7 @@ sets, and Azure's HPC images put CUDA_DEVICE_ORDER=PCI_BUS_ID in
 profile that verifies clean.  Other names (LD_PRELOAD...) are refused.
 
 NCCL_IB_HCA: auto and NCCL_IB_GID_INDEX: auto are resolved on the host,
-from its GID tables (host/ibauto.py): the RoCE ports under the interfaces
+from its GID tables (host/facts/ibauto.py): the RoCE ports under the interfaces
 the profile's roce: entries matched, and the GID index NCCL would select
 on them (NCCL_IB_ADDR_FAMILY, NCCL_IB_ADDR_RANGE).  Each plan and verify
 resolves them anew, and a written index that no longer points at that GID
@@ -40,10 +40,12 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
     from typing import Dict
 
-from nictune.host import ibauto, rdma
+from nictune.host.facts import ibauto
 # AutoUnresolved is part of this module's interface (UCX's and NVSHMEM's
+
+from nictune.host.facts import rdma
 # families, tests): ibauto raises it.
-from nictune.host.ibauto import AutoUnresolved  # noqa: F401
+from nictune.host.facts.ibauto import AutoUnresolved  # noqa: F401
 # Foreign, HEADER, nictune_wrote and placeholder are part of this module's
 # interface (tests, the journal's readers): they live in envfile now.
 from nictune.host.knobs.envfile import (AUTO, Foreign, OwnedFileFamily, Syntax,  # noqa: F401
@@ -89,7 +91,7 @@ def parse(text: str) -> dict:
 
 
 def resolve_auto(host, env: dict, interfaces=None) -> tuple:
-    """env with its `auto` values resolved (host/ibauto.py), and a note."""
+    """env with its `auto` values resolved (host/facts/ibauto.py), and a note."""
     return ibauto.resolve_auto(host, env, interfaces)
 
 

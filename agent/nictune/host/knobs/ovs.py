@@ -1,7 +1,7 @@
 """Open vSwitch hardware offload: other_config:hw-offload and tc-policy.
 
 host.ovs sets two keys of the root Open_vSwitch row's other_config map,
-through OVSDB itself (nictune.host.ovsdb: RFC 7047 over the unix socket
+through OVSDB itself (nictune.host.transports.ovsdb: RFC 7047 over the unix socket
 ovsdb-server listens on; host.ovs.db names another one than
 /var/run/openvswitch/db.sock, as a build with another rundir has).  No
 ovs-vsctl: values never pass through argv or a shell.
@@ -39,7 +39,9 @@ from __future__ import annotations
 import errno
 from typing import Optional
 
-from nictune.host import nicclass, ovsdb
+from nictune.host.facts import nicclass
+
+from nictune.host.transports import ovsdb
 from nictune.host.knobs.base import Family
 from nictune.host.model import HOST, Desired, Key, Unsupported, Want
 from nictune.host.validate import ABS_PATH, NOT_NORMALISED, check_path

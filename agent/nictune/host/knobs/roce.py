@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import os
 
-from nictune.host import nicclass, rdma
+from nictune.host.facts import nicclass
+
+from nictune.host.facts import rdma
 from nictune.host.knobs.base import Family, quietly, read_quietly, read_tree
 from nictune.host.model import Desired, Key, Unsupported, Want
 from nictune.host.validate import ECN_PARAM, IBDEV, check

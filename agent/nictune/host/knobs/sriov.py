@@ -58,11 +58,11 @@ from typing import TYPE_CHECKING, Optional
 
 from nictune.host.knobs.base import Family, read_quietly
 from nictune.host.model import Desired, Key, Unsupported, Want
-from nictune.host.netlink.uapi import VF_LINK_STATES as LINK_STATES
+from nictune.host.transports.netlink.uapi import VF_LINK_STATES as LINK_STATES
 from nictune.host.validate import MAC, InvalidInput
 
 if TYPE_CHECKING:
-    from nictune.host.netlink.vf import VfConfig
+    from nictune.host.transports.netlink.vf import VfConfig
 
 VF_ATTRS = ("mac", "vlan", "qos", "trust", "spoofchk", "max_tx_rate", "min_tx_rate", "link_state")
 MAX_VFS = 1024
@@ -275,7 +275,7 @@ class SriovFamily(Family):
 
     @staticmethod
     def _config(now: VfConfig, attrs: dict) -> VfConfig:
-        from nictune.host.netlink.vf import VfConfig
+        from nictune.host.transports.netlink.vf import VfConfig
 
         cfg = VfConfig(**{a: attrs.get(a) for a in ("mac", "trust", "spoofchk", "link_state")})
         # vlan+qos and the two rates travel as pairs: the other half stays.

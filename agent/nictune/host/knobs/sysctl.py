@@ -13,7 +13,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
     from typing import Optional
 
-from nictune.host.io import W_OK
+from nictune.host.transports.io import W_OK
 from nictune.host.knobs.base import Family, read_tree
 from nictune.host.model import HOST, Desired, Key, Unsupported, Want
 from nictune.host.validate import IF_SYSCTL_KEY, SYSCTL_KEY, SYSCTL_VALUE, check
@@ -41,7 +41,7 @@ GLOBAL_NOTE = "global: one value for every network namespace on the machine"
 # conf.all.accept_redirects to the opposite), net/ipv6/addrconf.c
 # addrconf_fixup_forwarding(), addrconf_disable_ipv6(), addrconf_fixup_linkdown()
 # and the addr_gen_mode and force_forwarding handlers, as of kernel 6.18.
-# nictune/host/aside.py records the interfaces' own values before an apply
+# nictune/host/transaction/aside.py records the interfaces' own values before an apply
 # writes one of these, and puts them back after a rollback.
 SPREAD = {
     "net.ipv4.ip_forward": ("ipv4", "forwarding"),

@@ -23,11 +23,11 @@ from __future__ import annotations
 import errno
 from typing import Optional
 
-from nictune.host import nicclass
+from nictune.host.facts import nicclass
 from nictune.host.knobs.base import Family, quietly
 from nictune.host.model import Desired, Key, Unsupported, Want
-from nictune.host.netlink.errors import NetlinkError
-from nictune.host.netlink.uapi import ETHTOOL_PFC_PREVENTION_TOUT, PFC_STORM_PREVENTION_AUTO
+from nictune.host.transports.netlink.errors import NetlinkError
+from nictune.host.transports.netlink.uapi import ETHTOOL_PFC_PREVENTION_TOUT, PFC_STORM_PREVENTION_AUTO
 
 NAME = "pfc_prevention_timeout"
 

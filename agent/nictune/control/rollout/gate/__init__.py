@@ -71,9 +71,9 @@ below min_busbw.
 
 Counters (`counters: max:`) are read on both ends of every pair before
 the first run and after the last, from the sources health.counters()
-reads for `expect:` (host/health.py): ethtool statistics (`ethtool -S`,
+reads for `expect:` (host/facts/health.py): ethtool statistics (`ethtool -S`,
 ETHTOOL_GSTATS), the hw_counters of the RDMA port whose GID table names
-the rail (host/rdma.py netdev_ports), /sys/class/net/RAIL/statistics, in
+the rail (host/facts/rdma.py netdev_ports), /sys/class/net/RAIL/statistics, in
 that order of precedence.  One fixed, read-only shell script over SSH
 (COUNTERS_SCRIPT, the rail name its argument): no agent process, no
 write.  A limited counter the host lacks fails the gate: a limit that

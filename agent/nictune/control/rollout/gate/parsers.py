@@ -159,7 +159,7 @@ def parse_counters(text: str) -> Dict[str, int]:
     return {**sections["netdev"], **sections["rdma"], **sections["ethtool"]}
 
 
-# The GID table entries built from the rail in $1 (host/rdma.py gids():
+# The GID table entries built from the rail in $1 (host/facts/rdma.py gids():
 # gids/N, gid_attrs/types/N, gid_attrs/ndevs/N), of every RDMA port.
 GIDS_SCRIPT = r"""
 for p in /sys/class/infiniband/*/ports/*; do
@@ -180,7 +180,8 @@ def rdma_endpoint(text: str, rail: str):
     first port in device and port order, as ibauto.select.  BadOutput
     when the rail has none."""
     from nictune.control.rollout import perftest
-    from nictune.host import ibauto, rdma
+    from nictune.host.facts import ibauto
+    from nictune.host.facts import rdma
     from nictune.host.validate import IBDEV, matches
 
     tables: Dict[Tuple[str, int], list] = {}
