@@ -25,7 +25,7 @@ from nictune.host.transports.netlink.ethtool import Ethtool
 from nictune.host.transports.netlink.ethtool_ioctl import EthtoolIoctl
 from nsenter import in_netns
 
-AGENT_ROOT = str(Path(__file__).resolve().parents[2] / "agent")
+AGENT_ROOT = str(Path(__file__).resolve().parents[2] / "src")
 
 
 def _need_ethtool():

@@ -150,7 +150,7 @@ def test_two_thousand_mutated_profiles(veth_pair, tmp_path):
     assert 100 <= len(requests) <= MUTANTS - 100, (len(requests), refused)
 
     driver = [sys.executable, str(REPO / "tests" / "fuzz" / "plan_driver.py"), str(state_dir)]
-    env = dict(os.environ, PYTHONPATH=f"{REPO / 'agent'}", LANG="C")
+    env = dict(os.environ, PYTHONPATH=f"{REPO / 'src'}", LANG="C")
     started = time.monotonic()
     proc = subprocess.run(["ip", "netns", "exec", pair.ns_a, *driver],
                           input="".join(json.dumps(r) + "\n" for _, r in requests),

@@ -306,7 +306,7 @@ def test_import_stays_light():
         "print(sorted(m for m in ('asyncio', 'pyroute2.iproute', 'pyroute2.netlink.nlsocket',"
         " 'pyroute2.netlink.generic', 'pyroute2.ndb') if m in sys.modules))"
     )
-    agent = str(Path(__file__).resolve().parents[2] / "agent")
+    agent = str(Path(__file__).resolve().parents[2] / "src")
     env = {**os.environ, "PYTHONPATH": agent}
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert r.stdout.strip() == "[]"

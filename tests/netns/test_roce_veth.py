@@ -12,7 +12,7 @@ import pytest
 
 pytestmark = pytest.mark.netns
 
-AGENT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "agent")
+AGENT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "src")
 
 
 def run_agent(pair, command: str, doc: dict, state_dir: str) -> dict:

@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "tools"))
 import recording  # noqa: E402
 
-AGENT = str(Path(__file__).resolve().parents[2] / "agent")
+AGENT = str(Path(__file__).resolve().parents[2] / "src")
 
 
 def recorded(name: str) -> dict:

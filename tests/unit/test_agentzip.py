@@ -11,7 +11,7 @@ import zipfile
 
 from nictune.control.remote import agentzip
 
-AGENT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "agent")
+AGENT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "src")
 
 
 def test_the_archive_is_reproducible():

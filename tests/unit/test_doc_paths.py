@@ -1,7 +1,7 @@
 """Every repository path the docs cite exists: in README.md, docs/ and the
 READMEs beside playbooks/, bench/ and tests/vm/, each link's target, each path in
 `backticks` that names a place in this repository (a top-level directory,
-or a room of agent/nictune/ such as `host/knobs/sriov.py`), and each such
+or a room of src/nictune/ such as `host/knobs/sriov.py`), and each such
 path to a file written as plain text (`tests/unit/test_x.py checks it`)."""
 
 from __future__ import annotations
@@ -13,19 +13,19 @@ REPO = Path(__file__).resolve().parents[2]
 DOCS = sorted([REPO / "README.md", REPO / "playbooks" / "README.md", REPO / "bench" / "README.md",
                REPO / "tests" / "vm" / "README.md",
                *(REPO / "docs").rglob("*.md")])
-TOP = {"agent", "tests", "docs", "profiles", "playbooks", "bench", "scripts", "contrib", ".ci"}
-# Rooms of the package, cited without agent/nictune/ in front; knobs/ sits
+TOP = {"src", "tests", "docs", "profiles", "playbooks", "bench", "scripts", "contrib", ".ci"}
+# Rooms of the package, cited without src/nictune/ in front; knobs/ sits
 # below host/, netlink/ below host/transports/.
-ROOTS = {"nictune": REPO / "agent", "knobs": REPO / "agent" / "nictune" / "host",
-         "netlink": REPO / "agent" / "nictune" / "host" / "transports"}
-PACKAGE = REPO / "agent" / "nictune"
+ROOTS = {"nictune": REPO / "src", "knobs": REPO / "src" / "nictune" / "host",
+         "netlink": REPO / "src" / "nictune" / "host" / "transports"}
+PACKAGE = REPO / "src" / "nictune"
 FENCE = re.compile(r"^(`{3,})[^\n]*\n.*?^\1\s*$", re.S | re.M)
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 CODE = re.compile(r"`([^`\n]+)`")
 PATHLIKE = re.compile(r"^[A-Za-z0-9_+-][A-Za-z0-9_.+-]*(/[A-Za-z0-9_.+-]+)*/?$")
 # A file path in running text: a first part the repository or the package
 # has, at least one '/', a file extension; not the tail of a longer path.
-PLAIN = re.compile(r"(?<![\w./-])((?:agent|tests|docs|profiles|playbooks|bench|scripts|contrib|nictune"
+PLAIN = re.compile(r"(?<![\w./-])((?:src|tests|docs|profiles|playbooks|bench|scripts|contrib|nictune"
                    r"|host|control|cli|profile|inventory|lab|knobs|netlink)/[\w./-]*\w\.[a-z]+)\b")
 # Paths the docs name that are made at run time or are a user's own.
 NOT_IN_REPO = {
@@ -81,11 +81,11 @@ def test_every_path_the_docs_cite_exists():
 
 def test_a_missing_path_is_found(tmp_path):
     doc = tmp_path / "page.md"
-    doc.write_text("See `agent/nictune/host/nope.py`, `knobs/sriov.py`, [x](gone.md) and\n"
+    doc.write_text("See `src/nictune/host/nope.py`, `knobs/sriov.py`, [x](gone.md) and\n"
                    "```sh\nnictune plan profiles/rails.yaml\n```\n`/etc/nccl.conf`, `./.venv`;\n"
                    "<!-- tests/unit/test_reference.py checks it -->\n")
     cited = cited_paths(doc)
-    assert [w for w, _ in cited] == ["gone.md", "agent/nictune/host/nope.py", "knobs/sriov.py",
+    assert [w for w, _ in cited] == ["gone.md", "src/nictune/host/nope.py", "knobs/sriov.py",
                                      "tests/unit/test_reference.py"]
     assert [p.exists() for _, p in cited] == [False, False, True, False]
 

@@ -184,7 +184,7 @@ def test_hostile_snapshot_files_are_refused_per_host(tmp_path, snapshot_dir):
         [sys.executable, os.path.join(REPO, "tests", "fuzz", "snapshot_driver.py"), str(directory),
          str(tmp_path / "request.json"), *labels],
         capture_output=True, text=True, timeout=DRIVER_BOUND, preexec_fn=_limit_memory,
-        env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "agent"), LANG="C"))
+        env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "src"), LANG="C"))
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
     assert proc.returncode == 0 and len(lines) == len(labels) + 1, proc.stderr[-3000:]
     results, fleet = lines[:-1], lines[-1]["fleet"]

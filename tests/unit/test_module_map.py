@@ -1,4 +1,4 @@
-"""docs/design/modules.md lists every module under agent/nictune/, and
+"""docs/design/modules.md lists every module under src/nictune/, and
 nothing that is gone: a module added, moved or removed without its row
 fails here, by name."""
 
@@ -8,13 +8,13 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGE = REPO / "agent" / "nictune"
+PACKAGE = REPO / "src" / "nictune"
 MODULE_MAP = REPO / "docs" / "design" / "modules.md"
 ROW = re.compile(r"^\| `([A-Za-z0-9_/]+\.py)` \|", re.M)
 
 
 def listed_modules(text: str) -> list:
-    """The module paths (relative to agent/nictune/) in the map's table rows."""
+    """The module paths (relative to src/nictune/) in the map's table rows."""
     return ROW.findall(text)
 
 

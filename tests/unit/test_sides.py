@@ -12,7 +12,7 @@ import sys
 
 import nictune.host
 
-AGENT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "agent")
+AGENT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "src")
 HOST_DIR = os.path.dirname(nictune.host.__file__)
 HOST_SIDE = [m.name for m in pkgutil.walk_packages(nictune.host.__path__, "nictune.host.")]
 FORBIDDEN = ("yaml", "jsonschema", "typer", "rich", "click", "paramiko", "pydantic",

@@ -240,7 +240,7 @@ def precompile() -> None:
     module under emulation."""
     python = os.path.join(PROJECT, ".venv", "bin", "python")
     proc = subprocess.run([python, "-m", "compileall", "-q", "-j", "0",
-                           os.path.join(PROJECT, ".venv", "lib"), os.path.join(PROJECT, "agent")],
+                           os.path.join(PROJECT, ".venv", "lib"), os.path.join(PROJECT, "src")],
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise VmError(f"compileall failed: {(proc.stdout + proc.stderr).strip()[-2000:]}")
