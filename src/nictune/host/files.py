@@ -104,19 +104,26 @@ def read_owned(path: str, shown: str, cap: int = MAX_OWNED_BYTES, io=None) -> Op
     except FileNotFoundError:
         return None
     try:
-        chunks, size = [], 0
-        while size <= cap:
-            chunk = io.read(fd, cap + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
+        data = read_capped(io.read, fd, cap)
     finally:
         io.close(fd)
-    if size > cap:
+    if data is None:
         raise UnsafeFile(f"{shown} is larger than {cap // 1024} KiB, more than any file nictune "
                          "writes; it is neither read nor replaced")
-    return b"".join(chunks)
+    return data
+
+
+def read_capped(read, fd: int, cap: int) -> Optional[bytes]:
+    """What `read(fd, n)` gives up to its end, or None past `cap` bytes:
+    at most cap + 1 bytes are read, whatever the file claims or grows to."""
+    chunks, size = [], 0
+    while size <= cap:
+        chunk = read(fd, min(1 << 20, cap + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks) if size <= cap else None
 
 
 def write_owned(path: str, text: str, shown: str, keep_inode: bool = False, io=None) -> None:

@@ -35,6 +35,7 @@ import time
 from typing import Optional
 
 from nictune.control.remote import probe
+from nictune.host.files import read_capped
 from nictune.host.replay import probe_reads
 
 # A checked question set (probe.MAX_QUESTION_BYTES of paths and requests)
@@ -109,7 +110,7 @@ class QuestionCache:
             return None
         try:
             st = os.fstat(fd)
-            data = _read_capped(fd) if _is_own_file(st) else None
+            data = read_capped(os.read, fd, MAX_FILE) if _is_own_file(st) else None
             if data is not None:
                 os.utime(fd)  # the least recently used go first (prune)
         except OSError:
@@ -205,17 +206,6 @@ def _not_private(st: os.stat_result, mode: int) -> str:
 
 def _is_own_file(st: os.stat_result) -> bool:
     return stat.S_ISREG(st.st_mode) and not _not_private(st, 0o600) and st.st_size <= MAX_FILE
-
-
-def _read_capped(fd: int) -> Optional[bytes]:
-    chunks, size = [], 0
-    while size <= MAX_FILE:
-        chunk = os.read(fd, MAX_FILE + 1 - size)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks) if size <= MAX_FILE else None
 
 
 def _write(directory: int, name: str, data: bytes) -> None:

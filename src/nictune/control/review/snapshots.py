@@ -40,6 +40,7 @@ from typing import Callable, List, Optional
 from urllib.parse import quote
 
 from nictune.host.errors import INVALID_INPUT, SYSTEM, InvalidInput, NictuneError, error
+from nictune.host.files import read_capped
 from nictune.host.replay.snapshot import shown
 from nictune.host.replay.snapshot_check import BadSnapshot, check_reads
 
@@ -187,17 +188,11 @@ def _read_regular(path: str, label: str, directory: str) -> bytes:
         if st.st_size > MAX_SNAPSHOT_BYTES:
             raise InvalidInput(f"{path}: {st.st_size} bytes, more than a snapshot may hold "
                                f"({MAX_SNAPSHOT_BYTES >> 20} MiB)")
-        chunks, size = [], 0
-        while size <= MAX_SNAPSHOT_BYTES:  # it may grow while read: the cap holds anyway
-            chunk = os.read(fd, min(1 << 20, MAX_SNAPSHOT_BYTES + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > MAX_SNAPSHOT_BYTES:
+        data = read_capped(os.read, fd, MAX_SNAPSHOT_BYTES)  # it may grow while read: the cap holds
+        if data is None:
             raise InvalidInput(f"{path}: more than a snapshot may hold "
                                f"({MAX_SNAPSHOT_BYTES >> 20} MiB)")
-        return b"".join(chunks)
+        return data
     except OSError as e:
         raise InvalidInput(f"{path}: not a readable snapshot: {e.strerror}") from None
     finally:
