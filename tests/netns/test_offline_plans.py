@@ -8,7 +8,7 @@ status, note, source).  The host is whichever the family has here:
 
 - the recorded ConnectX-7 host on the fake kernel (tests/fakes.py), with
   the family's example from the profile reference
-  (nictune/profile/examples.yaml), unless CASES says otherwise: a golden
+  (each family's `example`), unless CASES says otherwise: a golden
   host (RDMA, DCB, the libraries' files), the ConnectX-7 port as a PCI
   function with a devlink eswitch and SR-IOV (eswitch, sriov), a MACsec
   handle with no links yet (this kernel has no macsec module);

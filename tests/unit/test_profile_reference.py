@@ -64,7 +64,7 @@ def example_problems(examples: dict) -> list:
             problems.append(f"{name}: no example")
             continue
         try:  # the loader: YAML as profiles are read, the schema, its own checks
-            doc = load_profile_text("nictune: 1\n" + text, f"examples.yaml:{name}").doc
+            doc = load_profile_text("nictune: 1\n" + text, f"the example of {name}").doc
         except Exception as e:
             problems.append(f"{name}: {e}")
             continue

@@ -23,7 +23,7 @@ Diff, verify, journal and rollback are written once, in the engine, over
 what families return.  Adding a family that needs no new kernel message is
 this module's subclass, its tests, and one line in knobs/__init__.py's
 REGISTRY (then `python -m nictune.profile.catalog` derives the rest), with
-its example in profile/examples.yaml for the reference.
+its `example` for the reference in the class itself.
 
 State.  The engine makes new family instances for every command, so a
 family may keep what one phase learns (device limits from read, a resolved
@@ -81,6 +81,10 @@ class Family:
     # plan; else why it is not.  tests/netns/test_offline_plans.py reads it
     # and fails when a family said to plan offline does not, or the reverse.
     offline_plan: ClassVar[Optional[str]] = None
+    # The body of a profile (without `nictune: 1`) that shows this family's
+    # settings: docs/reference/profile.md prints it under the family, and
+    # tests/unit/test_profile_reference.py validates it against the schema.
+    example: ClassVar[str] = ""
 
     def __init__(self, host: Host):
         self.host = host

@@ -39,6 +39,13 @@ _WHAT = {
 
 
 class CryptoFamily(FeaturesFamily):
+    # The reference's example (docs/reference/profile.md), checked against the schema.
+    example = """\
+interfaces:
+  rails:
+    match: {driver: mlx5_core}
+    crypto: {tls_tx: true, tls_rx: true, esp: true, esp_tx_csum: true, macsec: true}
+"""
     name = "crypto"
     position = 31
     position_note = "with the features (the same ethtool bits), just after them"

@@ -79,6 +79,19 @@ def _tsa_name(code: int) -> str:
 
 
 class DcbFamily(Family):
+    # The reference's example (docs/reference/profile.md), checked against the schema.
+    example = """\
+interfaces:
+  rails:
+    match: {driver: mlx5_core}
+    roce:
+      trust: dscp
+      dscp_map: {26: 3, 48: 6}
+      pfc: [3]
+      ets: {prio_tc: [0, 1, 2, 3, 4, 5, 6, 7], tc_bw: [50, 0, 0, 50, 0, 0, 0, 0],
+            tc_tsa: [ets, strict, strict, ets, strict, strict, strict, strict]}
+      dcbx: host
+"""
     name = "dcb"
     position = 80
     position_note = "after pause (see pause), before the RoCE files (see roce)"

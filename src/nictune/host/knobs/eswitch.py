@@ -65,6 +65,13 @@ def open_devlink(host):
 
 
 class EswitchFamily(Family):
+    # The reference's example (docs/reference/profile.md), checked against the schema.
+    example = """\
+interfaces:
+  uplinks:
+    match: {driver: mlx5_core, flavour: physical}
+    eswitch: {mode: switchdev, inline_mode: none, encap: basic}
+"""
     name = "eswitch"
     position = 22
     position_note = ("before sriov: the eswitch goes to switchdev with no VFs, then the VFs are "

@@ -62,6 +62,13 @@ class ApplyRefused(NictuneError):
 
 
 class FeaturesFamily(Family):
+    # The reference's example (docs/reference/profile.md), checked against the schema.
+    example = """\
+interfaces:
+  rails:
+    match: {driver: mlx5_core}
+    features: {rx-gro-hw: true, lro: false, hw-tc-offload: true}
+"""
     name = "features"
     position = 30
     position_note = ("the first device setting: an offload change that reopens the queues "
@@ -236,6 +243,13 @@ class EthtoolParamsFamily(Family):
 
 
 class RingsFamily(EthtoolParamsFamily):
+    # The reference's example (docs/reference/profile.md), checked against the schema.
+    example = """\
+interfaces:
+  rails:
+    match: {driver: mlx5_core}
+    rings: {rx: 8192, tx: 8192}
+"""
     name = "rings"
     position = 50
     position_note = "after channels: a channel count change can reallocate the rings on mlx5 and MANA"
@@ -299,6 +313,13 @@ class RingsFamily(EthtoolParamsFamily):
 
 
 class ChannelsFamily(EthtoolParamsFamily):
+    # The reference's example (docs/reference/profile.md), checked against the schema.
+    example = """\
+interfaces:
+  rails:
+    match: {driver: mlx5_core}
+    channels: {combined: {min: 32}}
+"""
     name = "channels"
     position = 40
     position_note = "before rings (see rings)"
@@ -331,6 +352,13 @@ class ChannelsFamily(EthtoolParamsFamily):
 
 
 class CoalesceFamily(EthtoolParamsFamily):
+    # The reference's example (docs/reference/profile.md), checked against the schema.
+    example = """\
+interfaces:
+  rails:
+    match: {driver: mlx5_core}
+    coalesce: {adaptive-rx: true, adaptive-tx: false, rx-usecs: 8, tx-usecs: 16}
+"""
     name = "coalesce"
     position = 60
     position_note = "after the queues are sized; no other setting depends on it"
@@ -353,6 +381,13 @@ class CoalesceFamily(EthtoolParamsFamily):
 
 
 class PauseFamily(EthtoolParamsFamily):
+    # The reference's example (docs/reference/profile.md), checked against the schema.
+    example = """\
+interfaces:
+  rails:
+    match: {driver: mlx5_core}
+    pause: {autoneg: false, rx: false, tx: false}
+"""
     name = "pause"
     position = 70
     position_note = ("before dcb: mlx5 keeps link pause and PFC in one port register and will "

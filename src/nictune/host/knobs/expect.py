@@ -120,6 +120,20 @@ def version_met(wanted: str, actual: Optional[str]) -> bool:
 
 
 class ExpectFamily(Family):
+    # The reference's example (docs/reference/profile.md), checked against the schema.
+    example = """\
+interfaces:
+  rails:
+    match: {driver: mlx5_core}
+    expect:
+      driver: mlx5_core
+      firmware: ">=28.39"
+      link_speed_mbps: 400000
+      pcie_width: 16
+      counters_interval: 5
+      counters: {rx_discards_phy: {max: 0}}
+      ipsec_offload: crypto
+"""
     name = "expect"
     position = 110
     position_note = "never written: read after everything else"

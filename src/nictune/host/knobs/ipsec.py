@@ -113,6 +113,19 @@ def _xfrm(host):
 
 
 class IpsecFamily(Family):
+    # The reference's example (docs/reference/profile.md), checked against the schema.
+    example = """\
+interfaces:
+  rail:
+    match: {name: eth2}
+    ipsec:
+      sas:
+        - {src: 198.18.0.1, dst: 198.18.0.2, spi: 0x1001, reqid: 1,
+           key_file: /etc/nictune/keys/rail0-out, offload: crypto, dir: out}
+      policies:
+        - {src: 198.18.0.1/32, dst: 198.18.0.2/32, dir: out,
+           tmpl: {src: 198.18.0.1, dst: 198.18.0.2, reqid: 1}}
+"""
     name = "ipsec"
     position = 96
     position_note = ("after the device's features (esp-hw-offload must be on before an SA is "

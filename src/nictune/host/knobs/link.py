@@ -17,6 +17,15 @@ _ATTR = {"mtu": "mtu", "txqueuelen": "txqlen"}
 
 
 class LinkFamily(Family):
+    # The reference's example (docs/reference/profile.md), checked against the schema.
+    example = """\
+interfaces:
+  rails:
+    match: {driver: mlx5_core}
+    mtu: 9000               # or {min: 9000}
+    txqueuelen: 10000
+    state: up
+"""
     name = "link"
     position = 100
     position_note = ("last: an MTU change reopens the queues on both drivers and, on mlx5, "

@@ -111,6 +111,19 @@ def _macsec(host):
 
 
 class MacsecFamily(Family):
+    # The reference's example (docs/reference/profile.md), checked against the schema.
+    example = """\
+interfaces:
+  rail:
+    match: {name: eth0}
+    macsec:
+      name: ms0
+      cipher: gcm-aes-128
+      offload: mac
+      tx_sa: {an: 0, pn: 1, key_file: /etc/nictune/keys/ms0-tx}
+      rx:
+        - {address: "02:00:00:00:00:02", port: 1, sa: {an: 0, key_file: /etc/nictune/keys/ms0-rx}}
+"""
     name = "macsec"
     position = 97
     position_note = ("after the parent's device settings, before link (MTU and admin state stay "

@@ -78,6 +78,12 @@ class McaSyntax(Syntax):
 
 
 class MpiFamily(OwnedFileFamily):
+    # The reference's example (docs/reference/profile.md), checked against the schema.
+    example = """\
+host:
+  mpi:
+    params: {btl: ^openib, pml: ucx}
+"""
     name = "mpi"
     position = 18
     host_sections = ("mpi",)

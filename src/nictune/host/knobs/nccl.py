@@ -148,6 +148,13 @@ def auto_as(family, env: dict, devices: str, gid_index: str) -> tuple:
 
 
 class NcclFamily(OwnedFileFamily):
+    # The reference's example (docs/reference/profile.md), checked against the schema.
+    example = """\
+host:
+  nccl:
+    path: /etc/nccl.conf
+    env: {NCCL_IB_TC: 106, NCCL_IB_GID_INDEX: auto, NCCL_IB_HCA: auto}
+"""
     name = "nccl"
     host_sections = ("nccl",)
     settings = ("nccl.path", "nccl.env", "nccl.env.NCCL_IB_GID_INDEX", "nccl.env.NCCL_IB_HCA",

@@ -77,6 +77,12 @@ class ShellSyntax(Syntax):
 
 
 class NvshmemFamily(OwnedFileFamily):
+    # The reference's example (docs/reference/profile.md), checked against the schema.
+    example = """\
+host:
+  nvshmem:
+    env: {NVSHMEM_IB_TRAFFIC_CLASS: 106, NVSHMEM_HCA_LIST: auto}
+"""
     name = "nvshmem"
     position = 19
     host_sections = ("nvshmem",)

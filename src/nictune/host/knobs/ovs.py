@@ -99,6 +99,14 @@ class Unreachable(Exception):
 
 
 class OvsFamily(Family):
+    # The reference's example (docs/reference/profile.md), checked against the schema.
+    example = """\
+host:
+  ovs:
+    hw_offload: true
+    tc_policy: skip_sw
+    db: /var/run/openvswitch/db.sock
+"""
     name = "ovs"
     position = 95
     position_note = ("after every device setting (the eswitch in switchdev mode, VFs, hw-tc-offload "

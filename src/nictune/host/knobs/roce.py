@@ -50,6 +50,17 @@ def check_param(name: object) -> str:
 
 
 class RoceFamily(Family):
+    # The reference's example (docs/reference/profile.md), checked against the schema.
+    example = """\
+interfaces:
+  rails:
+    match: {driver: mlx5_core}
+    roce:
+      rdma_device: auto
+      mode: v2
+      tos: 106
+      ecn: {np: [3], rp: [3], cnp_dscp: 48, cnp_prio: 6}
+"""
     name = "roce"
     position = 90
     position_note = ("after dcb: ECN enables are per priority, and the priority a DSCP lands on "

@@ -84,6 +84,18 @@ def _vf_key(name: str):
 
 
 class SriovFamily(Family):
+    # The reference's example (docs/reference/profile.md), checked against the schema.
+    example = """\
+interfaces:
+  uplinks:
+    match: {driver: mlx5_core, flavour: physical}
+    sriov:
+      numvfs: 4
+      drivers_autoprobe: false
+      vfs:
+        "0": {mac: "02:00:00:00:00:10", vlan: 100, qos: 3, trust: true, spoofchk: true,
+              link_state: auto, max_tx_rate: 10000, min_tx_rate: 1000}
+"""
     name = "sriov"
     position = 24
     position_note = ("after eswitch: VFs are made once the eswitch is in its mode (mlx5 loads "

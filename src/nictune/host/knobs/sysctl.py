@@ -87,6 +87,17 @@ def normalise(value):
 
 
 class SysctlFamily(Family):
+    # The reference's example (docs/reference/profile.md), checked against the schema.
+    example = """\
+host:
+  sysctl:
+    net.core.rmem_max: 268435456
+    net.ipv4.tcp_rmem: [4096, 131072, 134217728]
+interfaces:
+  rails:
+    match: {driver: mlx5_core}
+    sysctl: {ipv4.arp_ignore: 1, ipv4.arp_announce: 2}
+"""
     name = "sysctl"
     position = 10
     position_note = "first: a sysctl cannot cut the management path"

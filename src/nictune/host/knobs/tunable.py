@@ -33,6 +33,15 @@ NAME = "pfc_prevention_timeout"
 
 
 class TunableFamily(Family):
+    # The reference's example (docs/reference/profile.md), checked against the schema.
+    example = """\
+interfaces:
+  rails:
+    match: {driver: mlx5_core}
+    roce:
+      pfc: [3]
+      pfc_prevention_timeout: 100
+"""
     name = "tunable"
     position = 85
     position_note = "after dcb: storm prevention guards the PFC that dcb turns on"

@@ -109,6 +109,12 @@ class UcxSyntax(Syntax):
 
 
 class UcxFamily(OwnedFileFamily):
+    # The reference's example (docs/reference/profile.md), checked against the schema.
+    example = """\
+host:
+  ucx:
+    env: {UCX_IB_TRAFFIC_CLASS: 106, UCX_NET_DEVICES: auto}
+"""
     name = "ucx"
     position = 17
     host_sections = ("ucx",)
