@@ -368,8 +368,7 @@ interfaces:
             self._add_sa(m, index, p, need, bytes.fromhex(sci))
         m.set_up(index)
 
-    @staticmethod
-    def _add_sa(m, index: int, p: dict, length: int, rx_sci: Optional[bytes]) -> None:
+    def _add_sa(self, m, index: int, p: dict, length: int, rx_sci: Optional[bytes]) -> None:
         key, fp = self.host.io.key_load(p["path"], length=length)
         try:
             if fp != p["fp"]:
