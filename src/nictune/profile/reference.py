@@ -166,7 +166,23 @@ def render() -> str:
         lines += [f"## {family.name}", ""] + _example(family)
         for path, node in settings_of(family):
             lines += _setting(path, node, family)
+    lines += _driver_rules()
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _driver_rules() -> List[str]:
+    """What each driver refuses or does by itself, as plan, lint and the test
+    fakes apply it (nicclass.RULES)."""
+    if not nicclass.RULES:
+        return []
+    lines = ["## Driver rules", "",
+             "What the drivers refuse, round, reset or do by themselves, read from their sources.",
+             "`plan` and `lint` apply these rules, and the test suite's stand-ins for hardware",
+             "refuse exactly what they say.", "",
+             "| driver | key | effect | when | what the driver does | source |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r.driver} | `{r.key}` | {r.effect} | {r.when} | {r.why} | {r.source} |"
+              for r in nicclass.RULES]
+    return lines + [""]
 
 
 if __name__ == "__main__":

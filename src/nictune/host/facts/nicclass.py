@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
-    from typing import Optional
+    from typing import List, Optional
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,34 @@ class NicClass:
     why_not: dict = field(default_factory=dict)  # capability -> reason, for messages
     title: str = ""           # what the class is, for docs
     crypto: Optional[dict] = None  # crypto: name -> note; a name absent: the driver lacks it
+
+
+@dataclass(frozen=True)
+class DriverRule:
+    """One thing a driver refuses, rounds, resets or does by itself, read from
+    its source.  Plan, lint and the test fakes (tests/fakes.py) consult the
+    same rule, so a stand-in can never accept what the driver refuses; the
+    profile reference lists every rule with its source function."""
+    driver: str   # the netdev's driver, as sysfs names it ("mlx5_core", "mana")
+    key: str      # the profile key it concerns ("sriov.vfs.<n>.trust")
+    effect: str   # "refused", "automatic", "one-way", "no effect", "disruptive", "rounded"
+    when: str     # the state in which it holds ("eswitch in switchdev mode")
+    why: str      # what the driver does, in a user's words
+    source: str   # file and function ("esw/legacy.c mlx5_eswitch_set_vport_trust")
+
+
+RULES: List[DriverRule] = []
+
+
+def rule(**fields) -> DriverRule:
+    """Declare a driver rule (module level only): it joins RULES."""
+    found = DriverRule(**fields)
+    RULES.append(found)
+    return found
+
+
+def rules_for(driver: Optional[str], key_prefix: str = "") -> List[DriverRule]:
+    return [r for r in RULES if r.driver == driver and r.key.startswith(key_prefix)]
 
 
 # NVIDIA ConnectX (mlx5)
