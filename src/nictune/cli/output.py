@@ -24,7 +24,7 @@ from nictune.control.render import listing as _listing, note as _note, result as
 
 STYLE = {"pending": "yellow", "drift": "yellow", "applied": "green", "ok": "dim",
          "reverted": "cyan", "failed": "bold red", "unsupported": "red", "revert-failed": "bold red",
-         "skipped": "dim", "not-applied": "dim"}
+         "skipped": "dim", "not-applied": "dim", "kept": "cyan"}
 
 
 # What the two value columns mean, per command.
