@@ -687,12 +687,12 @@ class FakeVfs:
             values = {a: getattr(cfg, a) for a in attrs}
             if all(v is None for v in values.values()):
                 continue
+            if what == "vlan" and nicclass.vf_vlan_ignored(driver, cfg.vlan, mode):
+                continue  # mlx5 takes VLAN 0 (any qos) in switchdev and does nothing with it
             for attr, value in values.items():
                 found = nicclass.vf_write_refused(driver, attr, value, mode)
                 if found is not None:
                     raise NetlinkError(errno.EOPNOTSUPP, found.why)
-            if what == "vlan" and nicclass.vf_vlan_ignored(driver, cfg.vlan, mode):
-                continue  # mlx5 takes VLAN 0 in switchdev and does nothing with it
             for attr, value in values.items():
                 setattr(now, attr, value or 0 if attr in ("vlan", "qos", "min_tx_rate",
                                                           "max_tx_rate") else value)

@@ -393,6 +393,10 @@ MLX5_HW_TC_OFF_REFUSED = rule(
         "while the uplink has offloaded flows",
     source="en_main.c set_feature_hw_tc")
 
+SWITCHDEV_RULES = (MLX5_VF_VLAN_SWITCHDEV, MLX5_VF_QOS_SWITCHDEV, MLX5_VF_TRUST_SWITCHDEV,
+                   MLX5_VF_SPOOFCHK_SWITCHDEV, *NSIM_VF_RATE_SWITCHDEV, MLX5_HW_TC_SWITCHDEV_ON,
+                   MLX5_HW_TC_OFF_REFUSED)
+
 # attr -> (rule, whether writing `value` hits it), per driver, in switchdev.
 _VF_SWITCHDEV = {
     ("mlx5_core", "vlan"): (MLX5_VF_VLAN_SWITCHDEV, lambda value: bool(value)),
