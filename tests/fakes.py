@@ -771,7 +771,7 @@ class FakeHost(Host):
         self._rtnl = FakeRtnl(self.kernel)
         self._ethtool = FakeEthtool(self.kernel)
         self._dcb = FakeDcb(self.kernel)
-        self._devlink = FakeDevlink(self.kernel)
+        self._fake_devlink = FakeDevlink(self.kernel)
         self.counter_source = FakeCounters(self.kernel, self.io)  # health.counter_source()
 
     def dcb(self):
@@ -786,11 +786,13 @@ class FakeHost(Host):
     def ethtool(self):
         return self._ethtool
 
+    # A recorded state without eswitches leaves devlink and VF settings to
+    # this machine's kernel, as the other sockets (FakeIO).
     def devlink(self):
-        return self._devlink
+        return self._fake_devlink if self.kernel.eswitch else super().devlink()
 
     def vfs(self):
-        return FakeVfs(self.kernel)
+        return FakeVfs(self.kernel) if self.kernel.eswitch else super().vfs()
 
     def _drvinfo(self, ifname: str):
         return self.kernel.drvinfo.get(ifname)
