@@ -268,3 +268,12 @@ def test_the_strict_fake_itself_refuses_the_old_shape_when_plan_lets_it_through(
     assert out.error["kind"] == "rolled-back", out.error
     assert nicclass.MLX5_VF_VLAN_SWITCHDEV.why in out.error["message"]
     assert host.kernel.eswitch[HANDLE]["mode"] == "legacy" and host.kernel.vfs_of(UPLINK) == {}
+
+
+def test_a_rollback_summary_counts_what_the_driver_kept():
+    from nictune.cli.output import _summary
+
+    said = _summary({"command": "rollback", "journal": "a1", "summary": {"reverted": 3, "kept": 1},
+                     "changes": []})
+    assert said == ("Restored 3 setting(s) from apply a1; 1 left as the driver keeps them "
+                    "(see their notes).")

@@ -325,5 +325,6 @@ def _summary(host: dict) -> str:
     if command == "rollback":
         if host.get("error"):
             return "Rollback incomplete."
-        return f"Restored {n('reverted')} setting(s) from apply {host.get('journal', '?')}."
+        kept = f"; {n('kept')} left as the driver keeps them (see their notes)" if n("kept") else ""
+        return f"Restored {n('reverted')} setting(s) from apply {host.get('journal', '?')}{kept}."
     return ""
