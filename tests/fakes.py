@@ -811,3 +811,15 @@ def cx7_rails_state(**extra) -> dict:
     state["links"] = [dict(link, up=True) if link["name"] in ports else link for link in state["links"]]
     state.update(extra)
     return state
+
+
+def cx7_eswitch_state(mode: str = "legacy", **extra) -> dict:
+    """cx7-host with each ConnectX-7 port the uplink of a devlink eswitch in
+    `mode` (pci/0000:17:00.0 and .1, as the ports' bus addresses): the host
+    the ASAP2 profile plans on; `extra` replaces top-level parts."""
+    state = load_state("cx7-host")
+    state["eswitch"] = {f"pci/0000:17:00.{n}": {"mode": mode, "inline_mode": "none", "encap": "basic",
+                                                "ports": [port]}
+                        for n, port in enumerate(("enp23s0f0np0", "enp23s0f1np1"))}
+    state.update(extra)
+    return state

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from fakes import FakeHost, load_state
+from fakes import FakeHost, cx7_eswitch_state
 from nictune.host import model as m
 from nictune.host.facts import nicclass
 from nictune.host.transaction.engine import Engine
@@ -23,7 +23,7 @@ from nictune.profile.loader import load_profile, load_profile_text
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ASAP2 = os.path.join(REPO, "profiles", "connectx7-asap2-switchdev.yaml")
 UPLINK, UPLINK1 = "enp23s0f0np0", "enp23s0f1np1"
-HANDLE, HANDLE1 = "pci/0000:17:00.0", "pci/0000:17:00.1"
+HANDLE = "pci/0000:17:00.0"
 
 # The VFs as the shipped ASAP2 profile had them: what mlx5 refuses in switchdev.
 OLD_VFS = """\
@@ -32,15 +32,6 @@ OLD_VFS = """\
         "1": {mac: "02:00:00:00:00:11", vlan: 100, trust: true, spoofchk: true}
         "2": {mac: "02:00:00:00:00:12", vlan: 101, spoofchk: true}
 """
-
-
-def cx7_eswitch_state(mode: str = "legacy", **extra) -> dict:
-    """cx7-host with each ConnectX-7 port the uplink of a devlink eswitch."""
-    state = load_state("cx7-host")
-    state["eswitch"] = {h: {"mode": mode, "inline_mode": "none", "encap": "basic", "ports": [p]}
-                        for h, p in ((HANDLE, UPLINK), (HANDLE1, UPLINK1))}
-    state.update(extra)
-    return state
 
 
 def profile_text(vfs: str, eswitch: str = "    eswitch: {mode: switchdev}\n",
@@ -152,6 +143,15 @@ def test_the_fixed_shipped_profile_plans_and_applies_clean_on_the_strict_fakes(t
     assert out.error is None, out.error
     assert {c.status for c in out.changes} == {m.APPLIED, m.OK}
     assert host.kernel.vfs[UPLINK][0].max_tx_rate == 25000
+
+
+def test_leaving_switchdev_says_what_ovs_needs_first(tmp_path):
+    doc = load_profile_text(profile_text("", eswitch="    eswitch: {mode: legacy}\n"), "p.yaml")
+    host = FakeHost(cx7_eswitch_state("switchdev"), tmp_path / "root")
+    got = by_key(Engine(host, str(tmp_path / "state")).plan(doc.doc, doc.sources))
+    mode = got[(HANDLE, "eswitch", "mode")]
+    assert mode.status == m.PENDING and mode.note.startswith("leaving switchdev: first stop "
+                                                             "ovs-vswitchd")
 
 
 def test_a_pf_already_in_switchdev_is_refused_and_one_going_legacy_is_not(tmp_path):

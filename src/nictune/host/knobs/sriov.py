@@ -99,6 +99,7 @@ class SriovFamily(Family):
 interfaces:
   uplinks:
     match: {driver: mlx5_core, flavour: physical}
+    # A legacy eswitch: in switchdev mlx5 refuses vlan, qos, trust and spoofchk.
     sriov:
       numvfs: 4
       drivers_autoprobe: false
@@ -127,10 +128,14 @@ interfaces:
     def schema(cls, s):
         vf = s.section("Attributes of one VF (ip link set PF vf N ...).", {
             "mac": {**s.text(MAC, 17), "description": "VF MAC address, such as 02:00:00:00:00:10."},
-            "vlan": {**s.integer(0, 4095), "description": "Port VLAN (0: none)."},
-            "qos": {**s.integer(0, 7), "description": "802.1p priority of the port VLAN."},
-            "trust": {"type": "boolean", "description": "Trusted VF (promiscuous, MAC change)."},
-            "spoofchk": {"type": "boolean", "description": "Source MAC spoof checking."},
+            "vlan": {**s.integer(0, 4095), "description": "Port VLAN (0: none). Legacy eswitch "
+                                                          "only on mlx5 (driver rules)."},
+            "qos": {**s.integer(0, 7), "description": "802.1p priority of the port VLAN. Legacy "
+                                                      "eswitch only on mlx5."},
+            "trust": {"type": "boolean", "description": "Trusted VF (promiscuous, MAC change). "
+                                                         "Legacy eswitch only on mlx5."},
+            "spoofchk": {"type": "boolean", "description": "Source MAC spoof checking. Legacy "
+                                                           "eswitch only on mlx5."},
             "max_tx_rate": {**s.integer(0, s.U32), "description": "Mbit/s, 0: no limit."},
             "min_tx_rate": {**s.integer(0, s.U32), "description": "Mbit/s, 0: none."},
             "link_state": {"enum": list(LINK_STATES), "description": "VF link: auto, enable or disable."},
