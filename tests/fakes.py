@@ -35,6 +35,14 @@ observed.json) says what the host's kernel shows:
                ETHTOOL_GSTATS), served by FakeCounters; a list holds the
                value at each instant of the fake clock: its n-th item after
                the n-th wait (the last one stays)
+    eswitch    {"pci/0000:17:00.0": {"mode": "legacy", "inline_mode": "none",
+                "encap": "basic", "ports": ["enp23s0f0np0"], "totalvfs": 8}}:
+               devlink devices with an eswitch (FakeDevlink); each port is a
+               physical devlink port (the uplink), whose sysfs the fake makes
+               (device -> the function, its subsystem, sriov_numvfs and
+               sriov_totalvfs); VFs made by writing sriov_numvfs get VF
+               settings (FakeVfs: rtnetlink's, as a new VF reads)
+    tc_flows   {ifname: n}: offloaded tc filters on a port (OVS's flows)
     quirks     {ifname: {...}} driver behaviour that matters to nictune:
                rings_round_up_pow2 / rings_min (MANA, mlx5), mtu_propagates_to
                (hv_netvsc sets its MANA VF's MTU first)
@@ -49,8 +57,15 @@ are EINVAL, an operation the driver lacks is EOPNOTSUPP, FEATURES_SET
 acknowledges fixed bits and reports them back as not applied, MANA rounds
 ring sizes up to a power of two, an MTU change resets the interface's
 net.ipv6.conf.<if>.mtu as addrconf does, and the fake dcbnl answers like
-mlx5's ops (FakeDcb).  Tests inject further refusals
-with FakeKernel.fail().
+mlx5's ops (FakeDcb).  What a driver refuses or does by itself in one
+eswitch mode is decided by the driver rules nictune's plan consults
+(nictune.host.facts.nicclass, "mlx5 in switchdev"), never by a copy: VF
+vlan/qos/trust/spoofchk writes on mlx5 in switchdev are EOPNOTSUPP (VLAN 0
+is taken and dropped), netdevsim refuses rates there, an mlx5 eswitch
+entering switchdev turns hw-tc-offload on on its ports, and an mlx5 uplink
+in switchdev with offloaded tc filters keeps hw-tc-offload on when asked
+to turn it off (FEATURES_SET reports it unchanged).  Tests inject further
+refusals with FakeKernel.fail().
 """
 
 from __future__ import annotations
@@ -63,13 +78,16 @@ import shutil
 from dataclasses import asdict, fields, replace
 from typing import Callable, Optional
 
+from nictune.host.facts import nicclass
 from nictune.host.transports.io import LiveIO
 from nictune.host.machine import Host
 from nictune.host.transports.netlink.dcb import App, Buffer, DcbState, Ets, Pfc
+from nictune.host.transports.netlink.devlink import Eswitch, Port
 from nictune.host.transports.netlink.drvinfo import DrvInfo
 from nictune.host.transports.netlink.errors import NetlinkError
 from nictune.host.transports.netlink.ethtool import Features
 from nictune.host.transports.netlink.rtnl import Link
+from nictune.host.transports.netlink.vf import VfConfig
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STATES = os.path.join(HERE, "golden", "states")
@@ -180,6 +198,67 @@ class FakeKernel:
         for raw in self.state.get("links", []):
             if raw.get("master"):  # net/core/dev.c netdev_adjacent_sysfs_add
                 self._adjacent(raw["master"], raw["name"])
+        self.eswitch = copy.deepcopy(self.state.get("eswitch", {}))
+        self.tc_flows = dict(self.state.get("tc_flows", {}))
+        self.vfs: dict = {}  # pf -> {vf number: VfConfig}, as sriov_numvfs made them
+        for handle, dev in self.eswitch.items():
+            self._eswitch_sysfs(handle, dev)
+
+    def _eswitch_sysfs(self, handle: str, dev: dict) -> None:
+        """What devlink_handle() and the sriov family read of an eswitch's
+        ports: device -> the function, its subsystem, the SR-IOV files."""
+        bus, addr = handle.split("/", 1)
+        function = os.path.join(self.root, "sys/devices/fake", addr)
+        os.makedirs(function, exist_ok=True)
+        subsystem = os.path.join(self.root, "sys/bus", bus)
+        os.makedirs(subsystem, exist_ok=True)
+        os.symlink(os.path.relpath(subsystem, function), os.path.join(function, "subsystem"))
+        for name, text in (("sriov_numvfs", "0"), ("sriov_totalvfs", str(dev.get("totalvfs", 8)))):
+            with open(os.path.join(function, name), "w") as f:
+                f.write(text + "\n")
+        for port in dev.get("ports", []):
+            net = os.path.join(self.root, "sys/class/net", port)
+            os.makedirs(net, exist_ok=True)
+            device = os.path.join(net, "device")
+            if os.path.isdir(device) and not os.path.islink(device):
+                # The recorded files of the device (vendor, device) move to the function.
+                shutil.copytree(device, function, dirs_exist_ok=True)
+                shutil.rmtree(device)
+            os.symlink(os.path.relpath(function, net), device)
+
+    # -- the eswitch (FakeDevlink, FakeVfs, FakeEthtool consult it) --
+    def eswitch_of(self, ifname: str):
+        """(handle, eswitch state) of the device whose port ifname is, or (None, None)."""
+        return next(((h, d) for h, d in self.eswitch.items() if ifname in d.get("ports", [])),
+                    (None, None))
+
+    def mode_of(self, ifname: str) -> Optional[str]:
+        return (self.eswitch_of(ifname)[1] or {}).get("mode")
+
+    def driver_of(self, ifname: str) -> Optional[str]:
+        info = self.drvinfo.get(ifname)
+        return info.driver if info else None
+
+    def entered_switchdev(self, handle: str) -> None:
+        """What the driver does by itself when its eswitch enters switchdev
+        (nicclass.MLX5_HW_TC_SWITCHDEV_ON: hw-tc-offload on on the uplink)."""
+        for port in self.eswitch[handle].get("ports", []):
+            dev = self.features.get(port)
+            if dev is not None and nicclass.hw_tc_kept(self.driver_of(port), None, nicclass.SWITCHDEV):
+                dev["active"]["hw-tc-offload"] = True
+
+    def vfs_of(self, pf: str) -> dict:
+        """pf's VFs as its sriov_numvfs now says: new ones read as a new VF
+        does (no VLAN, trust and spoofchk off, no rates, link auto)."""
+        count = int(self.read_file(f"sys/class/net/{pf}/device/sriov_numvfs") or 0)
+        vfs = self.vfs.setdefault(pf, {})
+        for n in list(vfs):
+            if n >= count:
+                del vfs[n]
+        for n in range(count):
+            vfs.setdefault(n, VfConfig(mac="00:00:00:00:00:00", vlan=0, qos=0, spoofchk=False,
+                                       trust=False, link_state="auto", min_tx_rate=0, max_tx_rate=0))
+        return vfs
 
     def _adjacent(self, upper: str, lower: str) -> None:
         net = os.path.join(self.root, "sys/class/net")
@@ -314,7 +393,11 @@ class FakeEthtool:
         self.k._write("set_features", ifname, wanted)
         refused = {}
         for name, value in wanted.items():
-            if name in dev["changeable"]:
+            if name == "hw-tc-offload" and value is False and dev["active"][name] and \
+                    nicclass.hw_tc_off_refused(self.k.driver_of(ifname), self.k.mode_of(ifname),
+                                               self.k.tc_flows.get(ifname, 0)):
+                refused[name] = value  # ndo_set_features failed: the bit stays, the reply says so
+            elif name in dev["changeable"]:
                 dev["active"][name] = value
             elif dev["active"][name] != value:
                 refused[name] = value  # ACKed, and listed in the reply's WANTED diff
@@ -523,6 +606,98 @@ class FakeTunables:
         dev["pfc-prevention-tout"] = ms
 
 
+class FakeDevlink:
+    """devlink over the recorded eswitches (FakeKernel.eswitch): modes,
+    each device's physical ports; no device info (EOPNOTSUPP)."""
+
+    def __init__(self, kernel: FakeKernel):
+        self.k = kernel
+
+    def close(self) -> None:
+        pass
+
+    def devices(self) -> list:
+        return sorted(self.k.eswitch)
+
+    def _dev(self, handle: str) -> dict:
+        dev = self.k.eswitch.get(handle)
+        if dev is None:
+            raise NetlinkError(errno.ENODEV)
+        return dev
+
+    def eswitch(self, handle: str) -> Eswitch:
+        dev = self._dev(handle)
+        return Eswitch(dev.get("mode"), dev.get("inline_mode"), dev.get("encap"))
+
+    def set_eswitch(self, handle: str, mode=None, inline_mode=None, encap=None) -> None:
+        dev = self._dev(handle)
+        values = {k: v for k, v in (("mode", mode), ("inline_mode", inline_mode), ("encap", encap))
+                  if v is not None}
+        self.k._write("set_eswitch", handle, values)
+        entering = mode == nicclass.SWITCHDEV and dev.get("mode") != mode
+        dev.update(values)
+        if entering:
+            self.k.entered_switchdev(handle)
+
+    def ports(self) -> list:
+        return [Port(handle, n, "physical", port, n, None, None)
+                for handle, dev in sorted(self.k.eswitch.items())
+                for n, port in enumerate(dev.get("ports", []))]
+
+    def info(self, handle: str):
+        raise NetlinkError(errno.EOPNOTSUPP)
+
+
+# rtnetlink's do_setvfinfo order: a refusal stops the request there, with
+# what came before it written.
+_VF_WRITE_ORDER = ("mac", "vlan", "rate", "spoofchk", "link_state", "trust")
+
+
+class FakeVfs:
+    """VF settings (netlink/vf.py Vfs) of the recorded eswitches' PFs, as
+    sriov_numvfs made them; refusals by the PF's driver rules in its
+    eswitch mode (nicclass.vf_write_refused)."""
+
+    def __init__(self, kernel: FakeKernel):
+        self.k = kernel
+
+    def close(self) -> None:
+        pass
+
+    def all(self) -> dict:
+        out = {}
+        for dev in self.k.eswitch.values():
+            for pf in dev.get("ports", []):
+                vfs = self.k.vfs_of(pf)
+                if vfs:
+                    out[pf] = {n: copy.copy(cfg) for n, cfg in vfs.items()}
+        return out
+
+    def set(self, index: int, vf: int, cfg: VfConfig) -> None:
+        link = next((l for l in self.k.links.values() if l.index == index), None)
+        if link is None:
+            raise NetlinkError(errno.ENODEV)
+        now = self.k.vfs_of(link.name).get(vf)
+        if now is None:
+            raise NetlinkError(errno.EINVAL)
+        driver, mode = self.k.driver_of(link.name), self.k.mode_of(link.name)
+        self.k._write("set_vf", link.name, {"vf": vf, **asdict(cfg)})
+        for what in _VF_WRITE_ORDER:
+            attrs = {"vlan": ("vlan", "qos"), "rate": ("min_tx_rate", "max_tx_rate")}.get(what, (what,))
+            values = {a: getattr(cfg, a) for a in attrs}
+            if all(v is None for v in values.values()):
+                continue
+            if what == "vlan" and nicclass.vf_vlan_ignored(driver, cfg.vlan, mode):
+                continue  # mlx5 takes VLAN 0 (any qos) in switchdev and does nothing with it
+            for attr, value in values.items():
+                found = nicclass.vf_write_refused(driver, attr, value, mode)
+                if found is not None:
+                    raise NetlinkError(errno.EOPNOTSUPP, found.why)
+            for attr, value in values.items():
+                setattr(now, attr, value or 0 if attr in ("vlan", "qos", "min_tx_rate",
+                                                          "max_tx_rate") else value)
+
+
 class FixtureHost(Host):
     """A real Host over a file tree (a /sys fixture) whose interface list
     the test gives: for code that reads files, not netlink."""
@@ -596,6 +771,7 @@ class FakeHost(Host):
         self._rtnl = FakeRtnl(self.kernel)
         self._ethtool = FakeEthtool(self.kernel)
         self._dcb = FakeDcb(self.kernel)
+        self._fake_devlink = FakeDevlink(self.kernel)
         self.counter_source = FakeCounters(self.kernel, self.io)  # health.counter_source()
 
     def dcb(self):
@@ -609,6 +785,14 @@ class FakeHost(Host):
 
     def ethtool(self):
         return self._ethtool
+
+    # A recorded state without eswitches leaves devlink and VF settings to
+    # this machine's kernel, as the other sockets (FakeIO).
+    def devlink(self):
+        return self._fake_devlink if self.kernel.eswitch else super().devlink()
+
+    def vfs(self):
+        return FakeVfs(self.kernel) if self.kernel.eswitch else super().vfs()
 
     def _drvinfo(self, ifname: str):
         return self.kernel.drvinfo.get(ifname)
@@ -625,5 +809,17 @@ def cx7_rails_state(**extra) -> dict:
     state = load_state("cx7-host")
     state.update({"tree": "mlx5-host", "dcb": {p: {} for p in ports}})
     state["links"] = [dict(link, up=True) if link["name"] in ports else link for link in state["links"]]
+    state.update(extra)
+    return state
+
+
+def cx7_eswitch_state(mode: str = "legacy", **extra) -> dict:
+    """cx7-host with each ConnectX-7 port the uplink of a devlink eswitch in
+    `mode` (pci/0000:17:00.0 and .1, as the ports' bus addresses): the host
+    the ASAP2 profile plans on; `extra` replaces top-level parts."""
+    state = load_state("cx7-host")
+    state["eswitch"] = {f"pci/0000:17:00.{n}": {"mode": mode, "inline_mode": "none", "encap": "basic",
+                                                "ports": [port]}
+                        for n, port in enumerate(("enp23s0f0np0", "enp23s0f1np1"))}
     state.update(extra)
     return state

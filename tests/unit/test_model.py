@@ -14,7 +14,7 @@ from nictune.host.model import HOST, Change, Key, Outcome, Want
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STATUSES = [m.PENDING, m.OK, m.APPLIED, m.UNSUPPORTED, m.SKIPPED, m.DRIFT, m.FAILED, m.REVERTED,
-            m.REVERT_FAILED, m.NOT_APPLIED]
+            m.REVERT_FAILED, m.NOT_APPLIED, m.KEPT]
 
 
 def test_key_text_dict_and_order():

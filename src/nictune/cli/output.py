@@ -24,7 +24,7 @@ from nictune.control.render import listing as _listing, note as _note, result as
 
 STYLE = {"pending": "yellow", "drift": "yellow", "applied": "green", "ok": "dim",
          "reverted": "cyan", "failed": "bold red", "unsupported": "red", "revert-failed": "bold red",
-         "skipped": "dim", "not-applied": "dim"}
+         "skipped": "dim", "not-applied": "dim", "kept": "cyan"}
 
 
 # What the two value columns mean, per command.
@@ -325,5 +325,6 @@ def _summary(host: dict) -> str:
     if command == "rollback":
         if host.get("error"):
             return "Rollback incomplete."
-        return f"Restored {n('reverted')} setting(s) from apply {host.get('journal', '?')}."
+        kept = f"; {n('kept')} left as the driver keeps them (see their notes)" if n("kept") else ""
+        return f"Restored {n('reverted')} setting(s) from apply {host.get('journal', '?')}{kept}."
     return ""

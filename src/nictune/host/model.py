@@ -157,6 +157,7 @@ DRIFT = "drift"              # verify: differs from the profile
 FAILED = "failed"            # write refused or read-back differs
 REVERTED = "reverted"        # was applied, then restored to its before-value
 REVERT_FAILED = "revert-failed"
+KEPT = "kept"                # a rollback left it: the driver keeps it (Family.kept, in note)
 NOT_APPLIED = "not-applied"  # never reached because an earlier key failed
 
 

@@ -326,10 +326,13 @@ class _Linter:
         elif switchdev and tc is None and ovs_offload:
             self.add("switchdev-tc-offload-missing", WARNING,
                      f"interfaces.{name}: OVS hw_offload is on and the eswitch in switchdev, but "
-                     "the entry leaves hw-tc-offload as the device has it (off on a fresh mlx5 "
-                     "port): set features: {hw-tc-offload: true} here and on the representors",
+                     "the entry leaves hw-tc-offload as the device has it (mlx5 turns it on by "
+                     "itself in switchdev, on the uplink and every representor; other drivers may "
+                     "not): set features: {hw-tc-offload: true} here and on the representors, "
+                     "which plan then checks",
                      at("eswitch", "mode"), self.p.source("host", "ovs", "hw_offload"))
         self.vfs_without_switchdev(name, entry, tc, ovs_offload)
+        self.vf_attrs_in_switchdev(name, entry, entries)
         crypto = entry.get("crypto") if isinstance(entry.get("crypto"), dict) else {}
         for key, value in crypto.items():
             bit = CRYPTO_BITS.get(key)
@@ -365,6 +368,45 @@ class _Linter:
                  f"{state}: a legacy eswitch has no representors and offloads no tc flower "
                  "rule for VF traffic; set eswitch: {mode: switchdev} on this entry",
                  at("sriov", "numvfs"), where, *((at("eswitch", "mode"),) if mode else ()))
+
+    def vf_attrs_in_switchdev(self, name: str, entry: dict, entries: dict) -> None:
+        """VF attributes the driver refuses in switchdev (nicclass rules:
+        mlx5 vlan/qos/trust/spoofchk), on an entry whose eswitch this profile
+        puts in switchdev (an error on mlx5, a warning when the entry names
+        no driver), or whose driver's eswitch another entry puts there (a
+        warning: it depends on whether both match the same PF)."""
+        at = lambda *keys: self.p.source("interfaces", name, *keys)  # noqa: E731
+        sriov = entry.get("sriov") if isinstance(entry.get("sriov"), dict) else {}
+        vfs = sriov.get("vfs") if isinstance(sriov.get("vfs"), dict) else {}
+        drivers = _as_list((entry.get("match") or {}).get("driver")) if (
+            entry.get("match") or {}).get("driver") is not None else []
+        if not vfs:
+            return
+        own = (entry.get("eswitch") or {}).get("mode") == "switchdev" if isinstance(
+            entry.get("eswitch"), dict) else False
+        other = next((n for n, e in entries.items() if n != name and isinstance(e, dict)
+                      and isinstance(e.get("eswitch"), dict) and e["eswitch"].get("mode") == "switchdev"
+                      and set(drivers) & set(_as_list((e.get("match") or {}).get("driver")))), None)
+        if not own and other is None:
+            return
+        where = at("eswitch", "mode") if own else self.p.source("interfaces", other, "eswitch", "mode")
+        for driver in drivers or ["mlx5_core"]:
+            for vf, attrs in vfs.items():
+                for attr, value in (attrs.items() if isinstance(attrs, dict) else ()):
+                    # VLAN 0, trust and spoofchk off are what a new VF reads:
+                    # plan writes nothing for them, so the driver refuses nothing.
+                    found = value and nicclass.vf_write_refused(driver, attr, value,
+                                                                nicclass.SWITCHDEV)
+                    if not found:
+                        continue
+                    severity = ERROR if own and drivers else WARNING
+                    whose = ("the eswitch of this entry is in switchdev" if own else
+                             f"interfaces.{other} puts a {driver} eswitch in switchdev")
+                    self.add("vf-attr-refused-in-switchdev", severity,
+                             f"interfaces.{name}: sriov.vfs.{vf}.{attr} while {whose}"
+                             + ("" if drivers else " (the entry names no driver: on mlx5)")
+                             + f": {found.why} [{found.source}]",
+                             at("sriov", "vfs", str(vf), attr), where)
 
     def crypto_overhead_rule(self, name: str, entry: dict, crypto: dict) -> None:
         """MACsec or ESP on a RoCE entry take bytes from every frame: the RoCE

@@ -2,14 +2,23 @@
 (tests/vm/guest/netdevsim.py builds and loads it), read back with the
 iproute2 tools, never with nictune.
 
-- round trip: plan, apply (switchdev + 4 VFs with mac/vlan/trust +
-  hw-tc-offload on the PF), verify clean (and its health facts say,
-  from devlink dev info as `devlink` reads it, that no firmware waits for
-  a reset), VF 1's trust turned on by hand
-  (`ip link set ... vf 1 trust on`) and verify exits 2 naming that one
-  key, rollback, and a snapshot
+- round trip: plan, apply (switchdev + 4 VFs with their MACs, the shape
+  of the shipped profiles/connectx7-asap2-switchdev.yaml, + hw-tc-offload
+  on the PF), verify clean (and its health facts say, from devlink dev
+  info as `devlink` reads it, that no firmware waits for a reset), VF 1's
+  MAC changed by hand (`ip link set ... vf 1 mac ...`) and verify exits 2
+  naming that one key, rollback, and a snapshot
   (`devlink -j dev eswitch show` and `port show`, `ip -j -d link`, sysfs
   sriov_numvfs, the PF's hw-tc-offload) identical before and after;
+- mlx5's refusals (nicclass "mlx5 in switchdev"): netdevsim takes VF vlan,
+  trust and spoofchk in either mode, mlx5 refuses them in switchdev.  With
+  the netdevsim PF standing in for an mlx5 one (the driver nictune reads for
+  it is mlx5_core), plan and apply refuse them, naming the rule and the
+  profile line, before anything is written; as netdevsim itself, the same
+  profile plans (the rules are the driver's);
+- netdevsim's own rule, against the kernel: in switchdev it refuses VF
+  rates (nsim_set_vf_rate, which `ip link set ... max_tx_rate` shows), and
+  plan refuses them there by that rule;
 - representors: interfaces are matched when an apply is planned, before
   the representors exist, so hw-tc-offload on them is a second apply: the
   representors the first one made are matched by `flavour: pcivf` and
@@ -25,23 +34,27 @@ iproute2 tools, never with nictune.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
+from nictune.host.facts import nicclass
+from nictune.host.machine import Host
 from nictune_cli import changes, nictune
 from rxe import sh
 
-VFS = {0: ("02:00:00:00:00:10", 100, True), 1: ("02:00:00:00:00:11", 101, False),
-       2: ("02:00:00:00:00:12", 102, True), 3: ("02:00:00:00:00:13", 0, True)}
+# The shipped ASAP2 profile's VFs: MACs (its rates netdevsim refuses in switchdev).
+VFS = {0: "02:00:00:00:00:10", 1: "02:00:00:00:00:11", 2: "02:00:00:00:00:12",
+       3: "02:00:00:00:00:13"}
+# What the shipped profile had, and mlx5 refuses in switchdev.
+REFUSED_BY_MLX5 = '{mac: "02:00:00:00:00:10", vlan: 100, trust: true, spoofchk: true}'
 
 
-
-
-def profile(ifname: str, numvfs: int = 4, bad_mac: bool = False) -> str:
+def profile(ifname: str, numvfs: int = 4, bad_mac: bool = False, vf0: str = "") -> str:
     vfs = "\n".join(
-        f'        "{n}": {{mac: "{"01:00:5e:00:00:01" if bad_mac and n == 1 else mac}", '
-        f"vlan: {vlan}, trust: {str(trust).lower()}}}"
-        for n, (mac, vlan, trust) in VFS.items())
+        f'        "{n}": ' + (vf0 if vf0 and n == 0 else
+                              f'{{mac: "{"01:00:5e:00:00:01" if bad_mac and n == 1 else mac}"}}')
+        for n, mac in VFS.items())
     return f"""\
 nictune: 1
 interfaces:
@@ -101,9 +114,7 @@ def _apply_uplink(handle: str, ifname: str, path, state: list) -> None:
     assert esw["dev"][handle]["mode"] == "switchdev"
     assert _read(f"/sys/class/net/{ifname}/device/sriov_numvfs") == "4"
     (link,) = json.loads(sh("ip", "-j", "-d", "link", "show", "dev", ifname).stdout)
-    got = {vf["vf"]: (vf["address"], (vf.get("vlan_list") or [{}])[0].get("vlan", 0), vf["trust"])
-           for vf in link["vfinfo_list"]}
-    assert got == VFS
+    assert {vf["vf"]: vf["address"] for vf in link["vfinfo_list"]} == VFS
     assert len(_reps(handle)) == 4 and _hw_tc(ifname)
 
 
@@ -136,14 +147,70 @@ def test_switchdev_and_vfs_round_trip(pf, tmp_path):
     facts = report["hosts"][0]["facts"][ifname]
     assert facts["firmware_pending_reset"] is False and "firmware_pending" not in facts, facts
 
-    # Drift made by hand: VF 1 was applied untrusted; verify names it alone.
-    sh("ip", "link", "set", "dev", ifname, "vf", "1", "trust", "on")
+    # Drift made by hand: VF 1's MAC; verify names it alone.
+    sh("ip", "link", "set", "dev", ifname, "vf", "1", "mac", "02:00:00:00:00:99")
     code, report, _ = nictune("verify", str(path), *state)
     assert code == 2, report
     drift = {k: (c["before"], c["after"]) for k, c in changes(report).items()
              if c["status"] == "drift"}
-    assert drift == {(ifname, "sriov", "vfs.1.trust"): (True, False)}, drift
+    assert drift == {(ifname, "sriov", "vfs.1.mac"): ("02:00:00:00:00:99", VFS[1])}, drift
 
+    code, report, _ = nictune("rollback", *state)
+    assert code == 0, report
+    assert snapshot(handle, ifname) == before
+
+
+def test_what_mlx5_refuses_in_switchdev_is_refused_at_plan_before_the_device_is_touched(
+        pf, tmp_path, monkeypatch):
+    handle, ifname = pf
+    path = tmp_path / "asap2.yaml"
+    path.write_text(profile(ifname, vf0=REFUSED_BY_MLX5))
+    state = ["--state-dir", str(tmp_path / "state")]
+    before = snapshot(handle, ifname)
+    # As netdevsim, which takes them in either mode: planned.
+    code, report, _ = nictune("plan", str(path), *state)
+    assert code == 2, report
+    assert changes(report)[(ifname, "sriov", "vfs.0.trust")]["status"] == "pending"
+
+    # The same PF standing in for an mlx5 one: ethtool -i says mlx5_core.
+    def as_mlx5(self, name, real=Host._drvinfo):
+        info = real(self, name)
+        return replace(info, driver="mlx5_core") if name == ifname and info is not None else info
+
+    monkeypatch.setattr(Host, "_drvinfo", as_mlx5)
+    for command in ("plan", "apply"):
+        code, report, _ = nictune(command, str(path), *state)
+        assert code != 0, report
+        (host,) = report["hosts"]
+        assert host["error"]["kind"] == "unsupported", host["error"]
+        planned = changes(report)
+        for attr, rule in (("vlan", nicclass.MLX5_VF_VLAN_SWITCHDEV),
+                           ("trust", nicclass.MLX5_VF_TRUST_SWITCHDEV),
+                           ("spoofchk", nicclass.MLX5_VF_SPOOFCHK_SWITCHDEV)):
+            refused = planned[(ifname, "sriov", f"vfs.0.{attr}")]
+            assert refused["status"] == "unsupported" and rule.why in refused["note"], refused
+            assert refused["source"].startswith(str(path) + ":")
+        assert planned[(ifname, "sriov", "vfs.1.mac")]["status"] == "pending"
+        assert snapshot(handle, ifname) == before  # nothing written
+
+
+def test_netdevsim_refuses_vf_rates_in_switchdev_and_plan_says_so(pf, tmp_path):
+    handle, ifname = pf
+    uplink = tmp_path / "uplink.yaml"
+    uplink.write_text(profile(ifname))
+    state = ["--state-dir", str(tmp_path / "state")]
+    before = snapshot(handle, ifname)
+    _apply_uplink(handle, ifname, uplink, state)
+    # The kernel's answer, which the rule states (nsim_set_vf_rate).
+    rate = sh("ip", "link", "set", "dev", ifname, "vf", "0", "max_tx_rate", "100", check=False)
+    assert rate.returncode != 0 and "not supported" in rate.stderr.lower(), rate.stderr
+    rates = tmp_path / "rates.yaml"
+    rates.write_text(profile(ifname, vf0='{mac: "02:00:00:00:00:10", max_tx_rate: 100}'))
+    code, report, _ = nictune("plan", str(rates), "--state-dir", str(tmp_path / "state2"))
+    assert code != 0, report
+    refused = changes(report)[(ifname, "sriov", "vfs.0.max_tx_rate")]
+    assert refused["status"] == "unsupported"
+    assert nicclass.NSIM_VF_RATE_SWITCHDEV[0].source in refused["note"], refused
     code, report, _ = nictune("rollback", *state)
     assert code == 0, report
     assert snapshot(handle, ifname) == before

@@ -321,3 +321,129 @@ def disruption(driver: Optional[str], what: str) -> str:
     """Why changing `what` (rings, channels, mtu) on an up interface of
     this driver interrupts traffic; "" when it is not known to."""
     return DISRUPTS.get((driver or "", what), "")
+
+
+# -- mlx5 in switchdev: VF attributes, tc offload -------------------------------
+# torvalds/linux drivers/net/ethernet/mellanox/mlx5/core/:
+# - esw/legacy.c mlx5_eswitch_set_vport_vlan: with esw->mode !=
+#   MLX5_ESWITCH_LEGACY, VLAN 0 is accepted and does nothing ("compatibility
+#   with libvirt": a qos sent with it is dropped), any other VLAN is
+#   -EOPNOTSUPP; mlx5_eswitch_set_vport_spoofchk and _trust are -EOPNOTSUPP
+#   whatever the value; mlx5_eswitch_set_vport_rate has no mode check (rates
+#   work in both modes; in switchdev `devlink port function rate` sets the
+#   same vport QoS), nor have eswitch.c mlx5_eswitch_set_vport_mac and
+#   _state.
+# - en_rep.c mlx5e_uplink_rep_enable sets NETIF_F_HW_TC in the uplink's
+#   wanted_features when the eswitch enters switchdev; mlx5e_build_rep_netdev
+#   makes every representor with it on (features |= hw_features).
+# - en_main.c set_feature_hw_tc (the uplink's ndo_set_features): turning it off
+#   while the uplink has offloaded tc filters (MLX5_TC_FLAG(ESW_OFFLOAD) in
+#   switchdev: OVS's flows) is -EINVAL, "Active offloaded tc filters, can't
+#   turn hw_tc_offload off".
+# netdevsim (drivers/net/netdevsim/netdev.c nsim_set_vf_rate) is the other
+# way round: it takes VLAN, trust and spoofchk in either mode and refuses
+# rates in switchdev.
+SWITCHDEV = "switchdev"
+# What a representor of an mlx5 eswitch reports as its driver (en_rep.c
+# mlx5e_rep_get_drvinfo: "mlx5e_rep"); the uplink reports mlx5_core.
+MLX5_PORT_DRIVERS = ("mlx5_core", "mlx5e_rep")
+_VLAN_ELSEWHERE = ("in switchdev a VLAN belongs on the representor's OVS port (tag=) or in tc "
+                   "vlan push/pop on the representor")
+
+MLX5_VF_VLAN_SWITCHDEV = rule(
+    driver="mlx5_core", key="sriov.vfs.<n>.vlan", effect="refused",
+    when="eswitch in switchdev mode, VLAN other than 0",
+    why="mlx5 answers EOPNOTSUPP: VF port VLANs are legacy-mode only; " + _VLAN_ELSEWHERE,
+    source="esw/legacy.c mlx5_eswitch_set_vport_vlan")
+MLX5_VF_QOS_SWITCHDEV = rule(
+    driver="mlx5_core", key="sriov.vfs.<n>.qos", effect="refused",
+    when="eswitch in switchdev mode, qos other than 0",
+    why="mlx5 answers EOPNOTSUPP with a VLAN, and with VLAN 0 accepts the request and drops "
+        "the priority; " + _VLAN_ELSEWHERE + " (skbedit priority)",
+    source="esw/legacy.c mlx5_eswitch_set_vport_vlan")
+MLX5_VF_TRUST_SWITCHDEV = rule(
+    driver="mlx5_core", key="sriov.vfs.<n>.trust", effect="refused",
+    when="eswitch in switchdev mode",
+    why="mlx5 answers EOPNOTSUPP: VF trust is legacy-mode only; in switchdev what a VF may "
+        "send and receive is decided by the flows on its representor",
+    source="esw/legacy.c mlx5_eswitch_set_vport_trust")
+MLX5_VF_SPOOFCHK_SWITCHDEV = rule(
+    driver="mlx5_core", key="sriov.vfs.<n>.spoofchk", effect="refused",
+    when="eswitch in switchdev mode",
+    why="mlx5 answers EOPNOTSUPP: spoof checking is legacy-mode only; in switchdev match the "
+        "source MAC in the representor's flows (OVS, tc flower)",
+    source="esw/legacy.c mlx5_eswitch_set_vport_spoofchk")
+NSIM_VF_RATE_SWITCHDEV = tuple(rule(
+    driver="netdevsim", key=f"sriov.vfs.<n>.{attr}", effect="refused",
+    when="eswitch in switchdev mode",
+    why="netdevsim answers EOPNOTSUPP (\"Please use devlink API\"); mlx5 takes VF rates in "
+        "both modes",
+    source="drivers/net/netdevsim/netdev.c nsim_set_vf_rate")
+    for attr in ("max_tx_rate", "min_tx_rate"))
+MLX5_HW_TC_SWITCHDEV_ON = rule(
+    driver="mlx5_core", key="features.hw-tc-offload", effect="automatic",
+    when="eswitch in switchdev mode: the uplink and every representor",
+    why="mlx5 turns hw-tc-offload on by itself on the uplink when the eswitch enters switchdev "
+        "and on every representor it creates: an expectation there, which a rollback leaves on",
+    source="en_rep.c mlx5e_uplink_rep_enable, mlx5e_build_rep_netdev")
+MLX5_HW_TC_OFF_REFUSED = rule(
+    driver="mlx5_core", key="features.hw-tc-offload", effect="refused",
+    when="off, on a switchdev uplink with offloaded tc filters (OVS's flows)",
+    why="mlx5 answers EINVAL \"Active offloaded tc filters, can't turn hw_tc_offload off\" "
+        "while the uplink has offloaded flows",
+    source="en_main.c set_feature_hw_tc")
+
+SWITCHDEV_RULES = (MLX5_VF_VLAN_SWITCHDEV, MLX5_VF_QOS_SWITCHDEV, MLX5_VF_TRUST_SWITCHDEV,
+                   MLX5_VF_SPOOFCHK_SWITCHDEV, *NSIM_VF_RATE_SWITCHDEV, MLX5_HW_TC_SWITCHDEV_ON,
+                   MLX5_HW_TC_OFF_REFUSED)
+
+# attr -> (rule, whether writing `value` hits it), per driver, in switchdev.
+_VF_SWITCHDEV = {
+    ("mlx5_core", "vlan"): (MLX5_VF_VLAN_SWITCHDEV, lambda value: bool(value)),
+    ("mlx5_core", "qos"): (MLX5_VF_QOS_SWITCHDEV, lambda value: bool(value)),
+    ("mlx5_core", "trust"): (MLX5_VF_TRUST_SWITCHDEV, lambda value: value is not None),
+    ("mlx5_core", "spoofchk"): (MLX5_VF_SPOOFCHK_SWITCHDEV, lambda value: value is not None),
+    ("netdevsim", "max_tx_rate"): (NSIM_VF_RATE_SWITCHDEV[0], lambda value: value is not None),
+    ("netdevsim", "min_tx_rate"): (NSIM_VF_RATE_SWITCHDEV[1], lambda value: value is not None),
+}
+
+
+def vf_write_refused(driver: Optional[str], attr: str, value, eswitch_mode: Optional[str]
+                     ) -> Optional[DriverRule]:
+    """The rule by which the PF's driver refuses writing VF attribute `attr`
+    = `value` with its eswitch in `eswitch_mode`, or None.  Plan refuses the
+    key with it, and the test fakes refuse the write with it."""
+    if eswitch_mode != SWITCHDEV:
+        return None
+    found = _VF_SWITCHDEV.get((driver or "", attr))
+    return found[0] if found and found[1](value) else None
+
+
+def vf_vlan_ignored(driver: Optional[str], vlan, eswitch_mode: Optional[str]) -> bool:
+    """mlx5 in switchdev takes VLAN 0 (with any qos) and does nothing with it."""
+    return driver == "mlx5_core" and eswitch_mode == SWITCHDEV and not vlan
+
+
+def refusal_text(found: DriverRule) -> str:
+    """How plans word a refusal by rule `found`."""
+    return f"not supported by {found.driver} ({found.when}): {found.why} [{found.source}]"
+
+
+def hw_tc_kept(driver: Optional[str], iface, eswitch_mode: Optional[str]) -> Optional[DriverRule]:
+    """MLX5_HW_TC_SWITCHDEV_ON when `iface` (machine.Interface; None: the
+    uplink of `driver`) is an mlx5 uplink or representor whose eswitch is in
+    switchdev: its hw-tc-offload is the driver's, not written off again."""
+    if eswitch_mode != SWITCHDEV or driver not in MLX5_PORT_DRIVERS:
+        return None
+    if iface is not None and port_role(iface) == "vf":
+        return None  # a VF netdev is no switch port
+    return MLX5_HW_TC_SWITCHDEV_ON
+
+
+def hw_tc_off_refused(driver: Optional[str], eswitch_mode: Optional[str], offloaded_flows: int
+                      ) -> Optional[DriverRule]:
+    """MLX5_HW_TC_OFF_REFUSED when turning hw-tc-offload off on this uplink
+    fails: mlx5, switchdev, offloaded tc filters present."""
+    if driver == "mlx5_core" and eswitch_mode == SWITCHDEV and offloaded_flows > 0:
+        return MLX5_HW_TC_OFF_REFUSED
+    return None

@@ -93,6 +93,11 @@ class Family:
         # section first ({"roce": [...], "all": [...]}); None when the
         # profile has no interface entries.
         self.profile_interfaces: Optional[Dict[str, list]] = None
+        # Set by the engine once the whole profile has expanded: every key
+        # the profile wants on this host, of every family (Key -> Desired),
+        # for a check that depends on what another family will have written
+        # by then (sriov: the eswitch mode the VFs' PF is going to).
+        self.wanted: dict = {}
 
     # -- what the family is (no host needed) ---------------------------------
     @classmethod
@@ -178,6 +183,13 @@ class Family:
         """Restore [(key, before)], in the order given.  Families with coupled
         settings override this; plain ones just write the old values."""
         self.apply(items)
+
+    def kept(self, key: Key, before: Any) -> str:
+        """Why a rollback leaves `key` as it is instead of writing `before`
+        back (the driver keeps the value by itself, and would refuse or undo
+        the write: nicclass rules), or "".  Asked in a rollback, before its
+        writes; such a key is reported as kept, not as revert-failed."""
+        return ""
 
     # -- host -> profile (nictune show) ------------------------------------------
     def show(self, target: str) -> dict:

@@ -40,6 +40,13 @@ from nictune.host.model import Desired, Key, Unsupported, Want
 from nictune.host.transports.netlink.uapi import ENCAP_MODES, INLINE_MODES
 from nictune.host.transports.netlink.uapi import ESWITCH_MODES as MODES
 
+# What leaving switchdev needs of OVS (plans say it on the mode key): mlx5
+# removes the representors and their offloaded flows under a running
+# ovs-vswitchd, and its ovs.hw_offload off waits for a restart (knobs/ovs.py).
+LEAVING_SWITCHDEV = ("first stop ovs-vswitchd, or take the uplink and representors out of their "
+                     "OVS bridges, so that no offloaded flow is left (nictune restarts nothing; "
+                     "in a playbook, a hook)")
+
 SETTINGS = {"mode": MODES, "inline_mode": INLINE_MODES, "encap": ENCAP_MODES}
 WRITE_ORDER = ("mode", "inline_mode", "encap")
 _NOT = {"mana": "not supported by mana: the MANA VF has no devlink eswitch (Azure owns the "
@@ -62,6 +69,23 @@ def devlink_handle(host, ifname: str) -> Optional[str]:
 def open_devlink(host):
     """The host's devlink socket (one per Host, closed with it)."""
     return host.devlink()
+
+
+def eswitch_mode(host, ifname: str, wanted: Optional[dict] = None) -> Optional[str]:
+    """The mode of the eswitch behind `ifname` (a PF, its uplink or one of
+    its representors): the one this profile sets it to (`wanted`: a family's
+    Family.wanted), which the eswitch family writes before sriov and
+    features; else the one devlink reads now; None without an eswitch."""
+    handle = devlink_handle(host, ifname)
+    if handle is None:
+        return None
+    asked = (wanted or {}).get(Key("eswitch", handle, "mode"))
+    if asked is not None:
+        return asked.want.value
+    try:
+        return open_devlink(host).eswitch(handle).mode
+    except OSError:
+        return None
 
 
 class EswitchFamily(Family):
@@ -144,6 +168,17 @@ interfaces:
                 out[k] = value if value is not None else Unsupported(
                     f"the driver of {handle} has no eswitch {k.name}")
         return out
+
+    def note(self, key):
+        """Leaving switchdev (a rollback of this key, or a profile that asks
+        for legacy) pulls the representors out from under OVS: its offloaded
+        flows must be gone first, and nictune restarts nothing."""
+        if key.name != "mode" or key not in self.wanted:
+            return ""
+        if self.wanted[key].want.value == "switchdev":
+            return ("a rollback returns this eswitch to legacy: " + LEAVING_SWITCHDEV
+                    + "; hw-tc-offload stays on where the driver turned it on (mlx5)")
+        return "leaving switchdev: " + LEAVING_SWITCHDEV
 
     def disruptive(self, key, before, after):
         if key.name == "mode":

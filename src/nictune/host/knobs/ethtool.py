@@ -126,6 +126,31 @@ interfaces:
             return f"{key.name} is fixed on this device"
         return None
 
+    def _driver_keeps_tc(self, target: str, wanted: Optional[dict]):
+        """The rule by which the driver owns hw-tc-offload on `target` (an
+        mlx5 uplink or representor whose eswitch is, or with `wanted` will
+        be, in switchdev), or None."""
+        iface = next((i for i in self.host.interfaces() if i.name == target), None)
+        if iface is None or iface.driver not in nicclass.MLX5_PORT_DRIVERS:
+            return None
+        from nictune.host.knobs.eswitch import eswitch_mode  # only for mlx5 ports
+
+        return nicclass.hw_tc_kept(iface.driver, iface, eswitch_mode(self.host, target, wanted))
+
+    def note(self, key) -> str:
+        if key.name != "hw-tc-offload":
+            return ""
+        found = self._driver_keeps_tc(key.target, self.wanted)
+        return f"{found.why} [{found.source}]" if found else ""
+
+    def kept(self, key, before) -> str:
+        # A rollback that would turn mlx5's own hw-tc-offload off on a
+        # switchdev port: EINVAL while OVS has flows there (set_feature_hw_tc).
+        if key.name != "hw-tc-offload" or before is not False:
+            return ""
+        found = self._driver_keeps_tc(key.target, None)
+        return f"left on: {found.why} [{found.source}]" if found else ""
+
     def apply(self, items):
         for target, values in group_by_target(items).items():
             wanted = {}

@@ -47,8 +47,17 @@ is rebuilt, and no unbind/rebind is needed.  The families' positions do it
 count (0) first, then the eswitch back to legacy.  netdevsim
 (drivers/net/netdevsim/dev.c nsim_drv_configure_vfs) takes both orders, and
 drops to legacy by itself when VFs go to 0 in switchdev.
-Not done: VF rates in switchdev on mlx5 and netdevsim go through devlink
-rate (ndo_set_vf_rate answers EOPNOTSUPP there).
+
+What the eswitch mode allows (nicclass.py, "mlx5 in switchdev"): mlx5
+takes a VF's mac, link_state and rates in both modes (esw/legacy.c
+mlx5_eswitch_set_vport_rate has no mode check; `devlink port function
+rate` is switchdev's own way to the same vport QoS), and refuses VLAN
+other than 0, qos, trust and spoofchk in switchdev (EOPNOTSUPP:
+mlx5_eswitch_set_vport_vlan, _trust, _spoofchk): there, VLANs go on the
+representor's OVS port (tag=) or in tc vlan push/pop on the representor.
+netdevsim is the other way round (nsim_set_vf_rate refuses rates in
+switchdev).  check() refuses such a key in the plan, by the rule, when the
+PF's eswitch is in switchdev or this profile puts it there.
 """
 
 from __future__ import annotations
@@ -56,6 +65,7 @@ from __future__ import annotations
 import errno
 from typing import TYPE_CHECKING, Optional
 
+from nictune.host.facts import nicclass
 from nictune.host.knobs.base import Family, read_quietly
 from nictune.host.model import Desired, Key, Unsupported, Want
 from nictune.host.transports.netlink.uapi import VF_LINK_STATES as LINK_STATES
@@ -89,6 +99,7 @@ class SriovFamily(Family):
 interfaces:
   uplinks:
     match: {driver: mlx5_core, flavour: physical}
+    # A legacy eswitch: in switchdev mlx5 refuses vlan, qos, trust and spoofchk.
     sriov:
       numvfs: 4
       drivers_autoprobe: false
@@ -117,10 +128,14 @@ interfaces:
     def schema(cls, s):
         vf = s.section("Attributes of one VF (ip link set PF vf N ...).", {
             "mac": {**s.text(MAC, 17), "description": "VF MAC address, such as 02:00:00:00:00:10."},
-            "vlan": {**s.integer(0, 4095), "description": "Port VLAN (0: none)."},
-            "qos": {**s.integer(0, 7), "description": "802.1p priority of the port VLAN."},
-            "trust": {"type": "boolean", "description": "Trusted VF (promiscuous, MAC change)."},
-            "spoofchk": {"type": "boolean", "description": "Source MAC spoof checking."},
+            "vlan": {**s.integer(0, 4095), "description": "Port VLAN (0: none). Legacy eswitch "
+                                                          "only on mlx5 (driver rules)."},
+            "qos": {**s.integer(0, 7), "description": "802.1p priority of the port VLAN. Legacy "
+                                                      "eswitch only on mlx5."},
+            "trust": {"type": "boolean", "description": "Trusted VF (promiscuous, MAC change). "
+                                                         "Legacy eswitch only on mlx5."},
+            "spoofchk": {"type": "boolean", "description": "Source MAC spoof checking. Legacy "
+                                                           "eswitch only on mlx5."},
             "max_tx_rate": {**s.integer(0, s.U32), "description": "Mbit/s, 0: no limit."},
             "min_tx_rate": {**s.integer(0, s.U32), "description": "Mbit/s, 0: none."},
             "link_state": {"enum": list(LINK_STATES), "description": "VF link: auto, enable or disable."},
@@ -141,8 +156,9 @@ interfaces:
         if driver in _NOT:
             return _NOT[driver]
         if driver == "mlx5_core" and setting == "sriov.vfs":
-            return ("max_tx_rate and min_tx_rate in legacy eswitch mode only (in switchdev, VF "
-                    "rates are devlink rate objects)")
+            return ("vlan (other than 0), qos, trust and spoofchk in legacy eswitch mode only "
+                    "(EOPNOTSUPP in switchdev: VLANs go on the representor's OVS port or in tc); "
+                    "mac, link_state and rates in both modes")
         return None
 
     def __init__(self, host):
@@ -150,6 +166,7 @@ interfaces:
         self._numvfs: dict = {}   # pf -> current count, from read
         self._total: dict = {}    # pf -> sriov_totalvfs, when the device has one
         self._wanted: dict = {}   # pf -> numvfs the profile asks for
+        self._modes: dict = {}    # pf -> its eswitch mode, now or as this profile sets it
 
     def expand(self, target, sections, source):
         sec = sections["sriov"]
@@ -221,7 +238,21 @@ interfaces:
                 return f"{key.target} allows at most {total} VFs (sriov_totalvfs)"
             return None
         parsed = _vf_key(key.name)
-        return None if parsed is None else self._vf_beyond(key.target, parsed[0])
+        if parsed is None:
+            return None
+        return self._vf_beyond(key.target, parsed[0]) or self._refused_in_mode(
+            key.target, parsed[1], want.value)
+
+    def _refused_in_mode(self, pf: str, attr: str, value) -> Optional[str]:
+        """The PF's driver refuses this VF attribute in the eswitch mode the
+        VFs will be written in (eswitch sits before sriov: the profile's
+        mode, else the current one)."""
+        if pf not in self._modes:
+            from nictune.host.knobs.eswitch import eswitch_mode
+
+            self._modes[pf] = eswitch_mode(self.host, pf, self.wanted)
+        found = nicclass.vf_write_refused(self.driver_of(pf), attr, value, self._modes[pf])
+        return nicclass.refusal_text(found) if found else None
 
     def _vf_beyond(self, pf: str, vf: int) -> Optional[str]:
         count = self._wanted.get(pf, self._numvfs.get(pf))

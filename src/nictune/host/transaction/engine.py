@@ -221,6 +221,8 @@ def expand(host: Host, fams: Families, doc: dict, sources: dict) -> Desire:
             desire.add(d, host_policy.of("host." + _path_of(d)), "host")
     for d, word, owner in entry_desires:
         desire.add(d, word, owner)
+    for fam in fams.ordered:
+        fam.wanted = desire.items
     return desire
 
 
@@ -292,8 +294,12 @@ def restore(fams: Families, changes: list) -> bool:
     # Keys already back (hand-made drift, or an interrupted apply that never
     # reached them) are not written, and not reported as restored.
     already = {c.key for c in changes if current[c.key] == c.before}
+    # Keys the driver keeps by itself (asked before any write: while the
+    # state that makes it keep them, such as a switchdev eswitch, holds).
+    kept = {c.key: why for c in changes if c.key not in already
+            for why in (fams[c.key.family].kept(c.key, c.before),) if why}
     for _ in range(2):
-        todo = [c for c in reversed(changes) if current[c.key] != c.before]
+        todo = [c for c in reversed(changes) if current[c.key] != c.before and c.key not in kept]
         if not todo:
             break
         for batch in _runs_of_one_family(todo):
@@ -304,7 +310,9 @@ def restore(fams: Families, changes: list) -> bool:
         current = fams.read([c.key for c in changes])
     ok = True
     for c in changes:
-        if current[c.key] == c.before:
+        if c.key in kept:
+            c.status, c.note = m.KEPT, kept[c.key]
+        elif current[c.key] == c.before:
             if c.status == m.APPLIED and c.key in already:
                 c.status, c.note = m.OK, "already at its before-value"
             elif c.status == m.APPLIED:
