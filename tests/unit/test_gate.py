@@ -231,17 +231,33 @@ def test_a_baseline_that_is_not_ours_is_refused(tmp_path):
 
 # -- the Gate with fake hosts ------------------------------------------------------------
 
-class FakeSession:
-    """Stands in for traffic.Session: answers `ip -j addr` and iperf3."""
+# RAIL_SCRIPT's output on a host with Debian 12's iperf3 (its --version's
+# three lines joined) and a NIC on NUMA node 1.
+RAIL_FACTS_312 = ("iperf3 iperf 3.12 (cJSON 1.7.15) Linux h1 6.1.0-18-amd64 #1 SMP x86_64 Optional features "
+                  "available: CPU affinity setting, IPv6 flow label, SCTP, TCP congestion algorithm setting, "
+                  "sendfile / zerocopy, socket pacing, authentication, bind to device, support IPv4 don't "
+                  "fragment \nnuma_node 1\nlocal_cpulist 16-31,48-63\n")
 
-    def __init__(self, name, log):
-        self.name, self.log = name, log
+
+class FakeSession:
+    """Stands in for traffic.Session: answers `ip -j addr`, `ip -j route
+    get` (by `routes`: own address -> device, else the rail), RAIL_SCRIPT
+    (`facts`) and iperf3."""
+
+    def __init__(self, name, log, routes=None, facts=""):
+        self.name, self.log, self.routes, self.facts = getattr(name, "name", name), log, routes or {}, facts
 
     def run(self, argv, seconds):
         self.log.append((self.name, argv))
+        if argv[:4] == ["ip", "-j", "route", "get"]:
+            own = argv[-1]
+            return Result(argv, 0, json.dumps([{"dst": argv[4], "from": own, "dev": self.routes.get(own, "eth2")}]),
+                          "")
         if argv[:2] == ["ip", "-j"]:
             return Result(argv, 0, addr(argv[-1], {"family": "inet", "local": "198.18.0." + self.name[-1],
                                                    "scope": "global"}), "")
+        if argv[:3] == ["sh", "-c", g.RAIL_SCRIPT]:
+            return Result(argv, 0, self.facts, "")
         return Result(argv, 0, json.dumps(TCP), "")
 
     def start(self, argv, seconds):
@@ -284,7 +300,7 @@ def test_the_gate_runs_quoted_argv_and_stops_every_server():
     assert [(r["client"], r["server"], r["figures"]["gbps"]) for r in result["results"]] == [
         ("h1", "h2", 9.4), ("h2", "h1", 9.4)]
     assert ("h2", ["iperf3", "-s", "-1", "-B", "198.18.0.2", "-p", "5201", "--forceflush"]) in log
-    assert ("h1", ["iperf3", "-c", "198.18.0.2", "-B", "198.18.0.1", "-p", "5201", "-t", "1",
+    assert ("h1", ["iperf3", "-c", "198.18.0.2", "-B", "198.18.0.1", "-p", "5201", "-t", "1", "-P", "8",
                    "--connect-timeout", "5000", "--json"]) in log
     assert FakeServer.stopped == 2 and sum(1 for _, a in log if a == "close") == 2
     # A later batch of one pairs with a host kept before it.
@@ -296,8 +312,8 @@ def test_the_gate_fails_below_the_floor_and_with_nothing_to_measure_against():
     result = gate(4, ["h1", "h2"])
     assert not result["passed"] and gate.kept == []
     assert result["message"].startswith("batch 4: the traffic gate failed: h1 > h2 on eth2 (iperf3-tcp): "
-                                        "9.4 Gbit/s, less than min_gbps 10; 12 retransmits, more than "
-                                        "max_retransmits 5")
+                                        "9.4 Gbit/s over 8 streams, less than min_gbps 10; 12 retransmits, "
+                                        "more than max_retransmits 5")
     alone = g.Gate(spec(), lambda h: FakeSession(h, []))(1, ["h1"])
     assert not alone["passed"] and "name peers:" in alone["message"]
 

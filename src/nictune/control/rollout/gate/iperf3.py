@@ -1,72 +1,165 @@
-"""iperf3 between a pair on a rail: a one-off server bound to the rail's
-address, the client bound to its own, TCP then (with udp:) UDP; figures
-from the client's --json, judged against the gate's limits."""
+"""iperf3 between a pair on a rail: first the route each end's rail
+address takes to the other end, refused when it leaves by another NIC
+(rails.py); then a one-off server bound to the rail's address and device,
+the client bound to its own, TCP with `streams` parallel streams then
+(with udp:) UDP at one fixed-rate stream, both ends pinned to the rail's
+NUMA-local CPUs; figures from the client's --json (all streams summed),
+judged against the gate's limits and the pair's floor.
+
+Pinning is `taskset -c CPULIST`, not iperf3's -A: -A binds to one CPU, so
+iperf3 3.16's per-stream threads would all share it, and a host that is
+client of one pair and server of another at once would run both on one
+core.  The floor is per pair and rail, all streams together: the lower of
+its two hosts' (inventory variable nictune_gate_min_gbps, else the gate's
+min_gbps), since the slower end bounds what the pair can carry."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from nictune.control.rollout.gate.parsers import BadOutput, parse_iperf3
+from nictune.control.rollout.gate.parallel import parallel
+from nictune.control.rollout.gate.rails import RAIL_SCRIPT, RailFacts, parse_rail_facts, route_problem
 from nictune.control.rollout.gate.rows import fail, row
 from nictune.control.rollout.gate.spec import GateSpec
 from nictune.host.errors import NictuneError
+from nictune.host.text import printable
+
+FLOOR_VAR = "nictune_gate_min_gbps"
+
+# A host's own floor: (Gbit/s, where it was set), from the inventory.
+Floors = Dict[str, Tuple[float, str]]
 
 
 def measure_iperf3(gate: GateSpec, pair: Tuple[str, str], rail: str, sessions: Dict[str, Any],
-                   addresses: Dict) -> List[dict]:
-    """The iperf3 rows of a pair on a rail (none without iperf3:)."""
+                   addresses: Dict, floors: Optional[Floors] = None) -> List[dict]:
+    """The iperf3 rows of a pair on a rail (none without iperf3:).
+    addresses: the rail addresses, and each (host, rail, "iperf3")'s RailFacts."""
     client, server = pair
     spec = gate.iperf3
     kinds = [] if spec is None else [("iperf3-tcp", False)] + ([("iperf3-udp", True)] if spec.udp_gbps else [])
     out = []
+    missing = [h for h in pair if h not in sessions or (h, rail) not in addresses]
+    misrouted = None if missing or not kinds else _route_problems(pair, rail, sessions, addresses)
     for tool, udp in kinds:
         r = row(client, server, rail, tool)
         out.append(r)
-        missing = [h for h in pair if h not in sessions or (h, rail) not in addresses]
         if missing:
             fail(r, f"not measured: {', '.join(missing)} not reachable or no address on {rail}")
             continue
+        if misrouted:
+            fail(r, f"not measured: {misrouted}")
+            continue
         try:
-            r["figures"] = _run(gate, sessions, client, server, addresses, rail, udp)
+            r["figures"] = _run(gate, sessions, client, server, addresses, rail, udp, r)
         except (BadOutput, NictuneError) as e:
             fail(r, str(e))
             continue
-        _judge(gate, r, udp)
+        _judge(gate, r, udp, pair_floor(gate, pair, floors or {}))
     return out
 
 
+def rail_facts(gate: GateSpec, sessions: Dict[str, Any]) -> Dict[Tuple[str, str, str], RailFacts]:
+    """{(host, rail, "iperf3"): RailFacts} of every host and rail (RAIL_SCRIPT);
+    a host that does not answer gets none: iperf3 then runs unbound and
+    unpinned, and the route check still stands."""
+    def one(item):
+        name, rail = item
+        try:
+            result = sessions[name].run(["sh", "-c", RAIL_SCRIPT, "sh", rail], 20)
+        except NictuneError:
+            return item, None
+        return item, parse_rail_facts(result.stdout) if result.ok else None
+
+    return {(n, rail, "iperf3"): facts for (n, rail), facts in parallel(one, [(n, r) for n in sessions
+                                                                              for r in gate.rails]) if facts}
+
+
+def host_floors(hosts: List[Any]) -> Floors:
+    """{name: (Gbit/s, "file:line")} of the hosts whose inventory sets
+    nictune_gate_min_gbps; InventoryError naming the variable and where it
+    is set for a value that is not a number from 0 to 100000."""
+    from nictune.inventory.errors import InventoryError
+
+    out: Floors = {}
+    for host in hosts:
+        if isinstance(host, str) or FLOOR_VAR not in host.vars:
+            continue
+        value = host.vars[FLOOR_VAR]
+        file, line = host.where_of(FLOOR_VAR) or (None, None)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100000:
+            raise InventoryError(file, line, f"{FLOOR_VAR} of host {host.name!r} is {printable(repr(value))[:80]}; "
+                                             "give the least Gbit/s the host's rails must carry, a number from 0 "
+                                             "to 100000 (the gate's iperf3 min_gbps for this host)")
+        out[host.name] = (float(value), f"{file}:{line}" if file else "inventory")
+    return out
+
+
+def _route_problems(pair: Tuple[str, str], rail: str, sessions, addresses) -> Optional[str]:
+    """Why either end's traffic to the other would not leave by `rail`."""
+    client, server = pair
+    problems = [route_problem(sessions[a], a, rail, addresses[(a, rail)], addresses[(b, rail)])
+                for a, b in ((client, server), (server, client))]
+    return "; ".join(p for p in problems if p) or None
+
+
+def pair_floor(gate: GateSpec, pair: Tuple[str, str], floors: Floors) -> Optional[Tuple[float, str]]:
+    """(Gbit/s, what set it) the pair must reach on a rail, or None."""
+    default = gate.iperf3.min_gbps
+    found = [(floors[h][0], f"{h}'s nictune_gate_min_gbps {floors[h][0]:g} ({floors[h][1]})") if h in floors
+             else (default, f"min_gbps {default:g}") for h in pair if h in floors or default is not None]
+    return min(found, key=lambda f: f[0]) if found else None
+
+
+def _facts(addresses: Dict, host: str, rail: str) -> RailFacts:
+    found = addresses.get((host, rail, "iperf3"))
+    return found if isinstance(found, RailFacts) else RailFacts()
+
+
+def _pinned(facts: RailFacts, wanted: str, argv: List[str]) -> Tuple[List[str], Optional[str]]:
+    cpus = facts.cpus(wanted)
+    return (["taskset", "-c", cpus, *argv] if cpus else argv), cpus
+
+
 def _run(gate: GateSpec, sessions, client: str, server: str, addresses, rail: str,
-         udp: bool) -> Dict[str, float]:
+         udp: bool, r: dict) -> Dict[str, float]:
     spec, limit = gate.iperf3, gate.run_timeout()
     saddr, caddr, port = addresses[(server, rail)], addresses[(client, rail)], str(gate.port)
-    started = sessions[server].start(["iperf3", "-s", "-1", "-B", saddr, "-p", port, "--forceflush"],
-                                     limit + 5)
+    sfacts, cfacts = _facts(addresses, server, rail), _facts(addresses, client, rail)
+    server_argv, scpus = _pinned(sfacts, spec.cpus, [
+        "iperf3", "-s", "-1", "-B", saddr, *(["--bind-dev", rail] if sfacts.bind_dev else []),
+        "-p", port, "--forceflush"])
+    streams = 1 if udp else spec.streams
+    client_argv, ccpus = _pinned(cfacts, spec.cpus, [
+        "iperf3", "-c", saddr, "-B", caddr, *(["--bind-dev", rail] if cfacts.bind_dev else []),
+        "-p", port, "-t", str(spec.seconds), "-P", str(streams),
+        *(["-u", "-b", f"{spec.udp_gbps:g}G"] if udp else (["-Z"] if spec.zerocopy else [])),
+        "--connect-timeout", "5000", "--json"])
+    r.update(streams=streams, bind_dev=sfacts.bind_dev and cfacts.bind_dev,
+             cpus={client: ccpus or "any", server: scpus or "any"})
+    started = sessions[server].start(server_argv, limit + 5)
     try:
         if not started.wait_for("Server listening", min(10.0, limit)):
             raise BadOutput(f"the iperf3 server on {server} did not start: {started.output() or 'no output'}")
-        argv = ["iperf3", "-c", saddr, "-B", caddr, "-p", port, "-t", str(spec.seconds),
-                "--connect-timeout", "5000", "--json"]
-        if udp:
-            argv += ["-u", "-b", f"{spec.udp_gbps:g}G"]
-        result = sessions[client].run(argv, limit)
+        result = sessions[client].run(client_argv, limit)
         if result.timed_out:
             raise BadOutput(f"iperf3 on {client} did not finish within {limit:g} s")
         try:
-            return parse_iperf3(result.stdout, udp)
+            return parse_iperf3(result.stdout, udp, streams=None if udp else streams)
         except BadOutput as e:
             raise BadOutput(str(e) if result.ok or str(e).startswith("iperf3:") else result.why()) from None
     finally:
         started.stop()
 
 
-def _judge(gate: GateSpec, r: dict, udp: bool) -> None:
+def _judge(gate: GateSpec, r: dict, udp: bool, floor: Optional[Tuple[float, str]]) -> None:
     spec, f = gate.iperf3, r["figures"]
     if udp:
         if f["lost_percent"] > spec.max_loss:
             fail(r, f"lost {f['lost_percent']:g}% of datagrams, more than max_loss {spec.max_loss:g}%")
         return
-    if spec.min_gbps is not None and f["gbps"] < spec.min_gbps:
-        fail(r, f"{f['gbps']:.3g} Gbit/s, less than min_gbps {spec.min_gbps:g}")
+    if floor is not None and f["gbps"] < floor[0]:
+        fail(r, f"{f['gbps']:.3g} Gbit/s over {r['streams']} streams, less than {floor[1]}")
     if spec.max_retransmits is not None:
         if "retransmits" not in f:
             fail(r, "iperf3 reported no retransmits to check max_retransmits against")
