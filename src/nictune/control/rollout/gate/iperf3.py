@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from nictune.control.rollout.gate.parsers import BadOutput, parse_iperf3
 from nictune.control.rollout.gate.parallel import parallel
-from nictune.control.rollout.gate.rails import RAIL_SCRIPT, RailFacts, parse_rail_facts, route_problem
+from nictune.control.rollout.gate.rails import RAIL_SCRIPT, ROUTE_ADVICE, RailFacts, parse_rail_facts, route_problem
 from nictune.control.rollout.gate.rows import fail, row
 from nictune.control.rollout.gate.spec import GateSpec
 from nictune.host.errors import NictuneError
@@ -100,7 +100,11 @@ def _route_problems(pair: Tuple[str, str], rail: str, sessions, addresses) -> Op
     client, server = pair
     problems = [route_problem(sessions[a], a, rail, addresses[(a, rail)], addresses[(b, rail)])
                 for a, b in ((client, server), (server, client))]
-    return "; ".join(p for p in problems if p) or None
+    wrong = [p for p in problems if p]
+    if not wrong:
+        return None
+    misrouted = any("would leave by" in p for p in wrong)
+    return "; ".join(wrong) + (f": {ROUTE_ADVICE}" if misrouted else "")
 
 
 def pair_floor(gate: GateSpec, pair: Tuple[str, str], floors: Floors) -> Optional[Tuple[float, str]]:

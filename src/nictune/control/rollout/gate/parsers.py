@@ -71,7 +71,7 @@ def parse_iperf3(text: str, udp: bool = False, streams: Optional[int] = None) ->
     else:
         per_stream = _tcp_streams(end, streams)
         bps_from = end.get("sum_received") if isinstance(end.get("sum_received"), dict) or not per_stream \
-            else _summed(per_stream, "receiver", "bits_per_second")
+            else _summed(per_stream, "receiver")
         if not isinstance(bps_from, dict):
             raise BadOutput("the iperf3 output's end has no sum_received mapping")
         sent = end.get("sum_sent") if isinstance(end.get("sum_sent"), dict) or not per_stream \
@@ -92,14 +92,14 @@ def _tcp_streams(end: dict, expected: Optional[int]) -> list:
     return listed
 
 
-def _summed(streams: list, side: str, extra: str) -> dict:
+def _summed(streams: list, side: str, extra: Optional[str] = None) -> dict:
     """{"bits_per_second", extra} summed over the streams' `side` figures
     (output that lists the streams but carries no sum of them)."""
     total: Dict[str, float] = {"bits_per_second": 0.0}
     for i, stream in enumerate(streams[:MAX_STREAMS]):
         figures = _mapping(stream, side, f"the iperf3 output's stream {i}")
         total["bits_per_second"] += bounded_number(figures.get("bits_per_second"), "bits_per_second", 0, MAX_BPS)
-        if figures.get(extra) is not None:
+        if extra and figures.get(extra) is not None:
             total[extra] = total.get(extra, 0) + bounded_number(figures[extra], extra, 0, 2**62)
     return total
 

@@ -113,7 +113,10 @@ def route_problem(session, host: str, rail: str, own: str, peer: str) -> Optiona
         return f"{host}: cannot tell how {rail}'s traffic to {peer} leaves ({e})"
     if dev == rail:
         return None
-    return (f"{host}: {rail}'s traffic to {peer} would leave by {dev} (ip route get {peer} from {own}), "
-            f"so this would measure {dev}, not {rail}: give each rail's address its own route (a policy rule "
-            f"`ip rule add from {own} table N` and the subnet's route on {rail} in table N, with arp_ignore=1 "
-            "and arp_announce=2 on the rails)")
+    return f"{host}: {rail}'s traffic to {peer} would leave by {dev} (ip route get {peer} from {own})"
+
+
+# Said once after the misrouted ends of a pair.
+ROUTE_ADVICE = ("so iperf3 would measure another NIC than the rail: give each rail's address a route of its own "
+                "(`ip rule add from ADDRESS table N` and the subnet's route on the rail in table N), and "
+                "arp_ignore=1 and arp_announce=2, so each NIC answers for its own address only")
