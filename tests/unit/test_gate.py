@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from nictune.cli.app import app
 from nictune.control.rollout import gate as g
+from nictune.control.rollout.gate.iperf3 import CLIENTS_SCRIPT, SERVERS_SCRIPT
 from nictune.control.rollout.traffic import Result, bounded
 from nictune.profile.errors import ProfileError
 
@@ -237,6 +238,10 @@ RAIL_FACTS_312 = ("iperf3 iperf 3.12 (cJSON 1.7.15) Linux h1 6.1.0-18-amd64 #1 S
                   "available: CPU affinity setting, IPv6 flow label, SCTP, TCP congestion algorithm setting, "
                   "sendfile / zerocopy, socket pacing, authentication, bind to device, support IPv4 don't "
                   "fragment \nnuma_node 1\nlocal_cpulist 16-31,48-63\n")
+# ... and with iperf3 3.17 (a thread per stream), on a virtual device.
+RAIL_FACTS_317 = ("iperf3 iperf 3.17.1 (cJSON 1.7.15) Linux h1 6.8.0-31-generic Optional features available: "
+                  "CPU affinity setting, bind to device, support IPv4 don't fragment, POSIX threads \n"
+                  "numa_node \nlocal_cpulist \n")
 
 
 class FakeSession:
@@ -244,7 +249,7 @@ class FakeSession:
     get` (by `routes`: own address -> device, else the rail), RAIL_SCRIPT
     (`facts`) and iperf3."""
 
-    def __init__(self, name, log, routes=None, facts=""):
+    def __init__(self, name, log, routes=None, facts=RAIL_FACTS_317):
         self.name, self.log, self.routes, self.facts = getattr(name, "name", name), log, routes or {}, facts
 
     def run(self, argv, seconds):
@@ -258,6 +263,9 @@ class FakeSession:
                                                    "scope": "global"}), "")
         if argv[:3] == ["sh", "-c", g.RAIL_SCRIPT]:
             return Result(argv, 0, self.facts, "")
+        if argv[:3] == ["sh", "-c", CLIENTS_SCRIPT]:  # argv[5]: how many one-stream processes
+            return Result(argv, 0, "".join(f"\n==nictune-iperf3 {i}\n{json.dumps(TCP)}" for i in range(int(argv[5]))),
+                          "")
         return Result(argv, 0, json.dumps(UDP if "-u" in argv else TCP), "")
 
     def start(self, argv, seconds):
@@ -299,9 +307,10 @@ def test_the_gate_runs_quoted_argv_and_stops_every_server():
     assert result["passed"] and gate.kept == ["h1", "h2"], result
     assert [(r["client"], r["server"], r["figures"]["gbps"]) for r in result["results"]] == [
         ("h1", "h2", 9.4), ("h2", "h1", 9.4)]
-    assert ("h2", ["iperf3", "-s", "-1", "-B", "198.18.0.2", "-p", "5201", "--forceflush"]) in log
-    assert ("h1", ["iperf3", "-c", "198.18.0.2", "-B", "198.18.0.1", "-p", "5201", "-t", "1", "-P", "8",
-                   "--connect-timeout", "5000", "--json"]) in log
+    assert ("h2", ["iperf3", "-s", "-1", "-B", "198.18.0.2", "--bind-dev", "eth2", "-p", "5201",
+                   "--forceflush"]) in log
+    assert ("h1", ["iperf3", "-c", "198.18.0.2", "-B", "198.18.0.1", "--bind-dev", "eth2", "-p", "5201",
+                   "-t", "1", "-P", "8", "--connect-timeout", "5000", "--json"]) in log
     assert FakeServer.stopped == 2 and sum(1 for _, a in log if a == "close") == 2
     # A later batch of one pairs with a host kept before it.
     assert [(r["client"], r["server"]) for r in gate(2, ["h3"])["results"]] == [("h3", "h2"), ("h2", "h3")]
@@ -483,36 +492,67 @@ def test_the_host_facts_say_what_its_iperf3_can_do_and_where_the_nic_sits():
     assert hostile == g.RailFacts()
 
 
-def test_the_run_is_bound_to_the_rail_pinned_to_its_numa_cpus_with_parallel_streams():
+def test_a_threaded_iperf3_runs_the_streams_in_one_process_bound_to_the_rail():
     log: list = []
     FakeServer.stopped = 0
     gate = g.Gate(spec(min_gbps=5, streams=16, zerocopy=True, udp_gbps=1, max_loss=1.0),
-                  lambda h: FakeSession(h, log, facts=RAIL_FACTS_312))
+                  lambda h: FakeSession(h, log))
     result = gate(1, ["h1", "h2"])
     assert result["passed"], result
-    pinned = ["taskset", "-c", "16-31,48-63"]
-    assert ("h2", [*pinned, "iperf3", "-s", "-1", "-B", "198.18.0.2", "--bind-dev", "eth2", "-p", "5201",
-                   "--forceflush"]) in log
-    assert ("h1", [*pinned, "iperf3", "-c", "198.18.0.2", "-B", "198.18.0.1", "--bind-dev", "eth2", "-p", "5201",
+    assert ("h1", ["iperf3", "-c", "198.18.0.2", "-B", "198.18.0.1", "--bind-dev", "eth2", "-p", "5201",
                    "-t", "1", "-P", "16", "-Z", "--connect-timeout", "5000", "--json"]) in log
     # UDP keeps one stream: -b is a per-stream rate.
-    assert ("h1", [*pinned, "iperf3", "-c", "198.18.0.2", "-B", "198.18.0.1", "--bind-dev", "eth2", "-p", "5201",
+    assert ("h1", ["iperf3", "-c", "198.18.0.2", "-B", "198.18.0.1", "--bind-dev", "eth2", "-p", "5201",
                    "-t", "1", "-P", "1", "-u", "-b", "1G", "--connect-timeout", "5000", "--json"]) in log
     [tcp, _, _, _] = result["results"]
-    assert (tcp["streams"], tcp["bind_dev"], tcp["cpus"]) == (16, True, {"h1": "16-31,48-63", "h2": "16-31,48-63"})
+    assert (tcp["streams"], tcp["processes"], tcp["bind_dev"], tcp["cpus"]) == (16, 1, True, {"h1": "any", "h2": "any"})
     # Both ends asked their kernel how the rail reaches the other first.
     assert ("h1", ["ip", "-j", "route", "get", "198.18.0.2", "from", "198.18.0.1"]) in log
     assert ("h2", ["ip", "-j", "route", "get", "198.18.0.1", "from", "198.18.0.2"]) in log
 
 
+def test_an_older_iperf3_runs_a_process_per_stream_pinned_to_the_rails_numa_cpus():
+    """Debian 12's iperf3 3.12 runs every stream in one thread: four
+    one-stream processes on ports 5201-5204 each side, their figures summed."""
+    log: list = []
+    FakeServer.stopped = 0
+    gate = g.Gate(spec(min_gbps=30, streams=4), lambda h: FakeSession(h, log, facts=RAIL_FACTS_312))
+    result = gate(1, ["h1", "h2"])
+    assert result["passed"], result
+    pinned = ["taskset", "-c", "16-31,48-63"]
+    assert ("h2", ["sh", "-c", SERVERS_SCRIPT, "sh", "5201", "4", *pinned, "iperf3", "-s", "-1", "-B", "198.18.0.2",
+                   "--bind-dev", "eth2", "--forceflush"]) in log
+    assert ("h1", ["sh", "-c", CLIENTS_SCRIPT, "sh", "5201", "4", *pinned, "iperf3", "-c", "198.18.0.2", "-B",
+                   "198.18.0.1", "--bind-dev", "eth2", "-t", "1", "-P", "1", "--connect-timeout", "5000",
+                   "--json"]) in log
+    [tcp, _] = result["results"]
+    assert tcp["figures"] == {"gbps": 37.6, "retransmits": 48}  # 4 x 9.4 Gbit/s, 4 x 12
+    assert (tcp["streams"], tcp["processes"], tcp["cpus"]) == (4, 4, {"h1": "16-31,48-63", "h2": "16-31,48-63"})
+    assert FakeServer.stopped == 2
+
+
+def test_the_processes_reports_are_summed_and_a_missing_one_is_refused():
+    from nictune.control.rollout.gate.iperf3 import parse_iperf3_processes
+
+    one = json.dumps(TCP)
+    assert parse_iperf3_processes(f"\n==nictune-iperf3 0\n{one}\n==nictune-iperf3 1\n{one}", 2) == {
+        "gbps": 18.8, "retransmits": 24}
+    with pytest.raises(g.BadOutput, match="does not hold the 3 processes' reports"):
+        parse_iperf3_processes(f"\n==nictune-iperf3 0\n{one}\n==nictune-iperf3 1\n{one}", 3)
+    refused = '{"error": "unable to connect to server: Connection refused"}'
+    with pytest.raises(g.BadOutput, match="iperf3 process 2 of 2: iperf3: unable to connect"):
+        parse_iperf3_processes(f"\n==nictune-iperf3 0\n{one}\n==nictune-iperf3 1\n{refused}", 2)
+
+
 def test_an_iperf3_without_bind_dev_runs_unbound_and_any_runs_unpinned():
     log: list = []
-    gate = g.Gate(spec(cpus="any"), lambda h: FakeSession(h, log, facts="iperf3 iperf 3.9\nlocal_cpulist 0-7\n"))
+    facts = "iperf3 iperf 3.9\nlocal_cpulist 0-7\n"  # Ubuntu 22.04's: no --bind-dev, one thread
+    gate = g.Gate(spec(cpus="any", streams=1), lambda h: FakeSession(h, log, facts=facts))
     assert gate(1, ["h1", "h2"])["passed"]
     clients = [argv for _, argv in log if "-c" in argv and argv[0] != "sh"]
-    assert clients == [["iperf3", "-c", "198.18.0.2", "-B", "198.18.0.1", "-p", "5201", "-t", "1", "-P", "8",
+    assert clients == [["iperf3", "-c", "198.18.0.2", "-B", "198.18.0.1", "-p", "5201", "-t", "1", "-P", "1",
                         "--connect-timeout", "5000", "--json"],
-                       ["iperf3", "-c", "198.18.0.1", "-B", "198.18.0.2", "-p", "5201", "-t", "1", "-P", "8",
+                       ["iperf3", "-c", "198.18.0.1", "-B", "198.18.0.2", "-p", "5201", "-t", "1", "-P", "1",
                         "--connect-timeout", "5000", "--json"]]
 
 
@@ -579,5 +619,7 @@ def test_streams_zerocopy_and_cpus_load_and_refuse_nonsense(tmp_path):
     [default] = g.load_play_gates(playbook(tmp_path, "rails: [eth2]\niperf3: {}"))
     assert (default.iperf3.streams, default.iperf3.zerocopy, default.iperf3.cpus) == (8, False, "numa")
     assert "[0].gate.iperf3.streams" in gate_error(tmp_path, "rails: [eth2]\niperf3: {streams: 129}")
+    assert "8 streams from port 65530 run past port 65535" in gate_error(tmp_path, "rails: [eth2]\nport: 65530\n"
+                                                                                  "iperf3: {streams: 8}")
     error = gate_error(tmp_path, 'rails: [eth2]\niperf3: {cpus: "0-3; reboot"}')
     assert ":6: [0].gate.iperf3.cpus" in error and "taskset -c" in error

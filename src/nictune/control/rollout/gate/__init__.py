@@ -38,8 +38,10 @@ bound to the rail's address) and a client bound to its own, both also
 bound to the rail device (--bind-dev, where `iperf3 --version` is 3.11 or
 later with "bind to device") and pinned to the CPUs local to the rail's
 NIC (taskset -c, /sys/class/net/RAIL/device/local_cpulist; cpus:), TCP
-with `streams` parallel streams (-P, default 8; -Z with zerocopy:), UDP
-with one; both under `timeout` and the server stopped by the controller
+with `streams` parallel streams (-P, default 8; -Z with zerocopy:; where
+either end's iperf3 is older than 3.16, which runs all streams in one
+thread, as that many one-stream processes on ports port, port+1, ...,
+their figures summed), UDP with one; both under `timeout` and the server stopped by the controller
 after the client, also on failure (control/rollout/traffic.py).  Figures
 come from the client's --json output, treated as untrusted: TCP
 bits_per_second of end.sum_received (what the server got, all streams

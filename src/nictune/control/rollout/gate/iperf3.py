@@ -15,9 +15,11 @@ min_gbps), since the slower end bounds what the pair can carry."""
 
 from __future__ import annotations
 
+import re
+import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from nictune.control.rollout.gate.parsers import BadOutput, parse_iperf3
+from nictune.control.rollout.gate.parsers import MAX_JSON, BadOutput, parse_iperf3
 from nictune.control.rollout.gate.parallel import parallel
 from nictune.control.rollout.gate.rails import RAIL_SCRIPT, ROUTE_ADVICE, RailFacts, parse_rail_facts, route_problem
 from nictune.control.rollout.gate.rows import fail, row
@@ -125,33 +127,107 @@ def _pinned(facts: RailFacts, wanted: str, argv: List[str]) -> Tuple[List[str], 
     return (["taskset", "-c", cpus, *argv] if cpus else argv), cpus
 
 
+PROCESS_MARK = "==nictune-iperf3"
+_PROCESS_LINE = re.compile(r"^==nictune-iperf3 ([0-9]{1,3})$", re.M)
+
+
+def parse_iperf3_processes(text: str, processes: int) -> Dict[str, float]:
+    """TCP figures of `processes` one-stream iperf3 clients (the gate's
+    CLIENTS_SCRIPT: each one's --json after a PROCESS_MARK line), summed:
+    {"gbps", "retransmits"} (retransmits when every one reported them).
+    Any one missing or refused refuses the whole, naming it."""
+    if len(text) > MAX_JSON:
+        raise BadOutput(f"the iperf3 output is longer than {MAX_JSON // 2**20} MiB")
+    marks = list(_PROCESS_LINE.finditer(text))
+    if [int(m.group(1)) for m in marks] != list(range(processes)):
+        raise BadOutput(f"the iperf3 output does not hold the {processes} processes' reports")
+    gbps, retransmits = 0.0, []
+    for i, m in enumerate(marks):
+        part = text[m.end():marks[i + 1].start() if i + 1 < len(marks) else len(text)]
+        try:
+            figures = parse_iperf3(part, streams=1)
+        except BadOutput as e:
+            raise BadOutput(f"iperf3 process {i + 1} of {processes}: {e}") from None
+        gbps += figures["gbps"]
+        retransmits.append(figures.get("retransmits"))
+    out: Dict[str, float] = {"gbps": round(gbps, 6)}
+    if None not in retransmits:
+        out["retransmits"] = sum(retransmits)
+    return out
+
+
+
+# iperf3 before 3.16 runs every stream in one thread: the streams then run
+# as one-stream processes on consecutive ports (ESnet's advice for fast
+# links), started and awaited by these fixed scripts: $1 the first port,
+# $2 how many, the rest the iperf3 argv, to which each adds its -p.  The
+# clients' JSON goes to files and is printed after all ended, each after
+# a marker line (processes writing to one pipe could interleave).
+# Stopped (timeout's TERM to the group), the script waits for its
+# processes: an orphan would wait as a zombie for whatever reaps orphans.
+SERVERS_SCRIPT = r"""
+first=$1; count=$2; shift 2
+trap 'kill $pids 2>/dev/null; wait; exit 143' TERM INT
+i=0
+while [ "$i" -lt "$count" ]; do "$@" -p $((first + i)) & pids="$pids $!"; i=$((i + 1)); done
+wait
+"""
+CLIENTS_SCRIPT = r"""
+first=$1; count=$2; shift 2
+d=$(mktemp -d) || exit 1
+trap 'rm -rf "$d"' EXIT
+trap 'kill $pids 2>/dev/null; wait; exit 143' TERM INT
+i=0
+while [ "$i" -lt "$count" ]; do "$@" -p $((first + i)) >"$d/$i" & pids="$pids $!"; i=$((i + 1)); done
+wait
+i=0
+while [ "$i" -lt "$count" ]; do printf '\n%s %s\n' "$MARK" "$i"; cat "$d/$i"; i=$((i + 1)); done
+""".replace("$MARK", PROCESS_MARK)
+
+
+def _argvs(gate: GateSpec, rail: str, saddr: str, caddr: str, sfacts: RailFacts, cfacts: RailFacts,
+           udp: bool) -> Tuple[List[str], List[str], int]:
+    """The server's and the client's argv, and how many processes each runs."""
+    spec, port = gate.iperf3, str(gate.port)
+    streams = 1 if udp else spec.streams
+    processes = streams if streams > 1 and not (sfacts.threaded and cfacts.threaded) else 1
+    server = ["iperf3", "-s", "-1", "-B", saddr, *(["--bind-dev", rail] if sfacts.bind_dev else [])]
+    client = ["iperf3", "-c", saddr, "-B", caddr, *(["--bind-dev", rail] if cfacts.bind_dev else [])]
+    tail = ["-t", str(spec.seconds), "-P", str(streams // processes),
+            *(["-u", "-b", f"{spec.udp_gbps:g}G"] if udp else (["-Z"] if spec.zerocopy else [])),
+            "--connect-timeout", "5000", "--json"]
+    server, _ = _pinned(sfacts, spec.cpus, server + (["-p", port] if processes == 1 else []) + ["--forceflush"])
+    client, _ = _pinned(cfacts, spec.cpus, client + (["-p", port] if processes == 1 else []) + tail)
+    if processes > 1:
+        server = ["sh", "-c", SERVERS_SCRIPT, "sh", port, str(processes), *server]
+        client = ["sh", "-c", CLIENTS_SCRIPT, "sh", port, str(processes), *client]
+    return server, client, processes
+
+
 def _run(gate: GateSpec, sessions, client: str, server: str, addresses, rail: str,
          udp: bool, r: dict) -> Dict[str, float]:
     spec, limit = gate.iperf3, gate.run_timeout()
-    saddr, caddr, port = addresses[(server, rail)], addresses[(client, rail)], str(gate.port)
+    saddr, caddr = addresses[(server, rail)], addresses[(client, rail)]
     sfacts, cfacts = _facts(addresses, server, rail), _facts(addresses, client, rail)
-    server_argv, scpus = _pinned(sfacts, spec.cpus, [
-        "iperf3", "-s", "-1", "-B", saddr, *(["--bind-dev", rail] if sfacts.bind_dev else []),
-        "-p", port, "--forceflush"])
+    server_argv, client_argv, processes = _argvs(gate, rail, saddr, caddr, sfacts, cfacts, udp)
     streams = 1 if udp else spec.streams
-    client_argv, ccpus = _pinned(cfacts, spec.cpus, [
-        "iperf3", "-c", saddr, "-B", caddr, *(["--bind-dev", rail] if cfacts.bind_dev else []),
-        "-p", port, "-t", str(spec.seconds), "-P", str(streams),
-        *(["-u", "-b", f"{spec.udp_gbps:g}G"] if udp else (["-Z"] if spec.zerocopy else [])),
-        "--connect-timeout", "5000", "--json"])
-    r.update(streams=streams, bind_dev=sfacts.bind_dev and cfacts.bind_dev,
-             cpus={client: ccpus or "any", server: scpus or "any"})
+    r.update(streams=streams, processes=processes, bind_dev=sfacts.bind_dev and cfacts.bind_dev,
+             cpus={client: cfacts.cpus(spec.cpus) or "any", server: sfacts.cpus(spec.cpus) or "any"})
     started = sessions[server].start(server_argv, limit + 5)
     try:
-        if not started.wait_for("Server listening", min(10.0, limit)):
-            raise BadOutput(f"the iperf3 server on {server} did not start: {started.output() or 'no output'}")
+        until = time.monotonic() + min(10.0, limit)
+        for port in range(gate.port, gate.port + processes):
+            if not started.wait_for(f"Server listening on {port}", max(0.0, until - time.monotonic())):
+                raise BadOutput(f"the iperf3 server on {server} did not start: {started.output() or 'no output'}")
         result = sessions[client].run(client_argv, limit)
         if result.timed_out:
             raise BadOutput(f"iperf3 on {client} did not finish within {limit:g} s")
         try:
+            if processes > 1:
+                return parse_iperf3_processes(result.stdout, processes)
             return parse_iperf3(result.stdout, udp, streams=None if udp else streams)
         except BadOutput as e:
-            raise BadOutput(str(e) if result.ok or str(e).startswith("iperf3:") else result.why()) from None
+            raise BadOutput(str(e) if result.ok or str(e).startswith("iperf3") else result.why()) from None
     finally:
         started.stop()
 

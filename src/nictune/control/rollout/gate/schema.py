@@ -39,7 +39,8 @@ _IPERF3_SCHEMA = {
         "streams": {"type": "integer", "minimum": 1, "maximum": MAX_STREAMS,
                     "description": "TCP: parallel streams (iperf3 -P); one stream does not fill a 400G rail. "
                                    f"Default {DEFAULT_STREAMS}. iperf3 3.16 and later runs each in its own "
-                                   "thread; older ones run all of them on one core."},
+                                   "thread; with an older one on either end the streams run as one-stream "
+                                   "processes on ports port, port+1, ..., their figures summed."},
         "zerocopy": {"type": "boolean",
                      "description": "TCP: send with sendfile() (iperf3 -Z), sparing the sender's CPU. Default "
                                     "false."},

@@ -159,6 +159,11 @@ def load_gate(parsed: Parsed, at: Path = (), base_dir: str = ".") -> GateSpec:
                             cpus=raw.get("cpus", "numa"),
                             max_retransmits=raw.get("max_retransmits"), udp_gbps=udp.get("gbps"),
                             max_loss=_percent(udp["max_loss"]) if udp else None)
+    port = node.get("port", DEFAULT_PORT)
+    if iperf3 is not None and port + iperf3.streams - 1 > 65535:
+        # An iperf3 before 3.16 runs the streams as processes on ports port, port+1, ...
+        raise refuse(("iperf3", "streams"), f"{iperf3.streams} streams from port {port} run past port 65535: "
+                                            "give a lower port: or fewer streams")
     ib = None
     if "ib_write_bw" in node:
         raw = node["ib_write_bw"]
