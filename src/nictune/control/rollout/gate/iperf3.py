@@ -1,7 +1,8 @@
 """iperf3 between a pair on a rail: first the route each end's rail
 address takes to the other end, refused when it leaves by another NIC
 (rails.py); then a one-off server bound to the rail's address and device,
-the client bound to its own, TCP with `streams` parallel streams then
+the client bound to its own, TCP with `streams` parallel streams (as
+that many one-stream processes where an end's iperf3 predates 3.16) then
 (with udp:) UDP at one fixed-rate stream, both ends pinned to the rail's
 NUMA-local CPUs; figures from the client's --json (all streams summed),
 judged against the gate's limits and the pair's floor.
