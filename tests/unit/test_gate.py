@@ -625,3 +625,14 @@ def test_streams_zerocopy_and_cpus_load_and_refuse_nonsense(tmp_path):
                                                                                   "iperf3: {streams: 8}")
     error = gate_error(tmp_path, 'rails: [eth2]\niperf3: {cpus: "0-3; reboot"}')
     assert ":6: [0].gate.iperf3.cpus" in error and "taskset -c" in error
+
+
+def test_the_shipped_400g_gate_runs_parallel_streams_against_its_floor():
+    """One TCP stream does not carry 150 Gbit/s: the ConnectX-7 playbook's
+    iperf3 runs several, its floor of all of them together."""
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "playbooks", "connectx7-fleet.yaml")
+    [gate] = g.load_play_gates(path)
+    assert gate.iperf3.min_gbps == 150 and gate.iperf3.streams >= 8 and gate.iperf3.cpus == "numa"
+    assert gate.port + gate.iperf3.streams - 1 <= 65535
