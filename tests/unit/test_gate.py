@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from nictune.cli.app import app
 from nictune.control.rollout import gate as g
+from nictune.control.rollout.gate import iperf3 as iperf3_gate
 from nictune.control.rollout.traffic import Result, bounded
 from nictune.profile.errors import ProfileError
 
@@ -231,18 +232,43 @@ def test_a_baseline_that_is_not_ours_is_refused(tmp_path):
 
 # -- the Gate with fake hosts ------------------------------------------------------------
 
-class FakeSession:
-    """Stands in for traffic.Session: answers `ip -j addr` and iperf3."""
+# RAIL_SCRIPT's output on a host with Debian 12's iperf3 (its --version's
+# three lines joined) and a NIC on NUMA node 1.
+RAIL_FACTS_312 = ("iperf3 iperf 3.12 (cJSON 1.7.15) Linux h1 6.1.0-18-amd64 #1 SMP x86_64 Optional features "
+                  "available: CPU affinity setting, IPv6 flow label, SCTP, TCP congestion algorithm setting, "
+                  "sendfile / zerocopy, socket pacing, authentication, bind to device, support IPv4 don't "
+                  "fragment \nnuma_node 1\nlocal_cpulist 16-31,48-63\n")
+# ... and with iperf3 3.17 (a thread per stream), on a virtual device.
+RAIL_FACTS_317 = ("iperf3 iperf 3.17.1 (cJSON 1.7.15) Linux h1 6.8.0-31-generic Optional features available: "
+                  "CPU affinity setting, bind to device, support IPv4 don't fragment, POSIX threads \n"
+                  "numa_node \nlocal_cpulist \n")
 
-    def __init__(self, name, log):
-        self.name, self.log = name, log
+
+class FakeSession:
+    """Stands in for traffic.Session: answers `ip -j addr`, `ip -j route
+    get` (by `routes`: own address -> device, else the rail), RAIL_SCRIPT
+    (`facts`) and iperf3."""
+
+    def __init__(self, name, log, routes=None, facts=RAIL_FACTS_317):
+        self.name, self.log, self.routes, self.facts = getattr(name, "name", name), log, routes or {}, facts
 
     def run(self, argv, seconds):
         self.log.append((self.name, argv))
+        if argv[:4] == ["ip", "-j", "route", "get"]:
+            own = argv[-1]
+            return Result(argv, 0, json.dumps([{"dst": argv[4], "from": own, "dev": self.routes.get(own, "eth2")}]),
+                          "")
         if argv[:2] == ["ip", "-j"]:
             return Result(argv, 0, addr(argv[-1], {"family": "inet", "local": "198.18.0." + self.name[-1],
                                                    "scope": "global"}), "")
-        return Result(argv, 0, json.dumps(TCP), "")
+        # getattr: the fake also answers a nictune without these scripts
+        # (the one before them), so that these tests fail there on what it runs.
+        if argv[:3] == ["sh", "-c", getattr(g, "RAIL_SCRIPT", None)]:
+            return Result(argv, 0, self.facts, "")
+        if argv[:3] == ["sh", "-c", getattr(iperf3_gate, "CLIENTS_SCRIPT", None)]:  # argv[5]: processes
+            return Result(argv, 0, "".join(f"\n==nictune-iperf3 {i}\n{json.dumps(TCP)}" for i in range(int(argv[5]))),
+                          "")
+        return Result(argv, 0, json.dumps(UDP if "-u" in argv else TCP), "")
 
     def start(self, argv, seconds):
         self.log.append((self.name, argv))
@@ -283,9 +309,10 @@ def test_the_gate_runs_quoted_argv_and_stops_every_server():
     assert result["passed"] and gate.kept == ["h1", "h2"], result
     assert [(r["client"], r["server"], r["figures"]["gbps"]) for r in result["results"]] == [
         ("h1", "h2", 9.4), ("h2", "h1", 9.4)]
-    assert ("h2", ["iperf3", "-s", "-1", "-B", "198.18.0.2", "-p", "5201", "--forceflush"]) in log
-    assert ("h1", ["iperf3", "-c", "198.18.0.2", "-B", "198.18.0.1", "-p", "5201", "-t", "1",
-                   "--connect-timeout", "5000", "--json"]) in log
+    assert ("h2", ["iperf3", "-s", "-1", "-B", "198.18.0.2", "--bind-dev", "eth2", "-p", "5201",
+                   "--forceflush"]) in log
+    assert ("h1", ["iperf3", "-c", "198.18.0.2", "-B", "198.18.0.1", "--bind-dev", "eth2", "-p", "5201",
+                   "-t", "1", "-P", "8", "--connect-timeout", "5000", "--json"]) in log
     assert FakeServer.stopped == 2 and sum(1 for _, a in log if a == "close") == 2
     # A later batch of one pairs with a host kept before it.
     assert [(r["client"], r["server"]) for r in gate(2, ["h3"])["results"]] == [("h3", "h2"), ("h2", "h3")]
@@ -296,8 +323,8 @@ def test_the_gate_fails_below_the_floor_and_with_nothing_to_measure_against():
     result = gate(4, ["h1", "h2"])
     assert not result["passed"] and gate.kept == []
     assert result["message"].startswith("batch 4: the traffic gate failed: h1 > h2 on eth2 (iperf3-tcp): "
-                                        "9.4 Gbit/s, less than min_gbps 10; 12 retransmits, more than "
-                                        "max_retransmits 5")
+                                        "9.4 Gbit/s over 8 streams, less than min_gbps 10; 12 retransmits, "
+                                        "more than max_retransmits 5")
     alone = g.Gate(spec(), lambda h: FakeSession(h, []))(1, ["h1"])
     assert not alone["passed"] and "name peers:" in alone["message"]
 
@@ -427,3 +454,185 @@ def test_a_background_command_is_killed_by_the_pid_its_first_line_gives():
     killed.clear()
     Background(Session(), ScriptedChannel(b"nictune-pid 42; rm\n"), ["x"], 1e18).stop()
     assert killed == []
+
+
+# -- streams, binding, pinning, routes, floors ------------------------------------------------
+
+# The end of Debian 12's iperf3 3.12 --json with -P 3 on loopback (figures
+# as it printed them; the streams' other fields left out).
+TCP_P3 = {"end": {
+    "streams": [{"sender": {"bits_per_second": 5.45e9, "retransmits": 10}, "receiver": {"bits_per_second": 5.4e9}},
+                {"sender": {"bits_per_second": 5.45e9, "retransmits": 9}, "receiver": {"bits_per_second": 5.5e9}},
+                {"sender": {"bits_per_second": 5.45e9, "retransmits": 10}, "receiver": {"bits_per_second": 5.45e9}}],
+    "sum_sent": {"bits_per_second": 16352342152.6411, "retransmits": 29},
+    "sum_received": {"bits_per_second": 16351198609.362825}}}
+
+
+def test_tcp_figures_are_of_all_streams_and_a_missing_stream_is_refused():
+    assert g.parse_iperf3(json.dumps(TCP_P3), streams=3) == {"gbps": 16.351199, "retransmits": 29}
+    # Output that lists the streams without their sum: the streams summed.
+    streams_only = {"end": {"streams": TCP_P3["end"]["streams"]}}
+    assert g.parse_iperf3(json.dumps(streams_only), streams=3) == {"gbps": 16.35, "retransmits": 29}
+    with pytest.raises(g.BadOutput, match="iperf3 reported 3 streams, not the 8 asked for"):
+        g.parse_iperf3(json.dumps(TCP_P3), streams=8)
+    with pytest.raises(g.BadOutput, match="stream 1 has no receiver mapping"):
+        g.parse_iperf3(json.dumps({"end": {"streams": [TCP_P3["end"]["streams"][0], {"sender": {}}]}}))
+
+
+def test_the_host_facts_say_what_its_iperf3_can_do_and_where_the_nic_sits():
+    debian = g.parse_rail_facts(RAIL_FACTS_312)
+    assert debian == g.RailFacts(version=(3, 12), bind_dev=True, numa_node=1, local_cpus="16-31,48-63")
+    assert not debian.threaded and debian.cpus("numa") == "16-31,48-63" and debian.cpus("any") is None
+    assert debian.cpus("0-3") == "0-3"
+    threaded = g.parse_rail_facts("iperf3 iperf 3.17.1 (cJSON 1.7.15) Optional features available: bind to device\n"
+                                  "numa_node -1\nlocal_cpulist \n")
+    assert threaded.threaded and threaded.bind_dev and threaded.numa_node is None and threaded.cpus("numa") is None
+    # 3.10 had --bind-dev, broken for TCP until 3.11; Ubuntu 22.04's 3.9 has none.
+    for version in ("3.10.1", "3.9"):
+        assert not g.parse_rail_facts(f"iperf3 iperf {version} Optional features available: bind to device\n").bind_dev
+    hostile = g.parse_rail_facts("iperf3 \nnuma_node 1; reboot\nlocal_cpulist 0-3 && reboot\n")
+    assert hostile == g.RailFacts()
+
+
+def test_a_threaded_iperf3_runs_the_streams_in_one_process_bound_to_the_rail():
+    log: list = []
+    FakeServer.stopped = 0
+    gate = g.Gate(spec(min_gbps=5, streams=16, zerocopy=True, udp_gbps=1, max_loss=1.0),
+                  lambda h: FakeSession(h, log))
+    result = gate(1, ["h1", "h2"])
+    assert result["passed"], result
+    assert ("h1", ["iperf3", "-c", "198.18.0.2", "-B", "198.18.0.1", "--bind-dev", "eth2", "-p", "5201",
+                   "-t", "1", "-P", "16", "-Z", "--connect-timeout", "5000", "--json"]) in log
+    # UDP keeps one stream: -b is a per-stream rate.
+    assert ("h1", ["iperf3", "-c", "198.18.0.2", "-B", "198.18.0.1", "--bind-dev", "eth2", "-p", "5201",
+                   "-t", "1", "-P", "1", "-u", "-b", "1G", "--connect-timeout", "5000", "--json"]) in log
+    [tcp, _, _, _] = result["results"]
+    assert (tcp["streams"], tcp["processes"], tcp["bind_dev"], tcp["cpus"]) == (16, 1, True, {"h1": "any", "h2": "any"})
+    # Both ends asked their kernel how the rail reaches the other first.
+    assert ("h1", ["ip", "-j", "route", "get", "198.18.0.2", "from", "198.18.0.1"]) in log
+    assert ("h2", ["ip", "-j", "route", "get", "198.18.0.1", "from", "198.18.0.2"]) in log
+
+
+def test_an_older_iperf3_runs_a_process_per_stream_pinned_to_the_rails_numa_cpus():
+    """Debian 12's iperf3 3.12 runs every stream in one thread: four
+    one-stream processes on ports 5201-5204 each side, their figures summed."""
+    log: list = []
+    FakeServer.stopped = 0
+    gate = g.Gate(spec(min_gbps=30, streams=4), lambda h: FakeSession(h, log, facts=RAIL_FACTS_312))
+    result = gate(1, ["h1", "h2"])
+    assert result["passed"], result
+    pinned = ["taskset", "-c", "16-31,48-63"]
+    servers, clients = iperf3_gate.SERVERS_SCRIPT, iperf3_gate.CLIENTS_SCRIPT
+    assert ("h2", ["sh", "-c", servers, "sh", "5201", "4", *pinned, "iperf3", "-s", "-1", "-B", "198.18.0.2",
+                   "--bind-dev", "eth2", "--forceflush"]) in log
+    assert ("h1", ["sh", "-c", clients, "sh", "5201", "4", *pinned, "iperf3", "-c", "198.18.0.2", "-B",
+                   "198.18.0.1", "--bind-dev", "eth2", "-t", "1", "-P", "1", "--connect-timeout", "5000",
+                   "--json"]) in log
+    [tcp, _] = result["results"]
+    assert tcp["figures"] == {"gbps": 37.6, "retransmits": 48}  # 4 x 9.4 Gbit/s, 4 x 12
+    assert (tcp["streams"], tcp["processes"], tcp["cpus"]) == (4, 4, {"h1": "16-31,48-63", "h2": "16-31,48-63"})
+    assert FakeServer.stopped == 2
+
+
+def test_the_processes_reports_are_summed_and_a_missing_one_is_refused():
+    parse_iperf3_processes = iperf3_gate.parse_iperf3_processes
+    one = json.dumps(TCP)
+    assert parse_iperf3_processes(f"\n==nictune-iperf3 0\n{one}\n==nictune-iperf3 1\n{one}", 2) == {
+        "gbps": 18.8, "retransmits": 24}
+    with pytest.raises(g.BadOutput, match="does not hold the 3 processes' reports"):
+        parse_iperf3_processes(f"\n==nictune-iperf3 0\n{one}\n==nictune-iperf3 1\n{one}", 3)
+    refused = '{"error": "unable to connect to server: Connection refused"}'
+    with pytest.raises(g.BadOutput, match="iperf3 process 2 of 2: iperf3: unable to connect"):
+        parse_iperf3_processes(f"\n==nictune-iperf3 0\n{one}\n==nictune-iperf3 1\n{refused}", 2)
+
+
+def test_an_iperf3_without_bind_dev_runs_unbound_and_any_runs_unpinned():
+    log: list = []
+    facts = "iperf3 iperf 3.9\nlocal_cpulist 0-7\n"  # Ubuntu 22.04's: no --bind-dev, one thread
+    gate = g.Gate(spec(cpus="any", streams=1), lambda h: FakeSession(h, log, facts=facts))
+    assert gate(1, ["h1", "h2"])["passed"]
+    clients = [argv for _, argv in log if "-c" in argv and argv[0] != "sh"]
+    assert clients == [["iperf3", "-c", "198.18.0.2", "-B", "198.18.0.1", "-p", "5201", "-t", "1", "-P", "1",
+                        "--connect-timeout", "5000", "--json"],
+                       ["iperf3", "-c", "198.18.0.1", "-B", "198.18.0.2", "-p", "5201", "-t", "1", "-P", "1",
+                        "--connect-timeout", "5000", "--json"]]
+
+
+def test_a_rail_whose_traffic_would_leave_by_another_nic_is_refused_not_measured():
+    """h2's eth2 address routes out of eth1 (two rails in one subnet, no
+    policy rule): both directions of the pair are refused, naming the
+    host, the rail and the NIC, and no iperf3 runs at all."""
+    log: list = []
+    sessions = {"h1": lambda: FakeSession("h1", log), "h2": lambda: FakeSession("h2", log, {"198.18.0.2": "eth1"})}
+    result = g.Gate(spec(udp_gbps=1, max_loss=1.0), lambda h: sessions[h]())(1, ["h1", "h2"])
+    assert not result["passed"]
+    rows = result["results"]
+    assert len(rows) == 4 and not any(r["passed"] or r["figures"] for r in rows)
+    assert all("h2: eth2's traffic to 198.18.0.1 would leave by eth1 (ip route get 198.18.0.1 from 198.18.0.2)"
+               in r["why"] for r in rows), rows
+    assert rows[0]["why"].endswith("would leave by eth1 (ip route get 198.18.0.1 from 198.18.0.2): so iperf3 would "
+                                   "measure another NIC than the rail: give each rail's address a route of its own "
+                                   "(`ip rule add from ADDRESS table N` and the subnet's route on the rail in table "
+                                   "N), and arp_ignore=1 and arp_announce=2, so each NIC answers for its own address "
+                                   "only")
+    assert not [argv for _, argv in log if argv != "close" and "iperf3" in argv]
+
+
+def test_a_route_that_cannot_be_read_is_not_a_pass():
+    class Mute(FakeSession):
+        def run(self, argv, seconds):
+            if argv[:4] == ["ip", "-j", "route", "get"]:
+                return Result(argv, 2, "", "RTNETLINK answers: Network is unreachable")
+            return super().run(argv, seconds)
+
+    result = g.Gate(spec(), lambda h: Mute(h, []))(1, ["h1", "h2"])
+    assert not result["passed"]
+    assert "h1: cannot tell how eth2's traffic to 198.18.0.2 leaves (ip exited 2: RTNETLINK answers: Network is " \
+           "unreachable)" in result["results"][0]["why"]
+    for text in ("", "[]", '[{"dst": "x"}]', "{", '[{"dev": 5}]'):
+        with pytest.raises(g.BadOutput):
+            g.parse_route_dev(text)
+
+
+def test_the_floor_is_per_host_from_the_inventory_and_a_pair_takes_the_lower(tmp_path):
+    from nictune.inventory import load_inventory
+
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("[rails]\nh1 nictune_gate_min_gbps=5\nh2\nh3 nictune_gate_min_gbps=9.5\n")
+    hosts = [load_inventory(str(inventory)).hosts[n] for n in ("h1", "h2", "h3")]
+    result = g.Gate(spec(min_gbps=10), lambda h: FakeSession(h, []))(1, hosts)
+    verdicts = {(r["client"], r["server"]): (r["passed"], r["why"]) for r in result["results"]}
+    # The ring h1>h2, h2>h3, h3>h1 at 9.4 Gbit/s: h2 has the gate's 10, h3 its own 9.5, h1 its own 5.
+    assert verdicts[("h1", "h2")] == (True, "") and verdicts[("h3", "h1")] == (True, "")
+    assert verdicts[("h2", "h3")] == (False, f"9.4 Gbit/s over 8 streams, less than h3's nictune_gate_min_gbps 9.5 "
+                                             f"({inventory}:4)")
+
+    inventory.write_text("[rails]\nh1 nictune_gate_min_gbps=fast\nh2\n")
+    hosts = [load_inventory(str(inventory)).hosts[n] for n in ("h1", "h2")]
+    bad = g.Gate(spec(min_gbps=10), lambda h: FakeSession(h, []))(1, hosts)
+    assert not bad["passed"] and bad["results"] == []
+    assert f"{inventory}:2: nictune_gate_min_gbps of host 'h1' is 'fast'; give the least Gbit/s" in bad["message"]
+
+
+def test_streams_zerocopy_and_cpus_load_and_refuse_nonsense(tmp_path):
+    [spec_] = g.load_play_gates(playbook(tmp_path, 'rails: [eth2]\niperf3: {streams: 16, zerocopy: true, '
+                                                   'cpus: "0-15,32-47"}'))
+    assert (spec_.iperf3.streams, spec_.iperf3.zerocopy, spec_.iperf3.cpus) == (16, True, "0-15,32-47")
+    [default] = g.load_play_gates(playbook(tmp_path, "rails: [eth2]\niperf3: {}"))
+    assert (default.iperf3.streams, default.iperf3.zerocopy, default.iperf3.cpus) == (8, False, "numa")
+    assert "[0].gate.iperf3.streams" in gate_error(tmp_path, "rails: [eth2]\niperf3: {streams: 129}")
+    assert "8 streams from port 65530 run past port 65535" in gate_error(tmp_path, "rails: [eth2]\nport: 65530\n"
+                                                                                  "iperf3: {streams: 8}")
+    error = gate_error(tmp_path, 'rails: [eth2]\niperf3: {cpus: "0-3; reboot"}')
+    assert ":6: [0].gate.iperf3.cpus" in error and "taskset -c" in error
+
+
+def test_the_shipped_400g_gate_runs_parallel_streams_against_its_floor():
+    """One TCP stream does not carry 150 Gbit/s: the ConnectX-7 playbook's
+    iperf3 runs several, its floor of all of them together."""
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "playbooks", "connectx7-fleet.yaml")
+    [gate] = g.load_play_gates(path)
+    assert gate.iperf3.min_gbps == 150 and gate.iperf3.streams >= 8 and gate.iperf3.cpus == "numa"
+    assert gate.port + gate.iperf3.streams - 1 <= 65535

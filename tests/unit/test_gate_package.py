@@ -11,7 +11,7 @@ import nictune
 import nictune.control.rollout.gate as gate
 
 PACKAGE = Path(nictune.__file__).parent
-CONCERNS = ("schema", "spec", "pairing", "parsers", "rows", "iperf3", "ib_write_bw", "nccl", "counters",
+CONCERNS = ("schema", "spec", "pairing", "parsers", "rows", "rails", "iperf3", "ib_write_bw", "nccl", "counters",
             "baselines", "parallel", "runner")
 
 

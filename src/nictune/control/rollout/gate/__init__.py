@@ -6,7 +6,7 @@ the health counters around it, and the figures against a baseline.
       rails: [eth2, eth3]          # interfaces to exercise, on every host
       peers: traffic_peers         # optional inventory pattern to measure against
       timeout: 30                  # seconds, per measurement
-      iperf3: {seconds: 5, min_gbps: 150, max_retransmits: 1000,
+      iperf3: {seconds: 5, min_gbps: 150, streams: 8, max_retransmits: 1000,
                udp: {gbps: 10, max_loss: "0.1%"}}
       ib_write_bw: {seconds: 5, min_gbps: 350}   # where RDMA devices exist
       nccl_tests: {launcher: [mpirun, -np, "{np}", -H, "{hosts}"],
@@ -28,14 +28,29 @@ host is client twice or server twice (one stream in, one out per NIC).
 
 A host's address on a rail is read from the host (`ip -j addr show dev
 RAIL`: its first global IPv4 address, else IPv6), checked to be an IP
-address before it reaches an iperf3 argv.  iperf3 (Debian's, 3.x) runs
-as a one-off server (-s -1, bound to the rail's address) and a client
-bound to its own, both under `timeout` and the server stopped by the
-controller after the client, also on failure (control/rollout/traffic.py).
-Figures come from the client's --json output, treated as untrusted: TCP
-bits_per_second of end.sum_received (what the server got) and
+address before it reaches an iperf3 argv.  Before iperf3 runs, each end
+asks its kernel how its rail address reaches the other end (`ip -j route
+get PEER from OWN`): a route that leaves by another NIC (two rails in one
+subnet without a policy rule per rail) refuses the measurement, "rail1's
+traffic to PEER would leave by rail0", a failure, never a pass
+(rails.py).  iperf3 (Debian's, 3.x) runs as a one-off server (-s -1,
+bound to the rail's address) and a client bound to its own, both also
+bound to the rail device (--bind-dev, where `iperf3 --version` is 3.11 or
+later with "bind to device") and pinned to the CPUs local to the rail's
+NIC (taskset -c, /sys/class/net/RAIL/device/local_cpulist; cpus:), TCP
+with `streams` parallel streams (-P, default 8; -Z with zerocopy:; where
+either end's iperf3 is older than 3.16, which runs all streams in one
+thread, as that many one-stream processes on ports port, port+1, ...,
+their figures summed), UDP with one; both under `timeout` and the server stopped by the controller
+after the client, also on failure (control/rollout/traffic.py).  Figures
+come from the client's --json output, treated as untrusted: TCP
+bits_per_second of end.sum_received (what the server got, all streams
+together; the streams' own figures summed where there is no sum) and
 retransmits of end.sum_sent; UDP lost_percent of end.sum_received (else
 end.sum).  iperf3's own field names: src/iperf_api.c iperf_print_results.
+min_gbps is per pair and rail, all streams together; a host's inventory
+variable nictune_gate_min_gbps replaces it for that host, and a pair is
+held to the lower floor of its two hosts.
 
 ib_write_bw (perftest, argv and report parsing in control/rollout/perftest.py)
 runs between the RoCE ports of the pair's rails: each side's RDMA device,
@@ -96,6 +111,7 @@ This package, a file per concern:
     pairing.py      pair_up, rounds
     parsers.py      what hosts print, read as untrusted (iperf3, addresses, counters, GIDs)
     rows.py         a measurement's result row
+    rails.py        where a rail's traffic leaves, and the host's iperf3 and NUMA facts
     iperf3.py       iperf3 between a pair on a rail, judged
     ib_write_bw.py  the pair's RDMA endpoints, and ib_write_bw between them
     nccl.py         nccl-tests' all_reduce_perf over a batch
@@ -110,6 +126,7 @@ tests, which read the gate as one thing.
 
 from nictune.control.rollout.gate.baselines import compare, read_baseline, write_baseline
 from nictune.control.rollout.gate.pairing import pair_up, rounds
+from nictune.control.rollout.gate.rails import RAIL_SCRIPT, RailFacts, parse_rail_facts, parse_route_dev
 from nictune.control.rollout.gate.parsers import (GIDS_SCRIPT, MAX_JSON, BadOutput, parse_counters, parse_iperf3,
                                           parse_rail_address, rdma_endpoint)
 from nictune.control.rollout.gate.rows import row
@@ -118,6 +135,7 @@ from nictune.control.rollout.gate.spec import GateSpec, IbWriteBwSpec, Iperf3Spe
 from nictune.host.errors import NictuneError
 
 __all__ = ["BadOutput", "GIDS_SCRIPT", "Gate", "GateSpec", "IbWriteBwSpec", "Iperf3Spec", "MAX_JSON",
-           "NcclTestsSpec", "NictuneError", "_name", "compare", "for_play", "load_play_gates", "pair_up",
-           "parse_counters", "parse_iperf3", "parse_rail_address", "rdma_endpoint", "read_baseline",
-           "rounds", "row", "write_baseline"]
+           "NcclTestsSpec", "NictuneError", "RAIL_SCRIPT", "RailFacts", "_name", "compare", "for_play",
+           "load_play_gates", "pair_up", "parse_counters", "parse_iperf3", "parse_rail_address",
+           "parse_rail_facts", "parse_route_dev", "rdma_endpoint", "read_baseline", "rounds", "row",
+           "write_baseline"]

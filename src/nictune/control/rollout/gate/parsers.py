@@ -14,6 +14,7 @@ from nictune.host.validate import IFNAME, matches
 
 MAX_JSON = 4 * 2**20
 MAX_BPS = 1e15  # 1 Pbit/s: more is not a measurement
+MAX_STREAMS = 128  # iperf3's own (src/iperf.h)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -39,11 +40,16 @@ def _mapping(parent: Any, key: str, what: str) -> dict:
     return value
 
 
-def parse_iperf3(text: str, udp: bool = False) -> Dict[str, float]:
+def parse_iperf3(text: str, udp: bool = False, streams: Optional[int] = None) -> Dict[str, float]:
     """Figures of an iperf3 client's --json output: {"gbps", "retransmits"}
     (TCP; retransmits only when reported) or {"gbps", "lost_percent"} (UDP).
-    Raises BadOutput for an error iperf3 reports or output that is not its
-    JSON (too long, too deep, wrong types, numbers out of range)."""
+    TCP figures are of all streams together: end.sum_received/sum_sent,
+    else (output with per-stream figures only) the sum of end.streams'
+    receiver and sender figures.  With `streams`, a TCP run that reports
+    another number of streams is refused (a stream that never connected
+    must not pass as a slower rail).  Raises BadOutput for an error iperf3
+    reports or output that is not its JSON (too long, too deep, wrong
+    types, numbers out of range)."""
     if len(text) > MAX_JSON:
         raise BadOutput(f"the iperf3 output is longer than {MAX_JSON // 2**20} MiB")
     try:
@@ -63,13 +69,39 @@ def parse_iperf3(text: str, udp: bool = False) -> Dict[str, float]:
         figures["lost_percent"] = bounded_number(loss_from.get("lost_percent"), "lost_percent", 0, 100)
         bps_from = received if isinstance(received, dict) else loss_from
     else:
-        bps_from = _mapping(end, "sum_received", "the iperf3 output's end")
-        sent = end.get("sum_sent")
+        per_stream = _tcp_streams(end, streams)
+        bps_from = end.get("sum_received") if isinstance(end.get("sum_received"), dict) or not per_stream \
+            else _summed(per_stream, "receiver")
+        if not isinstance(bps_from, dict):
+            raise BadOutput("the iperf3 output's end has no sum_received mapping")
+        sent = end.get("sum_sent") if isinstance(end.get("sum_sent"), dict) or not per_stream \
+            else _summed(per_stream, "sender", "retransmits")
         if isinstance(sent, dict) and sent.get("retransmits") is not None:
             figures["retransmits"] = int(bounded_number(sent["retransmits"], "retransmits", 0, 2**62))
     bps = bounded_number(bps_from.get("bits_per_second"), "bits_per_second", 0, MAX_BPS)
     figures["gbps"] = round(bps / 1e9, 6)
     return figures
+
+
+def _tcp_streams(end: dict, expected: Optional[int]) -> list:
+    """end.streams of a TCP run, checked against the number asked for."""
+    listed = end.get("streams")
+    listed = listed if isinstance(listed, list) else []
+    if expected is not None and listed and len(listed) != expected:
+        raise BadOutput(f"iperf3 reported {len(listed)} streams, not the {expected} asked for")
+    return listed
+
+
+def _summed(streams: list, side: str, extra: Optional[str] = None) -> dict:
+    """{"bits_per_second", extra} summed over the streams' `side` figures
+    (output that lists the streams but carries no sum of them)."""
+    total: Dict[str, float] = {"bits_per_second": 0.0}
+    for i, stream in enumerate(streams[:MAX_STREAMS]):
+        figures = _mapping(stream, side, f"the iperf3 output's stream {i}")
+        total["bits_per_second"] += bounded_number(figures.get("bits_per_second"), "bits_per_second", 0, MAX_BPS)
+        if extra and figures.get(extra) is not None:
+            total[extra] = total.get(extra, 0) + bounded_number(figures[extra], extra, 0, 2**62)
+    return total
 
 
 def parse_rail_address(text: str, rail: str) -> str:

@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from nictune.control.rollout.gate.baselines import compare, read_baseline
 from nictune.control.rollout.gate.counters import counter_rows, read_counters
 from nictune.control.rollout.gate.ib_write_bw import measure_ib_write_bw, rdma_endpoints
-from nictune.control.rollout.gate.iperf3 import measure_iperf3
+from nictune.control.rollout.gate.iperf3 import Floors, host_floors, measure_iperf3, rail_facts
 from nictune.control.rollout.gate.nccl import run_nccl_tests
 from nictune.control.rollout.gate.pairing import pair_up, rounds
 from nictune.control.rollout.gate.parallel import parallel
@@ -46,6 +46,7 @@ class Gate:
             else tclass
         self.peers = list(peers)
         self.kept: List[str] = []
+        self.floors: Floors = {}
         self._hosts: Dict[str, Any] = {_name(h): h for h in self.peers}
 
     def __call__(self, number: int, hosts: Sequence) -> dict:
@@ -78,6 +79,9 @@ class Gate:
         try:
             self._open(involved, sessions, rows)
             addresses = self._addresses(sessions, rows) if paired else {}
+            if self.spec.iperf3:
+                addresses.update(rail_facts(self.spec, sessions))
+                self.floors = host_floors([self._hosts[n] for n in sessions])
             if self.spec.ib_write_bw:
                 addresses.update(rdma_endpoints(self.spec, sessions))
             before = read_counters(self.spec, sessions) if self.spec.counters else {}
@@ -114,7 +118,7 @@ class Gate:
 
     def _measure(self, pair: Tuple[str, str], rail: str, sessions, addresses) -> List[dict]:
         """A pair's measurements on a rail: iperf3, then ib_write_bw."""
-        out = measure_iperf3(self.spec, pair, rail, sessions, addresses)
+        out = measure_iperf3(self.spec, pair, rail, sessions, addresses, self.floors)
         if self.spec.ib_write_bw:
             out.append(measure_ib_write_bw(self.spec, self.tclass, pair, rail, sessions, addresses))
         return out

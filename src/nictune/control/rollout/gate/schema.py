@@ -10,13 +10,17 @@ RAIL_NAME = r"^(?!\.{1,2}$)(?!-)[A-Za-z0-9_.@-]{1,15}$"
 GATE_PERCENT = r"^(100(\.0{1,3})?|[0-9]{1,2}(\.[0-9]{1,3})?)%$"
 COUNTER_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.:\[\]-]{0,127}$"
 PEERS_PATTERN = r"^[^\x00-\x1f\x7f]{1,1000}$"  # the play's HOST_PATTERN
+CPUS_PATTERN = r"^(numa|any|[0-9]{1,5}(-[0-9]{1,5})?(,[0-9]{1,5}(-[0-9]{1,5})?){0,255})$"
 register_words({
     RAIL_NAME: "an interface name: 1-15 letters, digits, '_', '.', '@' or '-', not starting with '-'",
     GATE_PERCENT: 'a percentage from "0%" to "100%" with up to 3 decimals ("0.1%")',
     COUNTER_NAME: "a counter name as ethtool -S or sysfs gives it (letters, digits, '_', '.', ':', '-')",
+    CPUS_PATTERN: '"numa", "any" or a CPU list as taskset -c takes one ("0-15,32-47")',
 })
 
 MAX_SECONDS = 3600
+DEFAULT_STREAMS = 8
+MAX_STREAMS = 128  # iperf3's own limit (src/iperf.h MAX_STREAMS)
 DEFAULT_PORT = 5201
 NOT_YET = ("ib_send_lat",)
 DEFAULT_PERFTEST_PORT = 18515  # perftest_parameters.h DEF_PORT
@@ -28,7 +32,22 @@ _IPERF3_SCHEMA = {
         "seconds": {"type": "integer", "minimum": 1, "maximum": 600,
                     "description": "Length of each run (iperf3 -t). Default 5."},
         "min_gbps": {"type": "number", "minimum": 0, "maximum": 100000,
-                     "description": "TCP: the least Gbit/s the server must receive."},
+                     "description": "TCP: the least Gbit/s the server must receive on the rail, all streams "
+                                    "together (end.sum_received), per pair and rail. A host's inventory variable "
+                                    "nictune_gate_min_gbps replaces it for that host; a pair is held to the "
+                                    "lower floor of its two hosts."},
+        "streams": {"type": "integer", "minimum": 1, "maximum": MAX_STREAMS,
+                    "description": "TCP: parallel streams (iperf3 -P); one stream does not fill a 400G rail. "
+                                   f"Default {DEFAULT_STREAMS}. iperf3 3.16 and later runs each in its own "
+                                   "thread; with an older one on either end the streams run as one-stream "
+                                   "processes on ports port, port+1, ..., their figures summed."},
+        "zerocopy": {"type": "boolean",
+                     "description": "TCP: send with sendfile() (iperf3 -Z), sparing the sender's CPU. Default "
+                                    "false."},
+        "cpus": {"type": "string", "pattern": CPUS_PATTERN, "maxLength": 4096,
+                 "description": "Where iperf3 runs on both ends (taskset -c): \"numa\" (default) the CPUs local "
+                                "to the rail's NIC (/sys/class/net/RAIL/device/local_cpulist, unpinned where the "
+                                "rail has no such file), \"any\" unpinned, or a CPU list (\"0-15,32-47\")."},
         "max_retransmits": {"type": "integer", "minimum": 0, "maximum": 2**62,
                             "description": "TCP: the most retransmitted segments the client may count."},
         "udp": {"type": "object", "additionalProperties": False,

@@ -8,8 +8,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from nictune.control.rollout.gate.schema import (DEFAULT_PERFTEST_PORT, DEFAULT_PORT, GATE_SCHEMA, NCCL_PLACEHOLDERS,
-                                         NOT_YET)
+from nictune.control.rollout.gate.schema import (DEFAULT_PERFTEST_PORT, DEFAULT_PORT, DEFAULT_STREAMS, GATE_SCHEMA,
+                                         NCCL_PLACEHOLDERS, NOT_YET)
 from nictune.host.errors import InvalidInput
 from nictune.host.text import printable
 from nictune.inventory.hostnames import host_name_problem
@@ -23,7 +23,10 @@ _TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")  # as control/rollout/hooks.
 @dataclass
 class Iperf3Spec:
     seconds: int = 5
-    min_gbps: Optional[float] = None
+    min_gbps: Optional[float] = None  # per pair and rail, all streams together; hosts may lower/raise it
+    streams: int = DEFAULT_STREAMS    # TCP; UDP runs one stream at udp_gbps
+    zerocopy: bool = False
+    cpus: str = "numa"                # "numa", "any" or a taskset CPU list
     max_retransmits: Optional[int] = None
     udp_gbps: Optional[float] = None
     max_loss: Optional[float] = None  # percent
@@ -152,8 +155,15 @@ def load_gate(parsed: Parsed, at: Path = (), base_dir: str = ".") -> GateSpec:
         raw = node["iperf3"]
         udp = raw.get("udp") or {}
         iperf3 = Iperf3Spec(seconds=raw.get("seconds", 5), min_gbps=raw.get("min_gbps"),
+                            streams=raw.get("streams", DEFAULT_STREAMS), zerocopy=raw.get("zerocopy", False),
+                            cpus=raw.get("cpus", "numa"),
                             max_retransmits=raw.get("max_retransmits"), udp_gbps=udp.get("gbps"),
                             max_loss=_percent(udp["max_loss"]) if udp else None)
+    port = node.get("port", DEFAULT_PORT)
+    if iperf3 is not None and port + iperf3.streams - 1 > 65535:
+        # An iperf3 before 3.16 runs the streams as processes on ports port, port+1, ...
+        raise refuse(("iperf3", "streams"), f"{iperf3.streams} streams from port {port} run past port 65535: "
+                                            "give a lower port: or fewer streams")
     ib = None
     if "ib_write_bw" in node:
         raw = node["ib_write_bw"]
