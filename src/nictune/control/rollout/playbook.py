@@ -371,7 +371,7 @@ def _name(host: Any) -> str:
 
 
 def rollout(play: Play, hosts: Sequence, run: Run, on_batch: Optional[Callable[[dict], None]] = None,
-            gate: Optional[Gate] = None) -> dict:
+            gate: Optional[Gate] = None, name: Optional[str] = None) -> dict:
     """Apply the play to hosts batch by batch.
 
     run(command, hosts) runs "plan", "apply", "verify" or "rollback" on some
@@ -393,11 +393,12 @@ def rollout(play: Play, hosts: Sequence, run: Run, on_batch: Optional[Callable[[
     rollout but undoes nothing.  The cleanup hooks run after every batch
     that started, even one whose before_batch failed half-way or that an
     exception broke off.  on_batch gets each batch's result as soon as it
-    is done.
+    is done.  name: the rollout's {rollout} for the hooks (rollout_id()
+    when None; give the one the gate's launcher was given).
     """
     batches = make_batches(play.serial, hosts)
     report: dict = {
-        "play": play.name, "pattern": play.hosts, "source": play.source, "id": rollout_id(),
+        "play": play.name, "pattern": play.hosts, "source": play.source, "id": name or rollout_id(),
         "serial": play.serial, "max_fail_percentage": play.max_fail_percentage,
         "batch_sizes": [len(b) for b in batches], "batches": [], "stopped": None, "result": "",
         **{listed: [] for listed, _ in OUTCOMES.values()}, "exit_code": EXIT_OK,
@@ -505,7 +506,7 @@ def _run_batch(play: Play, number: int, batch: list, run: Run, gate: Optional[Ga
                                                 result["outcomes"], rollout_name)
     result["hooks"] = result["hooks"] + cleaned
     if cleanup_failed is not None:
-        words = f"batch {number}: {_hook_words(cleanup_failed)}"
+        words = f"batch {number}: {hook_words(cleanup_failed)}"
         if result["stop"] is None:
             result["stop"] = errors.error(errors.HOOK_FAILED, f"{words}; the batch passed its gates and is kept",
                                           batch=number)
@@ -519,7 +520,7 @@ def _batch(play: Play, number: int, batch: list, run: Run, gate: Optional[Gate],
     names = [_name(h) for h in batch]
     before, hook_failed = hooklib.run_hooks(play.hooks, "before_batch", number, names, rollout=rollout_name)
     if hook_failed is not None:
-        stop = errors.error(errors.HOOK_FAILED, f"batch {number}: {_hook_words(hook_failed)}; nothing was "
+        stop = errors.error(errors.HOOK_FAILED, f"batch {number}: {hook_words(hook_failed)}; nothing was "
                             f"written in this batch of {len(names)} host(s) ({_listing(names)})"
                             f"{_ran_before(before)}", batch=number)
         return {"number": number, "hosts": names, "hooks": before, "reports": [], "verify": [], "gate": None,
@@ -567,7 +568,7 @@ def _batch(play: Play, number: int, batch: list, run: Run, gate: Optional[Gate],
     after, after_failed = hooklib.run_hooks(play.hooks, "after_batch", number, names,
                                             stop["kind"] if stop else "", outcomes, rollout_name)
     if after_failed is not None:
-        words = f"batch {number}: {_hook_words(after_failed)}"
+        words = f"batch {number}: {hook_words(after_failed)}"
         if stop is None:
             stop = errors.error(errors.HOOK_FAILED, f"{words}; the batch passed its gates and is kept",
                                 batch=number)
@@ -588,7 +589,7 @@ def _batch(play: Play, number: int, batch: list, run: Run, gate: Optional[Gate],
     }
 
 
-def _hook_words(result: dict) -> str:
+def hook_words(result: dict) -> str:
     """What went wrong with a hook, for a stop message: its source and argv."""
     argv = " ".join(printable(a) for a in result["argv"])
     if len(argv) > 120:
