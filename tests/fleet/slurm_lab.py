@@ -103,7 +103,10 @@ def _conf(dir: str, controller: str, hosts, ctld_port: int, slurmd_port: int) ->
         "ReturnToService=2", "SlurmdParameters=config_overrides", "MailProg=/bin/true",
         "MinJobAge=5", "KillWait=2", "SlurmdTimeout=30", "MessageTimeout=5",
     ]
-    lines += [f"NodeName={h.name} NodeAddr={h.address} CPUs={GPUS} RealMemory=1 Gres=gpu:{GPUS} State=UNKNOWN"
+    # Twice as many CPUs as the gate's ranks: room beside another job, so
+    # that only the play's wait, not a lack of CPUs, keeps the gate's step
+    # from starting while that job runs.
+    lines += [f"NodeName={h.name} NodeAddr={h.address} CPUs={2 * GPUS} RealMemory=1 Gres=gpu:{GPUS} State=UNKNOWN"
               for h in hosts]
     lines.append(f"PartitionName=lab Nodes={','.join(h.name for h in hosts)} Default=YES MaxTime=INFINITE State=UP")
     return "\n".join(lines) + "\n"

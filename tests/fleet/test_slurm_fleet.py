@@ -128,7 +128,7 @@ def assert_released(slurm):
 def test_the_gate_waits_for_running_jobs_then_runs_in_the_reservation(cluster, tmp_path):
     fleet, slurm = cluster
     a, b = fleet.of_kind("sshd")
-    ended = blocker(tmp_path, slurm, b.name, 4)
+    ended = blocker(tmp_path, slurm, b.name, 8)  # longer than apply and verify take here
     code, report = apply(fleet, play_file(tmp_path, slurm, min_busbw=70))
     assert code == 0, (report.get("rollouts"), slurm.logs())
     [rollout] = report["rollouts"]
@@ -196,3 +196,27 @@ def test_slurm_runs_nothing_on_a_drained_node(cluster):
     slurm.run("scontrol", "update", f"nodename={a.name},{b.name}", "state=drain", "reason=nictune-test")
     result = slurm.run("srun", "--immediate=3", f"--nodelist={a.name},{b.name}", "true", check=False)
     assert result.returncode != 0 and "Unable to allocate resources" in result.stderr, result.stderr
+
+
+def test_a_node_whose_rollback_failed_is_drained_and_the_others_are_not(cluster, tmp_path):
+    """The shipped after_batch and cleanup, as a rollout runs them after a
+    batch whose rollback failed on one host (no lab host can be made to
+    fail its rollback, so the outcomes are given)."""
+    from nictune.control.rollout import hooks as hooklib
+    from nictune.control.rollout.playbook import load_playbook
+
+    fleet, slurm = cluster
+    a, b = fleet.of_kind("sshd")
+    [play] = load_playbook(play_file(tmp_path, slurm, min_busbw=70))
+    names = [a.name, b.name]
+    _, failed = hooklib.run_hooks(play.hooks, "before_batch", 1, names, rollout="R")
+    assert failed is None and "ReservationName=nictune-R-1 " in slurm.reservations()
+    outcomes = {a.name: "rollback-failed", b.name: "rolled-back"}
+    _, failed = hooklib.run_hooks(play.hooks, "after_batch", 1, names, "health-gate", outcomes, "R")
+    assert failed is None
+    _, failed = hooklib.run_hooks(play.hooks, "cleanup", 1, names, "health-gate", outcomes, "R")
+    assert failed is None and slurm.reservations() == ""
+    states = slurm.node_states()
+    assert states[a.name] in ("drained", "draining") and states[b.name] == "idle", states
+    reason = slurm.run("sinfo", "-h", "-n", a.name, "-o", "%E").stdout.strip()
+    assert reason == "nictune: rollback failed"

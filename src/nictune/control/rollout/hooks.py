@@ -144,7 +144,7 @@ def shell_strings(parsed: Parsed, index: int) -> None:
             path = (index, "hooks", when) + sub
             raise ProfileError(*locate(parsed.positions, path), dotted(path),
                                f"{show(text)} is a shell string; a hook is an argv list, run without a "
-                               f"shell, e.g. [scontrol, update, \"nodename={{host}}\", state=drain] "
+                               f"shell, e.g. [kubectl, cordon, \"{{host}}\"] "
                                f"(for shell syntax write [sh, -c, \"...\"] and quote with care)")
 
 
