@@ -69,7 +69,12 @@ class Slurm:
         """The daemons' logs' tails, for an assertion message."""
         paths = [os.path.join(self.dir, "slurmctld.log")] + [os.path.join(self.dir, n, "slurmd.log")
                                                                 for n in self.nodes]
-        return "\n".join(f"== {p}\n" + "".join(open(p).readlines()[-15:]) for p in paths if os.path.exists(p))
+        return "\n".join(f"== {p}\n" + _tail(p) for p in paths if os.path.exists(p))
+
+
+def _tail(path: str, lines: int = 15) -> str:
+    with open(path, errors="replace") as f:
+        return "".join(f.readlines()[-lines:])
 
 
 def require_slurm() -> None:
@@ -167,7 +172,8 @@ def running_slurm(fleet, directory: str) -> Iterator[Slurm]:
     """Slurm over the fleet's sshd hosts, stopped on exit, pass or fail."""
     require_slurm()
     hosts = fleet.of_kind("sshd")
-    record = json.load(open(fleet.record))
+    with open(fleet.record) as f:
+        record = json.load(f)
     controller = record["subnet"].rsplit(".", 1)[0] + ".1"  # the bridge's address (lab/fleet.py)
     dir = os.path.join(directory, "slurm")
     os.makedirs(f"{dir}/ctld", mode=0o700)
