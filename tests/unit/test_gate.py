@@ -86,6 +86,40 @@ def test_gate_record_reports_a_bad_gate_in_one_line_without_traceback(tmp_path):
     assert f"{path}:6: [0].gate.iperf3.min_gbps: " in result.output
 
 
+def test_gate_record_measures_between_the_plays_hooks_with_one_rollout_name(tmp_path):
+    """A batch is measured where a rollout would measure it: inside what
+    before_batch set up (a reservation its launcher names), cleanup after."""
+    import sys
+    from types import SimpleNamespace
+
+    from nictune.cli.gate_cmds import _measure
+    from nictune.control.rollout.playbook import load_playbook
+
+    log = tmp_path / "log"
+    logger = [sys.executable, "-c", "import sys; open(sys.argv[1], 'a').write(' '.join(sys.argv[2:]) + '\\n'); "
+                                    "sys.exit(int(sys.argv[2] == 'fail'))", str(log)]
+    hooks = {"before_batch": [logger + ["reserve", "r-{rollout}-{batch}"], logger + ["{hosts}"]],
+             "after_batch": [logger + ["after"]], "cleanup": [logger + ["unreserve", "r-{rollout}-{batch}"]]}
+    (tmp_path / "p.yaml").write_text("nictune: 1\nhost: {sysctl: {net.ipv4.tcp_ecn: 1}}\n")
+    (tmp_path / "pb.yaml").write_text(f"- hosts: all\n  profile: p.yaml\n  hooks: {json.dumps(hooks)}\n")
+    [play] = load_playbook(str(tmp_path / "pb.yaml"))
+
+    def runner(number, batch):
+        log.open("a").write(f"measure {number}\n")
+        return {"passed": True, "message": "measured", "results": [{"tool": "nccl-tests"}]}
+
+    batch = [SimpleNamespace(name="h1"), SimpleNamespace(name="h2")]
+    result = _measure(play, runner, 2, batch, "R")
+    assert log.read_text().splitlines() == ["reserve r-R-2", "h1,h2", "measure 2", "after", "unreserve r-R-2"]
+    assert result["results"] == [{"tool": "nccl-tests"}] and not result.get("hook_failed")
+    # A before_batch that fails: nothing measured, cleanup still runs, the record fails.
+    log.write_text("")
+    batch = [SimpleNamespace(name="fail")]
+    result = _measure(play, runner, 1, batch, "R")
+    assert log.read_text().splitlines() == ["reserve r-R-1", "fail", "unreserve r-R-1"]
+    assert result["hook_failed"] and result["results"] == [] and "before_batch hook" in result["message"]
+
+
 # -- hostile output ---------------------------------------------------------------------
 
 TCP = {"start": {}, "end": {"sum_sent": {"bits_per_second": 9.9e9, "retransmits": 12},

@@ -64,7 +64,7 @@ def test_nccl_tests_defaults(tmp_path):
 
 @pytest.mark.parametrize("gate_yaml, line, key, words", [
     ("rails: [eth2]\nnccl_tests: {launcher: [mpirun, -np, '{ranks}']}", 6, "[0].gate.nccl_tests.launcher[2]",
-     "unknown placeholder {ranks}; the placeholders are {hosts}, {addresses}, {np} and {gpus}"),
+     "unknown placeholder {ranks}; the placeholders are {hosts}, {addresses}, {np}, {gpus}, {batch} and {rollout}"),
     ("rails: [eth2]\nnccl_tests: {launcher: [mpirun, '-H={hosts']}", 6, "[0].gate.nccl_tests.launcher[1]",
      "lone '{'"),
     ("rails: [eth2]\nnccl_tests: {launcher: [-np, '16']}", 6, "[0].gate.nccl_tests.launcher[0]",
@@ -109,6 +109,19 @@ def test_the_argv_is_the_launcher_with_its_placeholders_filled_then_all_reduce_p
         # One rank per GPU under the launcher: -g 1.
         "/opt/nccl-tests/build/all_reduce_perf", "-b", "8", "-e", "8589934592", "-f", "2", "-g", "1",
         "-n", "20", "-w", "5", "-c", "1"]
+
+
+def test_the_launcher_names_the_reservation_of_the_batch_and_rollout():
+    # The play's hooks make "nictune-{rollout}-{batch}"; the gate's srun must name the same one.
+    launcher = ["srun", "--reservation=nictune-{rollout}-{batch}", "--nodelist={hosts}"]
+    spec = nccl(launcher=launcher)
+    assert spec.argv(["gpu1", "gpu2"], ["10.0.0.1", "10.0.0.2"], 3, "20261204T191500Z-a1b2c3")[:3] == [
+        "srun", "--reservation=nictune-20261204T191500Z-a1b2c3-3", "--nodelist=gpu1,gpu2"]
+    log: list = []
+    gate_spec = g.GateSpec(rails=["eth2"], source="pb.yaml:4", nccl_tests=spec)
+    gate = g.Gate(gate_spec, lambda h: Session(g._name(h), log, ok(H100)), rollout_name="R1")
+    assert gate(2, ["h1", "h2"])["passed"]
+    assert [argv[1] for _, argv, _ in log if argv != "close"] == ["--reservation=nictune-R1-2"]
 
 
 def test_without_a_launcher_one_process_drives_every_gpu_of_its_host():

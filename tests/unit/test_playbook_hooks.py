@@ -10,6 +10,7 @@ files, so errors are checked with their file, line and key.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import textwrap
 import time
@@ -106,9 +107,9 @@ def test_hooks_get_the_batch_hosts_in_order(tmp_path):
     ]
     env = [e["env"] for e in events(log) if "env" in e]
     assert env[0] == {"NICTUNE_HOOK": "before_batch", "NICTUNE_BATCH": "1", "NICTUNE_HOSTS": "h0",
-                      "NICTUNE_HOST": "h0"}
+                      "NICTUNE_HOST": "h0", "NICTUNE_ROLLOUT": report["id"]}
     assert env[-1] == {"NICTUNE_HOOK": "after_batch", "NICTUNE_BATCH": "2", "NICTUNE_HOSTS": "h1,h2",
-                       "NICTUNE_STOP": ""}
+                       "NICTUNE_STOP": "", "NICTUNE_ROLLOUT": report["id"]}
     second = report["batches"][1]["hooks"]
     assert [(h["hook"], h["host"] if "host" in h else None, h["exit_code"]) for h in second] == [
         ("before_batch", "h1", 0), ("before_batch", "h2", 0), ("before_batch", None, 0), ("after_batch", None, 0)]
@@ -279,6 +280,87 @@ def test_the_last_batch_failing_its_after_hook_is_not_exit_0(tmp_path):
     assert report["exit_code"] == 1 and report["result"].startswith("stopped: batch 1: after_batch hook")
 
 
+def test_cleanup_runs_when_before_batch_fails_half_way(tmp_path):
+    # A reservation created, then the wait for jobs gives up: after_batch
+    # does not run (the batch never started), cleanup must, or the
+    # reservation stays behind.
+    log = str(tmp_path / "log")
+    path = playbook(tmp_path, f"""
+        before_batch:
+          - {hook(tmp_path, "reserve", "r-{rollout}-{batch}", "{hosts}")}
+          - {hook(tmp_path, "wait", code=1)}
+        after_batch: {hook(tmp_path, "resume", "{hosts}")}
+        cleanup: {hook(tmp_path, "unreserve", "r-{rollout}-{batch}")}
+        """, serial='"100%"')
+    (play,) = load_playbook(path)
+    fleet = LoggedFleet(log)
+    report = rollout(play, HOSTS[:2], fleet)
+    assert fleet.calls == [] and report["not_started"] == HOSTS[:2]
+    seen = [e.get("run") or e["argv"] for e in events(log)]
+    name = f"r-{report['id']}-1"
+    assert seen == [["reserve", name, "h0,h1"], ["wait"], ["unreserve", name]]
+    env = events(log)[-1]["env"]
+    assert env["NICTUNE_HOOK"] == "cleanup" and env["NICTUNE_STOP"] == "hook-failed"
+    assert [h["hook"] for h in report["batches"][0]["hooks"]] == ["before_batch", "before_batch", "cleanup"]
+    assert "after_batch does not run when before_batch fails, cleanup does" in report["stopped"]["message"]
+
+
+def test_cleanup_runs_every_command_after_a_pass_a_rollback_and_a_failed_after_batch(tmp_path):
+    log = str(tmp_path / "log")
+    path = playbook(tmp_path, f"""
+        after_batch: {hook(tmp_path, "resume", code=1)}
+        cleanup:
+          - {hook(tmp_path, "first", "{batch}", code=5)}
+          - {hook(tmp_path, "second", "{host}")}
+        """)
+    (play,) = load_playbook(path)
+    report = rollout(play, HOSTS[:3], LoggedFleet(log, verify={"h0": 2}))
+    assert report["rolled_back"] == ["h0"] and report["not_started"] == ["h1", "h2"]
+    seen = [e.get("run") or e["argv"] for e in events(log)]
+    assert seen == ["apply", "verify", "rollback", ["resume"], ["first", "1"], ["second", "h0"]]
+    message = report["stopped"]["message"]
+    assert message.startswith("batch 1: the health gate") and "; and batch 1: after_batch hook" in message
+    assert "; and batch 1: cleanup hook" in message and "exited with 5" in message
+    assert events(log)[-1]["env"]["NICTUNE_OUTCOME"] == "rolled-back"
+
+
+def test_a_failing_cleanup_after_a_passing_batch_stops_the_rollout(tmp_path):
+    path = playbook(tmp_path, f"cleanup: {hook(tmp_path, code=2)}")
+    (play,) = load_playbook(path)
+    report = rollout(play, HOSTS[:3], FakeFleet())
+    assert report["kept"] == ["h0"] and report["not_started"] == ["h1", "h2"] and report["exit_code"] == 1
+    assert report["stopped"]["kind"] == "hook-failed"
+    assert "cleanup hook" in report["result"] and "the batch passed its gates and is kept" in report["result"]
+
+
+def test_cleanup_runs_when_the_batch_breaks_off_with_an_exception(tmp_path):
+    log = str(tmp_path / "log")
+    path = playbook(tmp_path, f"""
+        before_batch: {hook(tmp_path, "reserve", "{batch}")}
+        cleanup: {hook(tmp_path, "unreserve", "{batch}")}
+        """)
+    (play,) = load_playbook(path)
+
+    def run(command, hosts):
+        raise KeyboardInterrupt  # Ctrl-C while the batch is applied
+
+    with pytest.raises(KeyboardInterrupt):
+        rollout(play, HOSTS[:3], run)
+    assert [e["argv"] for e in events(log)] == [["reserve", "1"], ["unreserve", "1"]]
+    assert events(log)[-1]["env"]["NICTUNE_STOP"] == "interrupted"
+
+
+def test_the_rollout_name_is_the_same_in_every_batch_and_new_per_rollout(tmp_path):
+    log = str(tmp_path / "log")
+    path = playbook(tmp_path, f'before_batch: {hook(tmp_path, "{rollout}")}')
+    (play,) = load_playbook(path)
+    first = rollout(play, HOSTS[:3], FakeFleet())
+    second = rollout(play, HOSTS[:1], FakeFleet())
+    names = [e["argv"][0] for e in events(log)]
+    assert names == [first["id"]] * 2 + [second["id"]] and first["id"] != second["id"]
+    assert all(re.fullmatch(r"[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}", n) for n in names)
+
+
 # -- require_drain ----------------------------------------------------------------
 
 DISRUPTIVE = {"key": {"family": "dcb", "target": "rail0", "name": "pfc"}, "before": [], "after": [3],
@@ -367,7 +449,7 @@ def test_without_require_drain_nothing_is_planned(tmp_path):
     ('before_batch: [drain, "{host}", "--all={hosts}"]', 6, "[0].hooks.before_batch",
      "uses both {host} and {hosts}"),
     ('before_batch: [drain, "{node}"]', 6, "[0].hooks.before_batch[1]",
-     "the unknown placeholder {node}; the placeholders are {host}, {hosts} and {batch}"),
+     "the unknown placeholder {node}; the placeholders are {host}, {hosts}, {batch} and {rollout}"),
     ('before_batch: [jq, "{.x}"]', 6, "[0].hooks.before_batch[1]", "write {{ and }} for literal braces"),
     ('before_batch: [awk, "}"]', 6, "[0].hooks.before_batch[1]", "has a lone '}'; write }} for a literal brace"),
     ('before_batch: ["", x]', 6, "[0].hooks.before_batch[0]", "the program to run must not be empty"),

@@ -253,17 +253,18 @@ def cli_apply(tmp_path, monkeypatch, capsys, gate_for=None, junit=None, second_p
 
 
 def test_the_cli_refuses_a_gate_it_cannot_run(tmp_path, monkeypatch, capsys):
-    code, fleet, report = cli_apply(tmp_path, monkeypatch, capsys, lambda play, inventory, opts: None)
+    code, fleet, report = cli_apply(tmp_path, monkeypatch, capsys, lambda play, inventory, opts, name: None)
     assert code == 1 and fleet.calls == []
     (rollout_report,) = report["rollouts"]
     assert "the play asks for a traffic gate, and this nictune has no gate runner" in rollout_report["result"]
 
 
 def test_the_cli_gate_seam_and_junit(tmp_path, monkeypatch, capsys):
-    made = []
+    made, names = [], []
 
-    def gate_for(play, inventory, opts):
+    def gate_for(play, inventory, opts, name):
         made.append((play.gate, [h.name for h in inventory.select("all")]))
+        names.append(name)
         return Gate([], fail={2})
 
     junit = tmp_path / "apply.xml"
@@ -272,6 +273,7 @@ def test_the_cli_gate_seam_and_junit(tmp_path, monkeypatch, capsys):
     assert code == 3 and fleet.calls[-1] == ("rollback", ["h1", "h2"])
     (rollout_report,) = report["rollouts"]
     assert rollout_report["stopped"]["kind"] == "traffic-gate"
+    assert names == [rollout_report["id"]]  # the gate's launcher and the hooks see one {rollout}
     suite = ElementTree.parse(junit).getroot().find("testsuite")
     assert suite.get("name") == "rollout: gated" and suite.get("failures") == "2"
 
@@ -279,7 +281,7 @@ def test_the_cli_gate_seam_and_junit(tmp_path, monkeypatch, capsys):
 def test_every_plays_gate_is_built_before_the_first_play_writes(tmp_path, monkeypatch, capsys):
     second = "- name: second\n  hosts: h2\n  profile: p.yaml\n  gate: {rails: [bad]}\n"
 
-    def gate_for(play, inventory, opts):
+    def gate_for(play, inventory, opts, name):
         if play.name == "second":
             raise ProfileError(play.gate_source.rsplit(":", 1)[0], int(play.gate_source.rsplit(":", 1)[1]),
                                "[1].gate", "no such rail")

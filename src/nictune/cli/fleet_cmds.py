@@ -108,8 +108,10 @@ def _run_playbook(command: str, path: str, parsed: Parsed, inventory, opts: Opti
     plays = playbook.load_playbook_parsed(parsed, path)
     # Every play's gate before the first play writes: a bad gate in play 2
     # must not be found after play 1 rolled out.  plan checks them too.
-    gates = [_gate_for(play, inventory, opts) if play.gate is not None and command in ("plan", "apply") else None
-             for play in plays]
+    # One name per play's rollout, for its hooks' and its gate's {rollout}.
+    names = [playbook.rollout_id() for _ in plays]
+    gates = [_gate_for(play, inventory, opts, name) if play.gate is not None and command in ("plan", "apply")
+             else None for play, name in zip(plays, names)]
     limit = None if opts.limit is None else {h.name for h in inventory.select(None, limit=opts.limit)}
     # Every play's hosts before the first play writes: they read the
     # playbook's group_vars/ and host_vars/, whose mistakes stop the command.
@@ -120,7 +122,7 @@ def _run_playbook(command: str, path: str, parsed: Parsed, inventory, opts: Opti
         out.warn(warning)
     reports: List[dict] = []
     rollouts = []
-    for play, gate, hosts in zip(plays, gates, play_hosts):
+    for play, gate, hosts, name in zip(plays, gates, play_hosts, names):
         profiles = fleet.PlayProfiles(play, _gate(command, opts))
         if command != "apply":
             reports += _pool(_agent_command(command), hosts, profiles, opts, out, play)
@@ -130,7 +132,7 @@ def _run_playbook(command: str, path: str, parsed: Parsed, inventory, opts: Opti
             # rollout hands back some of the inventory hosts given to it
             return _pool(cmd, some, profiles if cmd != "rollback" else None, opts, out, play)
 
-        result = playbook.rollout(play, hosts, run_some, out.batch_done, gate=gate)
+        result = playbook.rollout(play, hosts, run_some, out.batch_done, gate=gate, name=name)
         rollouts.append(result)
         # A host whose apply the rollout undid says so in the host table.
         undone = {n: listed for listed in ("rolled_back", "rollback_failed") for n in result[listed]}
@@ -147,7 +149,7 @@ def _run_playbook(command: str, path: str, parsed: Parsed, inventory, opts: Opti
     return report
 
 
-def _gate_for(play, inventory, opts: Options):
+def _gate_for(play, inventory, opts: Options, rollout_name: str = ""):
     """The traffic gate for a play with a gate: key, as rollout() calls it:
     gate(batch number, hosts) -> {"passed", "message", "results"}
     (control/rollout/playbook.py Gate), built by control/rollout/gate/runner.py over the fleet's
@@ -156,7 +158,8 @@ def _gate_for(play, inventory, opts: Options):
     from nictune.control.rollout.gate.spec import gate_of_play
 
     spec = gate_of_play(play)
-    return for_play(play, spec, inventory, _ssh_options(opts)) if spec is not None else None
+    return for_play(play, spec, inventory, _ssh_options(opts), rollout_name=rollout_name) if spec is not None \
+        else None
 
 
 def _gate(command: str, opts: Options):

@@ -5,7 +5,10 @@ the gate's baseline file for later rollouts to compare with.
 For each play with a `gate:`, its hosts (narrowed by --limit) are split
 into the play's batches and each batch is measured as its rollout would
 measure it (the same pairs, rails and tools), so the figures' keys are
-the ones the gate later looks up.  The figures are merged into the file
+the ones the gate later looks up.  The play's hooks run around each batch
+as in a rollout (before_batch, after_batch, cleanup, with the same
+{rollout} for the gate's launcher): a batch is measured on nodes the hooks
+took out of service, in the reservation its launcher names.  The figures are merged into the file
 (--out, else the gate's `baseline:`): entries of other pairs stay.  The
 exit code is 1 when a measurement did not give figures.
 """
@@ -64,20 +67,47 @@ def run_record(path: str, inventory_path: str, limit: Optional[str], out_file: O
             raise ProfileError(file, int(line), "gate", "the gate names no baseline: file "
                                        "to record into (or give --out)")
         hosts = [play.host(h) for h in inventory.select(play.hosts) if allowed is None or h.name in allowed]
-        runner = for_play(play, spec, inventory, options, compare=False)
-        rows, messages = [], []
+        name = playbook.rollout_id()
+        runner = for_play(play, spec, inventory, options, compare=False, rollout_name=name)
+        rows, messages, hook_failed = [], [], False
         for number, batch in enumerate(playbook.make_batches(play.serial, hosts), start=1):
-            result = runner(number, batch)
+            result = _measure(play, runner, number, batch, name)
+            hook_failed = hook_failed or bool(result.get("hook_failed"))
             runner.kept += [h.name for h in batch if h.name not in runner.kept]  # as if it passed
             rows += result["results"]
             messages.append(result["message"])
         unmeasured = [r for r in rows if r["tool"] not in ("counters",) and not r.get("figures")]
+        if hook_failed:
+            report["ok"] = False
         written = write_baseline(target, rows)
         report["plays"].append({"play": play.name, "baseline": target, "entries": written,
                                 "results": rows, "messages": messages})
         if unmeasured or not rows:
             report["ok"] = False
     return report
+
+
+def _measure(play, runner, number: int, batch: list, name: str) -> dict:
+    """The gate's answer for one batch, between the play's hooks as a
+    rollout runs them; a hook that fails is the batch's failure."""
+    from nictune.control.rollout import hooks as hooklib
+    from nictune.control.rollout.playbook import hook_words
+
+    names = [h.name for h in batch]
+    result = {"passed": False, "message": "", "results": []}
+    try:
+        _, failed = hooklib.run_hooks(play.hooks, "before_batch", number, names, rollout=name)
+        if failed is None:
+            result = runner(number, batch)
+            _, failed = hooklib.run_hooks(play.hooks, "after_batch", number, names, "",
+                                          {n: "unchanged" for n in names}, name)
+    finally:
+        _, cleanup_failed = hooklib.run_hooks(play.hooks, "cleanup", number, names, "",
+                                              {n: "unchanged" for n in names}, name)
+    words = [hook_words(f) for f in (failed, cleanup_failed) if f is not None]
+    if words:
+        result = dict(result, message="; ".join(filter(None, [result["message"], *words])), hook_failed=True)
+    return result
 
 
 def _print(report: dict, out: Printer) -> None:

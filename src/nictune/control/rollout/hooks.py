@@ -1,33 +1,43 @@
 """Drain hooks: commands a play runs on the controller around each batch.
 
     hooks:
-      before_batch: [scontrol, update, "nodename={hosts}", state=drain, reason=nictune]
-      after_batch:
-        - [scontrol, update, "nodename={hosts}", state=resume]
-        - [kubectl, uncordon, "{host}"]
+      before_batch: [kubectl, drain, "{host}", --ignore-daemonsets]
+      after_batch: [kubectl, uncordon, "{host}"]
+      cleanup: [scontrol, delete, "reservationname=nictune-{rollout}-{batch}"]
       timeout: 600        # seconds per command; default 300, at most 86400
 
 A hook is an argv list, never a shell string: nictune runs no shell, so a
 host name can never become shell syntax (write [sh, -c, "..."] to ask for
 one).  Placeholders: `{host}` runs the command once per host of the batch,
 in batch order; `{hosts}` once with the batch's names joined by ","; with
-neither, once per batch; `{batch}` is the batch number.  `{{` and `}}` are
-literal braces.  Both {host} and {hosts} in one command, or any other
+neither, once per batch; `{batch}` is the batch number; `{rollout}` names
+this rollout (a UTC time and a random suffix, the same in every batch),
+so that `nictune-{rollout}-{batch}` names a Slurm reservation no other
+batch or rollout uses.  `{{` and `}}` are literal braces.  Both {host} and {hosts} in one command, or any other
 `{...}`, is refused when the playbook loads.  Inventories refuse host
 names that start with "-" or hold ",", blanks or control characters
 (inventory/hostnames.py); here again, before anything runs, a batch with
 such a name is refused, and so is an argument that a placeholder would
 turn into an option ("{host}" filled with "-o..."): the hook fails with
-the reason and nothing of it runs.  A relative program path with
+the reason and nothing of it runs.
+
+after_batch runs once before_batch has succeeded, after the gates and any
+rollback, and stops at its first failing command.  cleanup runs after
+every batch that started, whatever happened to it: a before_batch that
+failed half-way (a reservation created, then a wait that timed out), a
+failed after_batch, even an exception or Ctrl-C in the middle of the
+batch; each of its commands runs even when the one before it failed.
+Undo there what before_batch sets up (delete the reservation), and write
+it so that it also works when that was never set up.  A relative program path with
 a "/" (scripts/drain.sh) is relative to the playbook's directory, like its
 profile paths; a bare name is looked up in PATH.
 
 Each command runs with stdin /dev/null, in a process group of its own that
 is killed whole (SIGTERM, then SIGKILL) when its timeout ends, so a hook
 cannot leave a `kubectl drain` running behind a rollout that moved on.  Its
-environment adds NICTUNE_HOOK (before_batch/after_batch), NICTUNE_BATCH,
-NICTUNE_HOSTS (the batch's names, ",") and, per host, NICTUNE_HOST;
-after_batch also NICTUNE_STOP (why the batch stopped, or "") and, per host,
+environment adds NICTUNE_HOOK (before_batch/after_batch/cleanup), NICTUNE_BATCH,
+NICTUNE_ROLLOUT, NICTUNE_HOSTS (the batch's names, ",") and, per host, NICTUNE_HOST;
+after_batch and cleanup also NICTUNE_STOP (why the batch stopped, or "") and, per host,
 NICTUNE_OUTCOME (kept, rolled-back, rollback-failed, ...).  Only
 the tail of its output (stdout and stderr together) is kept, control
 characters escaped (host/text.py), for the rollout report.
@@ -53,7 +63,7 @@ from nictune.profile.errors import ProfileError, dotted, show
 from nictune.profile.schema import register_words
 from nictune.profile.yamlpos import Parsed
 
-WHEN = ("before_batch", "after_batch")
+WHEN = ("before_batch", "after_batch", "cleanup")
 DEFAULT_TIMEOUT = 300
 MAX_TIMEOUT = 86400
 MAX_COMMANDS = 32
@@ -70,14 +80,19 @@ HOOKS_SCHEMA: Dict[str, Any] = {
     "type": "object",
     "description": "Commands run on the controller around each batch (control/rollout/hooks.py): argv lists, never a "
                    "shell string. {host}: once per host of the batch, in order; {hosts}: once, the batch's "
-                   "names joined by ','; neither: once per batch; {batch}: the batch number; {{ and }}: "
-                   "literal braces. A failing before_batch stops the rollout before the batch is written; "
-                   "after_batch runs whenever before_batch succeeded, also after a rollback.",
+                   "names joined by ','; neither: once per batch; {batch}: the batch number; {rollout}: this "
+                   "rollout's name; {{ and }}: literal braces. A failing before_batch stops the rollout "
+                   "before the batch is written; after_batch runs whenever before_batch succeeded, also "
+                   "after a rollback; cleanup runs after every batch that started, whatever happened.",
     "properties": {
         "before_batch": {**_COMMANDS, "description": "A command (argv list) or a list of them, run in order "
                                                      "before the batch is applied, e.g. a drain."},
         "after_batch": {**_COMMANDS, "description": "A command (argv list) or a list of them, run in order "
                                                     "after the batch's gates (and rollback), e.g. a resume."},
+        "cleanup": {**_COMMANDS, "description": "A command (argv list) or a list of them, run after every "
+                                                "batch that started, even when before_batch failed half-way "
+                                                "or the batch broke off; every command runs even if one "
+                                                "before it fails, e.g. deleting a reservation."},
         "timeout": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT,
                     "description": f"Seconds each command may take; its whole process group is killed after. "
                                    f"Default {DEFAULT_TIMEOUT}."},
@@ -87,7 +102,7 @@ HOOKS_SCHEMA: Dict[str, Any] = {
 
 # {{, }}, a {name}, or a brace standing alone (an error).
 _TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
-PLACEHOLDERS = ("host", "hosts", "batch")
+PLACEHOLDERS = ("host", "hosts", "batch", "rollout")
 
 
 @dataclass(frozen=True)
@@ -104,6 +119,7 @@ class Hook:
 class Hooks:
     before_batch: Tuple[Hook, ...] = ()
     after_batch: Tuple[Hook, ...] = ()
+    cleanup: Tuple[Hook, ...] = ()
     timeout: int = DEFAULT_TIMEOUT
     where: str = ""               # "file:line" of the hooks: key
 
@@ -128,7 +144,7 @@ def shell_strings(parsed: Parsed, index: int) -> None:
             path = (index, "hooks", when) + sub
             raise ProfileError(*locate(parsed.positions, path), dotted(path),
                                f"{show(text)} is a shell string; a hook is an argv list, run without a "
-                               f"shell, e.g. [scontrol, update, \"nodename={{host}}\", state=drain] "
+                               f"shell, e.g. [kubectl, cordon, \"{{host}}\"] "
                                f"(for shell syntax write [sh, -c, \"...\"] and quote with care)")
 
 
@@ -150,7 +166,8 @@ def load_hooks(parsed: Parsed, index: int, base_dir: str = "") -> Optional[Hooks
         listed = [((), value)] if isinstance(value[0], str) else [((i,), v) for i, v in enumerate(value)]
         found[when] = tuple(_hook(parsed, (index, "hooks", when) + sub, when, argv, base_dir)
                             for sub, argv in listed)
-    return Hooks(found["before_batch"], found["after_batch"], raw.get("timeout", DEFAULT_TIMEOUT), f"{file}:{line}")
+    return Hooks(found["before_batch"], found["after_batch"], found["cleanup"],
+                 raw.get("timeout", DEFAULT_TIMEOUT), f"{file}:{line}")
 
 
 def _hook(parsed: Parsed, path: tuple, when: str, argv: List[str], base_dir: str) -> Hook:
@@ -191,7 +208,7 @@ def _names(arg: str) -> List[str]:
             raise ValueError(f"{show(arg)} has a lone {m.group()!r}; write {m.group() * 2} for a literal brace")
         if m.group(1) not in PLACEHOLDERS:
             raise ValueError(f"{show(arg)} has the unknown placeholder {{{printable(m.group(1))[:40]}}}; the "
-                             f"placeholders are {{host}}, {{hosts}} and {{batch}} (write {{{{ and }}}} for "
+                             f"placeholders are {{host}}, {{hosts}}, {{batch}} and {{rollout}} (write {{{{ and }}}} for "
                              f"literal braces)")
         names.append(m.group(1))
     return names
@@ -199,7 +216,8 @@ def _names(arg: str) -> List[str]:
 
 # -- running -------------------------------------------------------------------
 
-def commands(hook: Hook, number: int, names: Sequence[str]) -> List[Tuple[List[str], Optional[str]]]:
+def commands(hook: Hook, number: int, names: Sequence[str],
+             rollout: str = "") -> List[Tuple[List[str], Optional[str]]]:
     """The argv lists the hook runs for a batch, each with its host (per-host
     hooks) or None, in batch order.  ValueError, saying why, for a host name
     that could become an option or several hosts, or an argument a
@@ -210,7 +228,7 @@ def commands(hook: Hook, number: int, names: Sequence[str]) -> List[Tuple[List[s
             raise ValueError(problem)
     joined = ",".join(names)
     targets: List[Optional[str]] = list(names) if hook.per_host else [None]
-    return [([filled_argument(arg, _fill(arg, host or "", joined, number)) for arg in hook.argv], host)
+    return [([filled_argument(arg, _fill(arg, host or "", joined, number, rollout)) for arg in hook.argv], host)
             for host in targets]
 
 
@@ -222,31 +240,38 @@ def filled_argument(written: str, filled: str) -> str:
     return filled
 
 
-def _fill(arg: str, host: str, hosts: str, number: int) -> str:
-    values = {"host": host, "hosts": hosts, "batch": str(number)}
+def _fill(arg: str, host: str, hosts: str, number: int, rollout: str) -> str:
+    values = {"host": host, "hosts": hosts, "batch": str(number), "rollout": rollout}
     return _TOKEN.sub(lambda m: {"{{": "{", "}}": "}"}.get(m.group()) or values[m.group(1)], arg)
 
 
 def run_hooks(hooks: Optional[Hooks], when: str, number: int, names: Sequence[str],
-              stop: str = "", outcomes: Optional[Dict[str, str]] = None) -> Tuple[List[dict], Optional[dict]]:
-    """Run the batch's `when` hooks in order, up to the first that fails.
-    Returns every result, and the failed one (or None).  after_batch hooks
+              stop: str = "", outcomes: Optional[Dict[str, str]] = None,
+              rollout: str = "") -> Tuple[List[dict], Optional[dict]]:
+    """Run the batch's `when` hooks in order, up to the first that fails
+    (cleanup: every one, whatever failed before it).  Returns every result,
+    and the first failed one (or None).  after_batch and cleanup hooks
     also learn how the batch ended: NICTUNE_STOP (the stop's kind, "" when
     the batch passed) and, per host, NICTUNE_OUTCOME (kept, unchanged,
-    failed, rolled-back, rollback-failed), so a resume can leave alone a
-    node a human must look at."""
+    failed, rolled-back, rollback-failed, not-started), so a resume can
+    leave alone a node a human must look at."""
     results: List[dict] = []
     if hooks is None:
         return results, None
+    keep_going = when == "cleanup"
     env = {"NICTUNE_HOOK": when, "NICTUNE_BATCH": str(number), "NICTUNE_HOSTS": ",".join(names)}
+    if rollout:
+        env["NICTUNE_ROLLOUT"] = rollout
     if outcomes is not None:
         env["NICTUNE_STOP"] = stop
+    first_failed: Optional[dict] = None
     for hook in getattr(hooks, when):
         try:
-            argvs = commands(hook, number, names)
+            argvs = commands(hook, number, names, rollout)
         except ValueError as e:
-            result = _refused(hook, str(e))
-            return results + [result], result
+            argvs, result = [], _refused(hook, str(e))
+            results.append(result)
+            first_failed = first_failed or result
         for argv, host in argvs:
             extra = env if host is None else dict(env, NICTUNE_HOST=host, **(
                 {"NICTUNE_OUTCOME": outcomes.get(host, "")} if outcomes is not None else {}))
@@ -254,8 +279,12 @@ def run_hooks(hooks: Optional[Hooks], when: str, number: int, names: Sequence[st
             result.update(hook=when, source=hook.where, **({"host": host} if host is not None else {}))
             results.append(result)
             if not result["ok"]:
-                return results, result
-    return results, None
+                first_failed = first_failed or result
+                if not keep_going:
+                    return results, first_failed
+        if first_failed is not None and not keep_going:
+            return results, first_failed
+    return results, first_failed
 
 
 def _refused(hook: Hook, why: str) -> dict:

@@ -12,8 +12,9 @@ A playbook file is a list of plays:
       serial: [1, "10%", "100%"]     # batch sizes; the last one repeats
       max_fail_percentage: 0         # failed share of a batch that stops the rollout
       hooks:                         # on the controller, around each batch (control/rollout/hooks.py)
-        before_batch: [scontrol, update, "nodename={hosts}", state=drain, reason=nictune]
-        after_batch: [scontrol, update, "nodename={hosts}", state=resume]
+        before_batch: [kubectl, drain, "{host}", --ignore-daemonsets]
+        after_batch: [kubectl, uncordon, "{host}"]
+        cleanup: [...]               # after every batch that started, whatever happened
       require_drain: true            # refuse to start if the plan is disruptive and nothing drains
       gate: {...}                    # traffic gate after verify (control/rollout/gate/)
 
@@ -24,7 +25,7 @@ Ansible.  A string of vars.nictune Ansible would render as a template is
 refused (nictune renders none).  Batches follow Ansible's `serial` exactly
 (make_batches); `rollout` runs, batch by batch, the before_batch hooks,
 apply, verify as a health gate, the traffic gate (a `gate` callable) and
-the after_batch hooks, through a `run` callable, so it knows nothing about
+the after_batch and cleanup hooks, through a `run` callable, so it knows nothing about
 SSH or measurements.  Errors are ProfileError: one paragraph naming file,
 line and key.
 """
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import copy
 import os
+import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -369,7 +371,7 @@ def _name(host: Any) -> str:
 
 
 def rollout(play: Play, hosts: Sequence, run: Run, on_batch: Optional[Callable[[dict], None]] = None,
-            gate: Optional[Gate] = None) -> dict:
+            gate: Optional[Gate] = None, name: Optional[str] = None) -> dict:
     """Apply the play to hosts batch by batch.
 
     run(command, hosts) runs "plan", "apply", "verify" or "rollback" on some
@@ -388,12 +390,15 @@ def rollout(play: Play, hosts: Sequence, run: Run, on_batch: Optional[Callable[[
     that batch that changed are rolled back; earlier batches are kept,
     later ones never start.  The after_batch hooks run whenever the
     before_batch ones succeeded, rollback or not; their failure stops the
-    rollout but undoes nothing.  on_batch gets each batch's result as soon
-    as it is done.
+    rollout but undoes nothing.  The cleanup hooks run after every batch
+    that started, even one whose before_batch failed half-way or that an
+    exception broke off.  on_batch gets each batch's result as soon as it
+    is done.  name: the rollout's {rollout} for the hooks (rollout_id()
+    when None; give the one the gate's launcher was given).
     """
     batches = make_batches(play.serial, hosts)
     report: dict = {
-        "play": play.name, "pattern": play.hosts, "source": play.source,
+        "play": play.name, "pattern": play.hosts, "source": play.source, "id": name or rollout_id(),
         "serial": play.serial, "max_fail_percentage": play.max_fail_percentage,
         "batch_sizes": [len(b) for b in batches], "batches": [], "stopped": None, "result": "",
         **{listed: [] for listed, _ in OUTCOMES.values()}, "exit_code": EXIT_OK,
@@ -405,7 +410,7 @@ def rollout(play: Play, hosts: Sequence, run: Run, on_batch: Optional[Callable[[
         report["stopped"] = stop
         report["not_started"] = [_name(h) for h in hosts]
     for number, batch in enumerate(batches if stop is None else [], 1):
-        result = _run_batch(play, number, batch, run, gate)
+        result = _run_batch(play, number, batch, run, gate, report["id"])
         report["batches"].append(result)
         for name, outcome in result["outcomes"].items():
             listed, code = OUTCOMES[outcome]
@@ -423,6 +428,13 @@ def rollout(play: Play, hosts: Sequence, run: Run, on_batch: Optional[Callable[[
     report["result"] = (f"stopped: {report['stopped']['message']}" if report["stopped"]
                         else f"done: {len(report['kept'])} of {len(hosts)} hosts kept")
     return report
+
+
+def rollout_id() -> str:
+    """This rollout's name for hooks ({rollout}): the UTC time it started
+    and a random suffix, so that two rollouts started in the same second
+    (or a rerun after one that died) never share a reservation name."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
 
 
 def _hooks_summary(hooks: Optional[hooklib.Hooks]) -> Optional[dict]:
@@ -477,11 +489,38 @@ def _drain_check(play: Play, hosts: Sequence, run: Run) -> dict:
             "drained": drained, "passed": not failed and (drained or not disruptive)}
 
 
-def _run_batch(play: Play, number: int, batch: list, run: Run, gate: Optional[Gate] = None) -> dict:
+def _run_batch(play: Play, number: int, batch: list, run: Run, gate: Optional[Gate] = None,
+               rollout_name: str = "") -> dict:
+    """One batch, then its cleanup hooks whatever happened: also when
+    before_batch failed half-way and when an exception (a Ctrl-C, a bug)
+    breaks the batch off, so that a reservation or drain it set up is
+    undone before the rollout stops."""
     names = [_name(h) for h in batch]
-    before, hook_failed = hooklib.run_hooks(play.hooks, "before_batch", number, names)
+    try:
+        result = _batch(play, number, batch, run, gate, rollout_name)
+    except BaseException:
+        hooklib.run_hooks(play.hooks, "cleanup", number, names, "interrupted", {}, rollout_name)
+        raise
+    stop = result["stop"]
+    cleaned, cleanup_failed = hooklib.run_hooks(play.hooks, "cleanup", number, names, stop["kind"] if stop else "",
+                                                result["outcomes"], rollout_name)
+    result["hooks"] = result["hooks"] + cleaned
+    if cleanup_failed is not None:
+        words = f"batch {number}: {hook_words(cleanup_failed)}"
+        if result["stop"] is None:
+            result["stop"] = errors.error(errors.HOOK_FAILED, f"{words}; the batch passed its gates and is kept",
+                                          batch=number)
+        else:
+            result["stop"]["message"] += f"; and {words}"
+        result["result"] = result["stop"]["message"]
+    return result
+
+
+def _batch(play: Play, number: int, batch: list, run: Run, gate: Optional[Gate], rollout_name: str) -> dict:
+    names = [_name(h) for h in batch]
+    before, hook_failed = hooklib.run_hooks(play.hooks, "before_batch", number, names, rollout=rollout_name)
     if hook_failed is not None:
-        stop = errors.error(errors.HOOK_FAILED, f"batch {number}: {_hook_words(hook_failed)}; nothing was "
+        stop = errors.error(errors.HOOK_FAILED, f"batch {number}: {hook_words(hook_failed)}; nothing was "
                             f"written in this batch of {len(names)} host(s) ({_listing(names)})"
                             f"{_ran_before(before)}", batch=number)
         return {"number": number, "hosts": names, "hooks": before, "reports": [], "verify": [], "gate": None,
@@ -527,9 +566,9 @@ def _run_batch(play: Play, number: int, batch: list, run: Run, gate: Optional[Ga
 
     # After a rollback too: nodes a before_batch hook drained must not stay drained.
     after, after_failed = hooklib.run_hooks(play.hooks, "after_batch", number, names,
-                                            stop["kind"] if stop else "", outcomes)
+                                            stop["kind"] if stop else "", outcomes, rollout_name)
     if after_failed is not None:
-        words = f"batch {number}: {_hook_words(after_failed)}"
+        words = f"batch {number}: {hook_words(after_failed)}"
         if stop is None:
             stop = errors.error(errors.HOOK_FAILED, f"{words}; the batch passed its gates and is kept",
                                 batch=number)
@@ -550,7 +589,7 @@ def _run_batch(play: Play, number: int, batch: list, run: Run, gate: Optional[Ga
     }
 
 
-def _hook_words(result: dict) -> str:
+def hook_words(result: dict) -> str:
     """What went wrong with a hook, for a stop message: its source and argv."""
     argv = " ".join(printable(a) for a in result["argv"])
     if len(argv) > 120:
@@ -562,8 +601,8 @@ def _ran_before(results: List[dict]) -> str:
     ok = [r for r in results if r["ok"]]
     if not ok:
         return ""
-    return (f" (the {len(ok)} hook command(s) that ran before it succeeded and were not undone: "
-            f"after_batch does not run when before_batch fails)")
+    return (f" (the {len(ok)} hook command(s) that ran before it succeeded: after_batch does not run "
+            f"when before_batch fails, cleanup does)")
 
 
 def _traffic_gate(gate: Gate, number: int, hosts: list) -> dict:

@@ -14,14 +14,16 @@ from nictune.host.text import printable
 
 
 def run_nccl_tests(gate: GateSpec, hosts: Dict[str, Any], batch: List[str],
-                   sessions: Dict[str, Any]) -> List[dict]:
+                   sessions: Dict[str, Any], number: int = 0, rollout: str = "") -> List[dict]:
     """all_reduce_perf over the batch: once, launched on its first host,
-    with a launcher; else on each host by itself, at once."""
+    with a launcher; else on each host by itself, at once.  number and
+    rollout fill the launcher's {batch} and {rollout}."""
     runs = [batch] if gate.nccl_tests.launcher else [[h] for h in batch]
-    return parallel(lambda names: _all_reduce(gate, hosts, names, sessions), runs)
+    return parallel(lambda names: _all_reduce(gate, hosts, names, sessions, number, rollout), runs)
 
 
-def _all_reduce(gate: GateSpec, hosts: Dict[str, Any], names: List[str], sessions) -> dict:
+def _all_reduce(gate: GateSpec, hosts: Dict[str, Any], names: List[str], sessions, number: int,
+                rollout: str) -> dict:
     from nictune.control.rollout import nccltests
 
     spec, first = gate.nccl_tests, names[0]
@@ -32,7 +34,7 @@ def _all_reduce(gate: GateSpec, hosts: Dict[str, Any], names: List[str], session
         return r
     try:
         addresses = [getattr(hosts.get(h), "address", None) or h for h in names]
-        argv = spec.argv(names, addresses)
+        argv = spec.argv(names, addresses, number, rollout)
         result = sessions[first].run(argv, spec.timeout)
     except NictuneError as e:
         fail(r, str(e))

@@ -36,11 +36,13 @@ class Gate:
     peers: the hosts of `peers:`; connect(host) -> a traffic.Session.  It
     remembers the hosts of batches that passed, to pair a later batch of
     one with.  `compare=False` (gate record) measures without judging
-    against the baseline."""
+    against the baseline.  rollout_name: the rollout's {rollout}, as its
+    hooks see it (playbook.rollout_id), for the nccl-tests launcher."""
 
     def __init__(self, spec: GateSpec, connect, peers: Sequence = (), compare: bool = True,
-                 tclass: Optional[int] = None):
+                 tclass: Optional[int] = None, rollout_name: str = ""):
         self.spec, self.connect, self.compare = spec, connect, compare
+        self.rollout_name = rollout_name
         # ib_write_bw's traffic class: the gate's own, else the profile's (for_play).
         self.tclass = spec.ib_write_bw.tclass if spec.ib_write_bw and spec.ib_write_bw.tclass is not None \
             else tclass
@@ -90,7 +92,7 @@ class Gate:
                     for measured in parallel(lambda p, rail=rail: self._measure(p, rail, sessions, addresses), group):
                         rows += measured
             if self.spec.nccl_tests:
-                rows += run_nccl_tests(self.spec, self._hosts, batch, sessions)
+                rows += run_nccl_tests(self.spec, self._hosts, batch, sessions, number, self.rollout_name)
             if self.spec.counters:
                 rows += counter_rows(self.spec, before, read_counters(self.spec, sessions))
         finally:
@@ -167,7 +169,7 @@ def _name(host: Any) -> str:
     return host if isinstance(host, str) else host.name
 
 
-def for_play(play, spec: GateSpec, inventory, ssh_options, compare: bool = True) -> Gate:
+def for_play(play, spec: GateSpec, inventory, ssh_options, compare: bool = True, rollout_name: str = "") -> Gate:
     """The Gate of a play: its peers as the play sees them, SSH sessions
     with the fleet commands' own connection settings (fleet.ssh_host)."""
     from nictune.control.remote import fleet
@@ -193,4 +195,4 @@ def for_play(play, spec: GateSpec, inventory, ssh_options, compare: bool = True)
         except NictuneError as e:
             raise ProfileError(file, int(line) if line.isdigit() else None, "gate.ib_write_bw",
                                f"cannot tell the traffic class to measure with: {e}; give tclass:") from None
-    return Gate(spec, connect, peers, compare, tclass)
+    return Gate(spec, connect, peers, compare, tclass, rollout_name)

@@ -83,7 +83,7 @@ _IB_WRITE_BW_SCHEMA = {
 }
 
 LAUNCHER_ARG = r"^[^\x00-\x1f\x7f]{1,4096}$"
-NCCL_PLACEHOLDERS = ("hosts", "addresses", "np", "gpus")
+NCCL_PLACEHOLDERS = ("hosts", "addresses", "np", "gpus", "batch", "rollout")
 
 _NCCL_TESTS_SCHEMA = {
     "type": "object",

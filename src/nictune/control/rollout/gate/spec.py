@@ -66,9 +66,11 @@ class NcclTestsSpec:
             gpus=1 if self.launcher else self.gpus, iterations=self.iterations, warmup=self.warmup,
             check=True, binary=self.binary)
 
-    def argv(self, names: Sequence[str], addresses: Sequence[str]) -> List[str]:
-        """The launcher, its placeholders filled for these hosts, and
-        all_reduce_perf's argv after it.  InvalidInput for a name or address
+    def argv(self, names: Sequence[str], addresses: Sequence[str], batch: int = 0,
+             rollout: str = "") -> List[str]:
+        """The launcher, its placeholders filled for these hosts (and the
+        batch number and rollout name that the play's hooks see, for a
+        reservation the hooks made), and all_reduce_perf's argv after it.  InvalidInput for a name or address
         that would read as an option or as several hosts ("," joins them)."""
         from nictune.control.rollout import nccltests
         from nictune.control.rollout.hooks import filled_argument
@@ -79,7 +81,8 @@ class NcclTestsSpec:
                                    "into the launcher's {hosts}/{addresses} (it starts with '-' or holds ',', "
                                    "blanks or control characters)")
         values = {"hosts": ",".join(names), "addresses": ",".join(addresses),
-                  "np": str(len(names) * self.gpus), "gpus": str(self.gpus)}
+                  "np": str(len(names) * self.gpus), "gpus": str(self.gpus),
+                  "batch": str(batch), "rollout": rollout}
         fill = [_TOKEN.sub(lambda m: {"{{": "{", "}}": "}"}.get(m.group()) or values[m.group(1)], arg)
                 for arg in self.launcher]
         try:
@@ -104,7 +107,7 @@ def _launcher_problem(args: Sequence[str]) -> Optional[Tuple[int, str]]:
             if m.group(1) not in NCCL_PLACEHOLDERS:
                 return i, (f"{printable(repr(arg))[:80]} has the unknown placeholder "
                            f"{{{printable(m.group(1))[:40]}}}; the placeholders are {{hosts}}, {{addresses}}, "
-                           "{np} and {gpus} (write {{ and }} for literal braces)")
+                           "{np}, {gpus}, {batch} and {rollout} (write {{ and }} for literal braces)")
     return None
 
 
