@@ -229,7 +229,12 @@ def _path_of(desired: Desired) -> str:
     return ".".join(getattr(desired.source, "path", ()))
 
 
-def diff(fams: Families, desire: Desire, current: dict) -> list:
+def diff(fams: Families, desire: Desire, current: dict, read_only: bool = False) -> list:
+    """The changes from `current` to `desire`.  `read_only` (verify, audit,
+    the resident agent's watch): a key whose write is only withheld
+    (model.Withheld: a file nictune did not write, without adopt: true)
+    differs from the profile, so it is drift, whatever on_unsupported says;
+    plan and apply refuse it, as unsupported."""
     changes = []
     for key, d in desire.items.items():
         fam = fams[key.family]
@@ -246,6 +251,9 @@ def diff(fams: Families, desire: Desire, current: dict) -> list:
             reason = reason or fam.check(key, d.want)
             status = m.PENDING if reason is None else (
                 m.UNSUPPORTED if desire.policy[key] == "fail" else m.SKIPPED)
+            if read_only and isinstance(reason, m.Withheld):
+                status = m.DRIFT
+                reason = "; ".join(n for n in (reason, fam.note(key)) if n)
         change = Change(key, before, d.want.value, status, d.source,
                         reason or fam.note(key), d.want.bound)
         if status == m.PENDING:
@@ -355,14 +363,15 @@ class Engine:
         self.fams = Families(self.host, names)
         self._own_health = None
 
-    def _plan(self, doc: dict, sources: dict) -> tuple:
+    def _plan(self, doc: dict, sources: dict, read_only: bool = False) -> tuple:
+        """(desire, changes); `read_only` for a check that never writes (diff)."""
         self._fresh(knobs.families_for(doc))
         desire = expand(self.host, self.fams, doc, sources)
         current = self.fams.read(list(desire.items))
-        return desire, diff(self.fams, desire, current)
+        return desire, diff(self.fams, desire, current, read_only)
 
     def plan(self, doc: dict, sources: dict, command: str = "plan") -> Outcome:
-        desire, changes = self._plan(doc, sources)
+        desire, changes = self._plan(doc, sources, read_only=command == "verify")
         out = Outcome(command, changes, list(desire.warnings))
         _report_unsupported(out, desire)
         if command == "plan":
