@@ -69,7 +69,7 @@ if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_
     from typing import Optional
 
 from nictune.host.errors import JournalDamaged, Locked, NictuneError, StateDirError
-from nictune.host.validate import check_path
+from nictune.host.validate import APPLY_ID, check_path
 
 DEFAULT_STATE_DIR = "/var/lib/nictune"
 # Format 2 added the resident agent's records ("by": "agent"): a nictune
@@ -115,7 +115,7 @@ CONFIRM_STATES = (CONFIRM_PENDING, CONFIRMED, CONFIRM_EXPIRED)
 CONFIRM_GRACE = 30.0
 
 # An apply's id, which also names its file under history/.
-_RECORD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
+_RECORD_ID = re.compile(APPLY_ID.strip("^$"))
 _RECORD_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}\.json")
 
 
