@@ -536,8 +536,9 @@ class Engine:
         them in reverse order walks the host back.  Each restore is read
         back; the first that fails stops the walk (the older before-values
         assume the newer undone).  Each record is marked rolled back as
-        soon as it is restored, so a rollback cut off part-way is resumed
-        by running it again.  With the desired state: each apply undone
+        soon as it is restored, so a rollback --to cut off part-way is
+        finished by running it again (--steps counts from where the host
+        is now: it would walk past).  With the desired state: each apply undone
         puts back the one before it (journal.py desired.json).
 
         A plain rollback whose last apply is rolled back already restores

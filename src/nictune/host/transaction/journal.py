@@ -143,6 +143,16 @@ def _agent_suffix() -> str:
     return f".{_agent_applies[0]}{AGENT_SUFFIX}"
 
 
+_user_applies = [0]
+
+
+def _user_suffix() -> str:
+    """A process that applies twice (a test, a library user) keeps its ids,
+    and so its history copies, apart: the second and later get a count."""
+    _user_applies[0] += 1
+    return "" if _user_applies[0] == 1 else f".{_user_applies[0]}"
+
+
 def is_agents(record: Optional[dict]) -> bool:
     """Whether `record` is one of the resident agent's own applies."""
     return (record or {}).get("by") == AGENT
@@ -277,7 +287,7 @@ class Journal:
         self.record = {
             "journal": JOURNAL_FORMAT,
             "id": time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now)) + f"-{os.getpid()}"
-                  + (_agent_suffix() if by == AGENT else ""),
+                  + (_agent_suffix() if by == AGENT else _user_suffix()),
             "started": now,
             "profile": profile,
             "status": APPLYING,
