@@ -99,6 +99,8 @@ def test_rollback_to_the_first_apply_walks_back_through_both(lab):
     assert [(e["id"], e["status"]) for e in entries] == [(second, "committed"), (first, "committed")]
     assert entries[0]["profile"].endswith("second.yaml") and entries[1]["profile"].endswith("first.yaml")
     assert "link mtu on ntv0" in entries[0]["summary"]
+    # The second apply's MTU below 1280 took the link's IPv6 settings with it.
+    assert entries[0].get("aside") is True
 
     code, report = nictune(lab, "rollback", "--to", first)
     assert code == 0, report

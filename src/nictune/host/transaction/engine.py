@@ -581,7 +581,10 @@ class Engine:
                     out.warnings.append(f"apply {only} was confirmed or superseded: left alone")
                     return out
                 confirm["state"] = CONFIRM_EXPIRED
-                chosen = [] if record["status"] == ROLLED_BACK else [record]
+                chosen = [record]
+                if record["status"] == ROLLED_BACK:
+                    out.warnings.append(f"apply {record['id']} was already rolled back")
+                    chosen = []
             else:
                 chosen, complaint = self._chosen(chain, to, steps, out)
             undo = ([unfinished] if unfinished is not None else []) + chosen
