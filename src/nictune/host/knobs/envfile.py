@@ -43,7 +43,11 @@ someone else's: a report carries a placeholder for its text unless the
 request asks for it (shown(), on the host, so the text never travels),
 and nictune replaces it only when the profile says adopt: true in the
 file that names the path.  Someone else's file that sets the same
-variables is as wanted, and left alone.
+variables is as wanted, and left alone.  One that differs is drift to
+verify, audit and the resident agent (check() answers a model.Withheld:
+the host differs, only the leave to replace it is missing), with a note
+naming the profile's variables and the adopt: true an apply needs; plan
+and apply refuse it, as unsupported.
 
 What a plan shows of a rewrite.  The note names the variables that change.
 Of nictune's own file it gives each name with its old and new value (its
@@ -273,8 +277,8 @@ class OwnedFileFamily(Family):
                 "not": {"pattern": NOT_NORMALISED}}
         adopt = {"type": "boolean",
                  "description": "Replace a file at path that nictune did not write (one without its "
-                                "header line); without it, such a file is refused unless it already "
-                                "sets the same variables. Its text stays on the host, for rollback. "
+                                "header line); without it, plan and apply refuse such a file unless it "
+                                "already sets the same variables, and verify reports it as drift. Its text stays on the host, for rollback. "
                                 "Covers the path named in the same file; an inventory cannot set it. "
                                 "A file another nictune family wrote is never replaced."}
         allowed = {"type": "array", "maxItems": 16,
