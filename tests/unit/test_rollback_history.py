@@ -208,3 +208,23 @@ def test_a_request_that_says_how_far_badly_is_refused(how, why):
         agent._validated({"nictune_request": 1, "command": "rollback", "rollback": how})
     with pytest.raises(InvalidInput, match="goes with command rollback"):
         agent._validated({"nictune_request": 1, "command": "history", "rollback": {"steps": 1}})
+
+
+def test_an_unfinished_agent_apply_is_undone_when_no_apply_of_the_users_is_kept(box):
+    # The user's copies gone (a state directory cleaned by hand): the
+    # resident agent's half-done apply is still undone, alone.
+    class Crash(BaseException):
+        """The agent dies mid-apply: nothing catches it."""
+
+    first = box.apply(rails(9000), "a.yaml")
+    box.kernel.links[P0].mtu = box.kernel.links[P1].mtu = 1500
+    box.kernel.fail("set_link", P1, error=Crash())
+    d = box.engine().journal.load_desired()
+    with pytest.raises(Crash):
+        box.engine().apply(d["doc"], d["sources"], d["path"], remember=False, keeping=d)
+    box.kernel.faults.clear()
+    os.unlink(box.state / "history" / f"{first}.json")
+    out = box.engine().rollback()
+    assert out.error is None, out.error
+    assert any("the resident agent's" in w for w in out.warnings)
+    assert (box.kernel.links[P0].mtu, box.kernel.links[P1].mtu) == (1500, 1500)

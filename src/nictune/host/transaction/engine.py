@@ -599,6 +599,8 @@ class Engine:
         """(the user's applies to undo, newest first; what to fail with
         when a plain rollback restores nothing while applies remain)."""
         pending = [r for r in chain if r["status"] != ROLLED_BACK]
+        if not chain and to is None and steps is None:
+            return [], ""  # only the resident agent's unfinished apply to undo
         if to is not None:
             ids = [r["id"] for r in chain]
             if to not in ids:
