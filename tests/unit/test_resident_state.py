@@ -66,9 +66,12 @@ def test_rollback_puts_the_previous_desired_state_back(cx7):
     assert desired_file(state)["path"] == "other.yaml"
     assert Engine(host, state).rollback().error is None
     assert desired_file(state) == first
-    # Only the last apply rolls back (engine.rollback), and only once.
+    # Only the last apply rolls back (engine.rollback), and only once: a
+    # second plain rollback restores nothing, and says the first apply is
+    # still in place (rollback --steps 1 would undo it).
     again = Engine(host, state).rollback()
-    assert "already rolled back" in again.warnings[0] and desired_file(state) == first
+    assert again.error["kind"] == "no-journal" and first["apply"] in again.error["message"]
+    assert not again.changes and desired_file(state) == first
 
 
 def test_rolling_back_the_first_apply_leaves_no_desired_state(cx7):

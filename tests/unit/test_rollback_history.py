@@ -228,3 +228,21 @@ def test_an_unfinished_agent_apply_is_undone_when_no_apply_of_the_users_is_kept(
     assert out.error is None, out.error
     assert any("the resident agent's" in w for w in out.warnings)
     assert (box.kernel.links[P0].mtu, box.kernel.links[P1].mtu) == (1500, 1500)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("history", [{"id": 1, "status": "committed", "summary": ""}]),
+    ("history", [{"id": "x", "status": "committed", "summary": "", "profile": ["p"]}]),
+    ("history", {"id": "x"}),
+    ("rolled_back", ["x", 2]),
+    ("kept", -1),
+])
+def test_a_host_report_with_a_history_the_printer_cannot_read_is_refused(field, value):
+    from nictune.control.remote.hostreport import ProtocolError, accept
+
+    good = {"changes": [], "warnings": [], "error": None, "seconds": 0.1,
+            "history": [{"id": "x", "status": "committed", "summary": "", "started": None}],
+            "rolled_back": ["x"], "kept": 20}
+    assert accept(good, "h1", "history")["history"] == good["history"]
+    with pytest.raises(ProtocolError, match=field):
+        accept(dict(good, **{field: value}), "h1", "history")
