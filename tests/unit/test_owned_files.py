@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from nictune.cli import host_cmds
 from nictune.cli.app import app
+from nictune.control.review import markdown
 from nictune.control.review.audit_formats import junit
 from nictune.control.remote.ssh import SshTarget
 from nictune.host import agent, files
@@ -153,7 +154,9 @@ def test_a_file_nictune_did_not_write_that_differs_is_drift_to_a_read_only_check
     assert "the profile wants NCCL_IB_TC=106; it sets 2 variables now" in change["note"]
     xml = junit({"command": "audit", "hosts": [report]})
     assert '<failure type="drift"' in xml and "<error" not in xml
-    assert "hunter2" not in json.dumps(report) + xml and "ROOT_PASSWORD" not in json.dumps(report)
+    md = markdown.report({"command": "verify", "hosts": [report], "exit_code": 2}, "p.yaml")
+    assert "1 drift" in md and "<file not written by nictune" in md
+    assert "hunter2" not in json.dumps(report) + xml + md and "ROOT_PASSWORD" not in json.dumps(report)
     assert (root / "etc" / "nccl.conf").read_text() == SECRET
 
 
