@@ -639,11 +639,15 @@ class Engine:
         self._fresh(list(dict.fromkeys(n for r in undo for n in _families_in(r))))
         # Every record is read before the first write: one that cannot be
         # is refused before anything is restored.
-        journalled = [self._journalled(rec) for rec in undo]
+        for rec in undo:
+            self._journalled(rec)
         bad: list = []
         unrecorded = ""
         rolled: list = []
-        for n, (rec, changes) in enumerate(zip(undo, journalled)):
+        for n, rec in enumerate(undo):
+            if n:  # the last step changed the host (links, VFs, the eswitch): read it afresh
+                self._fresh(_families_in(rec))
+            changes = self._journalled(rec)
             out.changes.extend(changes)
             interrupted = rec["status"] == APPLYING  # finish() overwrites it
             keys_ok = restore(self.fams, changes)
