@@ -36,7 +36,8 @@ COMMAND_LINE = {
                "--probe"],
     "audit": ["target", *FLEET_OPTS, "--junit", "--prometheus", *COMMON_OPTS, "--format",
               "--save", "-a", "--show-file-content", *SSH, "--probe"],
-    "rollback": [*FLEET_OPTS, *COMMON_OPTS, "--show-file-content", *SSH],
+    "rollback": ["--to", "--steps", *FLEET_OPTS, *COMMON_OPTS, "--show-file-content", *SSH],
+    "history": [*FLEET_OPTS, *COMMON_OPTS, *SSH],
     "show": [*FLEET_OPTS, *COMMON_OPTS, "--save", *SSH],
 }
 

@@ -89,9 +89,11 @@ def test_rollback_passes_over_the_agents_restores_to_the_users_apply(box):
     assert box.desired()["apply"] == first["id"] and box.desired()["path"] == "a.yaml"
     assert box.record()["id"] == second["id"] and box.record()["status"] == "rolled-back"
     assert box.copy(mine["id"])["status"] == "committed"  # kept as what it was
-    # Once more: that apply was rolled back; nothing else is touched.
+    # Once more: that apply was rolled back; nothing else is touched, and
+    # the first apply, still in place, is named (rollback --steps 1 undoes it).
     again = box.engine().rollback()
-    assert again.changes == [] and "already rolled back" in again.warnings[0]
+    assert again.changes == [] and again.error["kind"] == "no-journal"
+    assert "already rolled back" in again.error["message"] and first["id"] in again.error["message"]
     assert box.mtus() == (9000, 9000)
 
 

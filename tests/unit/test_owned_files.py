@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from nictune.cli import host_cmds
 from nictune.cli.app import app
+from nictune.control.review import markdown
 from nictune.control.review.audit_formats import junit
 from nictune.control.remote.ssh import SshTarget
 from nictune.host import agent, files
@@ -124,7 +125,7 @@ def test_a_directory_that_resolves_elsewhere_is_refused(root):
 
 def test_a_file_nictune_did_not_write_is_refused_and_its_text_stays_on_the_host(root):
     (root / "etc" / "nccl.conf").write_text(SECRET)
-    for command in ("plan", "apply", "verify"):
+    for command in ("plan", "apply"):
         report = run(root, command)
         change = nccl_change(report)
         assert change["status"] == "unsupported" and report["exit_code"] == 1
@@ -132,6 +133,30 @@ def test_a_file_nictune_did_not_write_is_refused_and_its_text_stays_on_the_host(
         assert "host.nccl.adopt: true" in change["note"]
         assert "hunter2" not in json.dumps(report)
         assert "hunter2" not in junit({"command": command, "hosts": [report]})
+    assert (root / "etc" / "nccl.conf").read_text() == SECRET
+
+
+@pytest.mark.parametrize("on_unsupported", [None, "skip", "warn"])
+def test_a_file_nictune_did_not_write_that_differs_is_drift_to_a_read_only_check(root, on_unsupported):
+    # The host differs from the profile: verify (and so audit) says drift,
+    # exit 2, whatever on_unsupported says of what apply cannot write; the
+    # note says which variables the profile wants and that an apply needs
+    # adopt: true, never what the file holds.
+    (root / "etc" / "nccl.conf").write_text(SECRET)
+    extra = {} if on_unsupported is None else {"on_unsupported": on_unsupported}
+    req = request("verify")
+    req["profile"]["doc"].update(extra)
+    report = agent.run(dict(req, state_dir=str(root.parent / "state")), host=Host(str(root)))
+    change = nccl_change(report)
+    assert (report["exit_code"], change["status"], report["error"]) == (2, "drift", None), report
+    assert change["before"] == f"<file not written by nictune: {len(SECRET)} bytes>"
+    assert "host.nccl.adopt: true" in change["note"]
+    assert "the profile wants NCCL_IB_TC=106; it sets 2 variables now" in change["note"]
+    xml = junit({"command": "audit", "hosts": [report]})
+    assert '<failure type="drift"' in xml and "<error" not in xml
+    md = markdown.report({"command": "verify", "hosts": [report], "exit_code": 2}, "p.yaml")
+    assert "1 drift" in md and "<file not written by nictune" in md
+    assert "hunter2" not in json.dumps(report) + xml + md and "ROOT_PASSWORD" not in json.dumps(report)
     assert (root / "etc" / "nccl.conf").read_text() == SECRET
 
 
@@ -341,3 +366,15 @@ def test_apply_and_rollback_remove_stale_temporary_files_only(root):
     (etc / "nccl.conf").unlink()  # already back at "no file"
     report = run(root, "rollback")
     assert report["exit_code"] == 0 and not (etc / stale[0]).exists()
+
+
+def test_a_file_nictune_did_not_write_stays_unsupported_when_the_host_cannot_take_the_profiles(root):
+    # adopt: true would not make this host take it (a missing interface):
+    # verify still says unsupported, naming both reasons.
+    (root / "etc" / "nccl.conf").write_text(SECRET)
+    req = request("verify")
+    req["profile"]["doc"]["host"]["nccl"]["env"]["NCCL_SOCKET_IFNAME"] = "nt-missing0"
+    report = agent.run(dict(req, state_dir=str(root.parent / "state")), host=Host(str(root)))
+    change = nccl_change(report)
+    assert (report["exit_code"], change["status"]) == (1, "unsupported"), report
+    assert "host.nccl.adopt: true" in change["note"] and "nt-missing0" in change["note"]

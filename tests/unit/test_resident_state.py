@@ -66,9 +66,12 @@ def test_rollback_puts_the_previous_desired_state_back(cx7):
     assert desired_file(state)["path"] == "other.yaml"
     assert Engine(host, state).rollback().error is None
     assert desired_file(state) == first
-    # Only the last apply rolls back (engine.rollback), and only once.
+    # Only the last apply rolls back (engine.rollback), and only once: a
+    # second plain rollback restores nothing, and says the first apply is
+    # still in place (rollback --steps 1 would undo it).
     again = Engine(host, state).rollback()
-    assert "already rolled back" in again.warnings[0] and desired_file(state) == first
+    assert again.error["kind"] == "no-journal" and first["apply"] in again.error["message"]
+    assert not again.changes and desired_file(state) == first
 
 
 def test_rolling_back_the_first_apply_leaves_no_desired_state(cx7):
@@ -369,3 +372,26 @@ def test_a_desired_state_that_cannot_be_read_is_a_series_not_zero_drift(cx7, mon
     os.chmod(os.path.join(state, "desired.json"), 0o666)
     agent.refresh_desired()
     assert agent.status["desired_state"]["reason"] == "refused"
+
+
+def test_a_file_someone_else_wrote_over_nictunes_is_drift_the_agent_reports_and_leaves(cx7, monkeypatch):
+    # Someone replaces the NCCL file nictune wrote with their own: the host
+    # differs from the desired state, so the agent counts drift (as verify
+    # does), and never writes over a file nictune did not write, whatever
+    # on_drift says (an apply needs adopt: true).
+    host, state = cx7
+    doc = copy.deepcopy(CX7.doc)
+    doc["on_drift"] = "restore"
+    doc.setdefault("host", {})["nccl"] = {"env": {"NCCL_IB_TC": 106}}
+    os.makedirs(host.path("etc"), exist_ok=True)
+    assert Engine(host, state).apply(doc, CX7.sources, CX7.path).error is None
+    with open(host.path("etc/nccl.conf"), "w") as f:
+        f.write("NCCL_IB_TC=0\nROOT_PASSWORD=hunter2\n")
+    agent = _agent(host, state, monkeypatch)
+    assert agent.refresh_desired()
+    agent.take_up("start", at_start=True)
+    rec = agent.status["keys"]["nccl:host:/etc/nccl.conf"]
+    assert rec["drifted"] and rec["drifts"] == 1 and rec["restores"] == 0
+    with open(host.path("etc/nccl.conf")) as f:
+        assert f.read() == "NCCL_IB_TC=0\nROOT_PASSWORD=hunter2\n"
+    assert not any("hunter2" in line for line in agent.lines)

@@ -1,4 +1,4 @@
-"""plan / apply / verify / audit / rollback on an inventory of SSH hosts.
+"""plan / apply / verify / audit / rollback / history on an inventory of SSH hosts.
 
 TARGET is a profile, or a playbook (a YAML list of plays): with a profile,
 every selected host gets it (plus its inventory overrides); with a
@@ -75,7 +75,8 @@ def _read(target: str) -> Tuple[str, Union[Parsed, ProfileError]]:
 
 def _pool(command: str, hosts: list, profiles, opts: Options, out: Printer,
           play=None) -> List[dict]:
-    jobs = fleet.jobs_for(command, hosts, profiles, _ssh_options(opts), opts.show_file_content)
+    jobs = fleet.jobs_for(command, hosts, profiles, _ssh_options(opts), opts.show_file_content,
+                          opts.how_far() if command == "rollback" else None)
     if opts.save:
         for job in jobs:
             if job.request is not None:

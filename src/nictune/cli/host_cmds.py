@@ -1,4 +1,4 @@
-"""Commands that run the agent: plan, apply, verify, audit, rollback, show.
+"""Commands that run the agent: plan, apply, verify, audit, rollback, history, show.
 
 On this host, in a network namespace (--netns), or with -i on the hosts of
 an inventory over SSH (cli/fleet_cmds.py).
@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 
 from nictune.cli.lint_cmds import LINTED, lint_gate
-from nictune.cli.options import (AUDIT_FILES, BASE, COMMON, CONFIRM, CONTENT, FLEET, FORCE, FORMAT, JUNIT,
+from nictune.cli.options import (AUDIT_FILES, BASE, COMMON, CONFIRM, CONTENT, FLEET, FORCE, FORMAT, HOW_FAR, JUNIT,
                                  PROBE, SAVE, SHOW_ALL, SNAPSHOTS, SSH, TARGET, Format, Options,
                                  with_options)
 from nictune.cli.output import Printer, envelope
@@ -73,7 +73,8 @@ def _run(command: str, profile_path: Optional[str], opts: Options) -> None:
         profile = load_profile(profile_path) if profile_path else None
         if profile is not None and command in LINTED:
             findings = lint_gate(profile, opts.force)
-        request = build_request(command, profile, opts.show_file_content)
+        request = build_request(command, profile, opts.show_file_content,
+                                opts.how_far() if command == "rollback" else None)
         if opts.save:
             request["record"] = True  # host/replay/snapshot.py: the report brings a snapshot
         host_report = run_here(request, opts)
@@ -147,11 +148,23 @@ def audit(target: Optional[str], opts: Options) -> None:
     _dispatch("audit", target, opts)
 
 
-@with_options(FLEET, COMMON, CONTENT, SSH)
+@with_options(HOW_FAR, FLEET, COMMON, CONTENT, SSH)
 def rollback(target: Optional[str], opts: Options) -> None:
-    """Restore the before-values of the last apply, from its journal."""
+    """Restore the before-values of the last apply, from its journal; with
+    --to or --steps, of several applies, newest first.  A rollback that
+    restores nothing while earlier applies remain fails, naming them."""
+    if opts.rollback_to is not None and opts.rollback_steps is not None:
+        _usage(opts.as_json, "rollback", "--to and --steps do not go together: --to names the "
+                                         "oldest apply to undo, --steps counts them")
     # Every key it restored is news, so each is listed, as --all would.
     _dispatch("rollback", None, replace(opts, show_all=True))
+
+
+@with_options(FLEET, COMMON, SSH)
+def history(target: Optional[str], opts: Options) -> None:
+    """List the applies the host keeps, newest first: id, time, status,
+    profile and what each changed (the ids rollback --to takes)."""
+    _dispatch("history", None, opts)
 
 
 @with_options(FLEET, COMMON, SAVE, SSH)
@@ -166,5 +179,5 @@ def show(target: Optional[str], opts: Options) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    for command in (plan, apply, verify, audit, rollback, show):
+    for command in (plan, apply, verify, audit, rollback, history, show):
         app.command()(command)

@@ -1,7 +1,7 @@
 """Every option of the command line, declared once (Typer's Annotated style).
 
 Commands with few options use the aliases directly.  The host and fleet
-commands (plan, apply, verify, audit, rollback, show), `agent` and `gate
+commands (plan, apply, verify, audit, rollback, history, show), `agent` and `gate
 record` share most of theirs: they take groups of them through
 with_options(), and get one Options.
 """
@@ -68,6 +68,14 @@ BaseOpt = Annotated[Optional[str], typer.Option(
          "(control/review/change.py).")]
 BaseFileOpt = Annotated[Optional[str], typer.Option(
     "--base-file", metavar="OLD", help="Like --base, against an old profile file.")]
+
+RollbackToOpt = Annotated[Optional[str], typer.Option(
+    "--to", metavar="APPLY_ID",
+    help="Undo this apply and every apply after it, newest first: the host as it was before it "
+         "(`nictune history` lists the ids).")]
+RollbackStepsOpt = Annotated[Optional[int], typer.Option(
+    "--steps", metavar="N", min=1, max=1000,
+    help="Undo the newest N applies not rolled back yet, newest first.")]
 
 
 SaveOpt = Annotated[Optional[str], typer.Option(
@@ -161,6 +169,17 @@ class Options:
     unit_dir: Optional[str] = None
     no_start: bool = False
     out_file: Optional[str] = None
+    # rollback: how far back (engine.Engine.rollback); neither: the last apply
+    rollback_to: Optional[str] = None
+    rollback_steps: Optional[int] = None
+
+    def how_far(self) -> Optional[dict]:
+        """The rollback request's {"to"} or {"steps"}, or None (the last apply)."""
+        if self.rollback_to is not None:
+            return {"to": self.rollback_to}
+        if self.rollback_steps is not None:
+            return {"steps": self.rollback_steps}
+        return None
 
 
 APPLY_CONFIRM_TIMEOUT = 30.0
@@ -197,6 +216,7 @@ CONFIRM: Group = (_param("confirm_timeout", ConfirmOpt, APPLY_CONFIRM_TIMEOUT),)
 FORCE: Group = (_param("force", ForceOpt),)
 BASE: Group = (_param("base", BaseOpt), _param("base_file", BaseFileOpt))
 FORMAT: Group = (_param("format", FormatOpt),)
+HOW_FAR: Group = (_param("rollback_to", RollbackToOpt), _param("rollback_steps", RollbackStepsOpt))
 SAVE: Group = (_param("save", SaveOpt),)
 SNAPSHOTS: Group = (_param("from_snapshots", FromSnapshotsOpt), _param("max_age", MaxAgeOpt))
 PLAYBOOK: Group = (inspect.Parameter("target", _KEYWORD, annotation=PlaybookArg),)

@@ -100,6 +100,8 @@ class Printer:
     def host(self, host: dict, show_ok: bool, profile: str) -> None:
         command = host["command"]
         self.line(f"{host['host']}: {command}" + (f" {profile}" if profile else ""), "bold")
+        if command == "history":
+            self.history(host)
         rows = [c for c in host["changes"] if show_ok or c["status"] != "ok"]
         if rows:
             self._table(rows, COLUMNS.get(command, ("before", "after")))
@@ -111,6 +113,19 @@ class Printer:
             self.line(_summary(host), STYLE.get("failed") if host.get("error") else None)
         if host.get("error"):
             self.error(host["error"]["message"])
+
+    def history(self, host: dict) -> None:
+        """The applies a host keeps, newest first (`nictune history`)."""
+        entries = host.get("history") or []
+        if not entries:
+            return
+        header = ("id", "started", "status", "profile", "changed")
+        cells = [tuple(printable(v) for v in (
+            e.get("id", "?"), e.get("started") or "?", e.get("status", "?"),
+            e.get("profile") or "", e.get("summary", ""))) for e in entries]
+        widths = [max(len(r[i]) for r in cells + [header]) for i in range(4)]
+        for r in [header] + cells:
+            self.line("  " + "  ".join(v.ljust(w) for v, w in zip(r[:4], widths)) + "  " + r[4])
 
     def _table(self, rows: list, values: tuple) -> None:
         header = ("target", "setting", *values, "status", "source", "note")
@@ -192,6 +207,11 @@ class Printer:
                 self._text_diff(c, command)
         for rollout in report.get("rollouts", []):
             self._rollout(rollout)
+        if command == "history":
+            for host in report["hosts"]:
+                if host.get("history"):
+                    self.line(f"{host['host']}:", "bold")
+                    self.history(host)
         self._fleet_warnings(report["hosts"])
         self._host_table(report["hosts"])
         self.line(_fleet_summary(report), "bold")
@@ -324,7 +344,16 @@ def _summary(host: dict) -> str:
         return f"Nothing to change: {ok} setting(s) already as wanted."
     if command == "rollback":
         if host.get("error"):
-            return "Rollback incomplete."
+            return "Rollback incomplete." if host["changes"] else "Nothing restored."
+        applies = host.get("rolled_back") or [host.get("journal", "?")]
         kept = f"; {n('kept')} left as the driver keeps them (see their notes)" if n("kept") else ""
-        return f"Restored {n('reverted')} setting(s) from apply {host.get('journal', '?')}{kept}."
+        return (f"Restored {n('reverted')} setting(s) from apply "
+                + (applies[0] if len(applies) == 1 else
+                   f"{', '.join(applies)} (newest first)") + kept + ".")
+    if command == "history":
+        entries = host.get("history") or []
+        undone = sum(1 for e in entries if e.get("status") == "rolled-back")
+        return (f"{len(entries)} apply(s) kept (the last {host.get('kept', '?')} are), "
+                f"{len(entries) - undone} not rolled back: `nictune rollback --to ID` undoes "
+                "an apply and every one above it." if entries else "No apply recorded.")
     return ""

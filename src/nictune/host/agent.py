@@ -5,13 +5,18 @@ The local CLI calls `run()` in-process; for a network namespace it runs
 runs from a zipapp.  One code path for every target.
 
 Request (version 1), one line of JSON:
-    {"nictune_request": 1, "command": "plan"|"apply"|"verify"|"rollback"|"show",
+    {"nictune_request": 1, "command": "plan"|"apply"|"verify"|"rollback"|"history"|"show",
      "host": "label", "state_dir": "/var/lib/nictune",
      "profile": {"path": str, "doc": {...}, "sources": {"a/b": "file:line"}},
      "confirm": {"timeout": 30},            # remote applies only: nictune/host/transaction/watchdog.py
      "netns": "NAME",                       # set by `--netns`: the namespace the agent runs in
-     "show_file_content": false}            # true: reports carry the text of files nictune did
+     "show_file_content": false,            # true: reports carry the text of files nictune did
                                             # not write (knobs/nccl.py), else a placeholder
+     "rollback": {"to": "APPLY_ID"} | {"steps": N}}  # rollback only: how far back
+                                            # (engine.Engine.rollback); without it, the last apply
+A rollback report adds "rolled_back": the ids of the applies it restored,
+newest first.  A history report adds "history": the user's applies the
+state directory keeps, newest first (engine.history_entry), and "kept".
 A verify may add "learn": true: the report then carries "questions", the
 reads it made of the kernel, without their answers (host/replay/probe_reads.py), for
 control/remote/probe.py to ask again later without starting the agent.
@@ -50,9 +55,9 @@ from nictune.host.errors import EXIT_OK, EXIT_PENDING, InvalidInput, NictuneErro
 from nictune.host.machine import Host
 from nictune.host.transaction.journal import DEFAULT_STATE_DIR
 from nictune.host.model import Outcome
-from nictune.host.validate import NETNS, matches
+from nictune.host.validate import APPLY_ID, NETNS, matches
 
-COMMANDS = ("plan", "apply", "verify", "rollback", "show")
+COMMANDS = ("plan", "apply", "verify", "rollback", "history", "show")
 NEEDS_PROFILE = ("plan", "apply", "verify")
 BASE_FORMAT = 2  # a request that carries a base profile (control/review/change.py)
 
@@ -85,7 +90,30 @@ def _validated(request) -> dict:
     if request.get("learn", False) not in (True, False) or (request.get("learn") and (
             request["command"] != "verify" or request.get("record"))):
         raise InvalidInput("learn is true or false, and goes with verify alone")
+    if "rollback" in request:
+        _check_how_far(request)
     return request
+
+
+# The most applies one rollback may walk back through: more than the
+# history keeps (journal.HISTORY_KEPT) is refused there, by name.
+MAX_STEPS = 1000
+
+
+def _check_how_far(request: dict) -> None:
+    how = request["rollback"]
+    if request["command"] != "rollback" or not isinstance(how, dict) or len(how) != 1:
+        raise InvalidInput("rollback goes with command rollback, as {to: APPLY_ID} or {steps: N}")
+    to, steps = how.get("to"), how.get("steps")
+    if "to" in how and not matches(APPLY_ID, to):
+        raise InvalidInput(f"rollback to: {str(to)[:70]!r} is not an apply id (`nictune history` "
+                           "lists them)")
+    if "steps" in how and not (isinstance(steps, int) and not isinstance(steps, bool)
+                               and 1 <= steps <= MAX_STEPS):
+        raise InvalidInput(f"rollback steps: {str(steps)[:20]!r} is not a whole number from 1 to "
+                           f"{MAX_STEPS}")
+    if "to" not in how and "steps" not in how:
+        raise InvalidInput("rollback goes with command rollback, as {to: APPLY_ID} or {steps: N}")
 
 
 def _check_netns(name) -> None:
@@ -145,7 +173,10 @@ def _execute(request: dict, host: Host, confirm: Optional[dict] = None) -> Outco
     engine.journal.confirm = confirm
     command = request["command"]
     if command == "rollback":
-        return _tidied(host, engine.rollback())
+        how = request.get("rollback") or {}
+        return _tidied(host, engine.rollback(to=how.get("to"), steps=how.get("steps")))
+    if command == "history":
+        return engine.history()
     if command == "show":
         return engine.show()
     profile = request["profile"]

@@ -213,6 +213,14 @@ class Unsupported(_Record):
         object.__setattr__(self, "reason", reason)
 
 
+class Withheld(str):
+    """Why nictune withholds a write the host could take: the profile has
+    not given it leave to (a file nictune did not write needs adopt: true).
+    The host still differs from the profile, so a read-only check (verify,
+    audit, the resident agent's watch) reports the key as drift with this
+    note; plan and apply refuse it as unsupported, as for any reason."""
+
+
 class Outcome(_Record):
     """The result of one command on one host, before it becomes a report."""
 

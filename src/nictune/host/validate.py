@@ -58,6 +58,9 @@ PCI_ID = r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{4}$"
 DRIVER = r"^[A-Za-z0-9_-]{1,32}$"
 # A name under /run/netns: "." and ".." would leave that directory.
 NETNS = r"^(?!\.{1,2}$)[A-Za-z0-9_.-]{1,64}$"
+# An apply's id, as its journal record and its history copy's name have it
+# (transaction/journal.py _RECORD_ID).
+APPLY_ID = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
 ABS_PATH = r"^/[A-Za-z0-9_./+-]{0,255}$"
 # A file nictune owns (host.nccl.path) and a directory a profile lets it be
 # in: ABS_PATH, but never in the kernel's pseudo-filesystems or runtime

@@ -50,7 +50,8 @@ def accept(report, label: str, command: str) -> dict:
     seconds = report.get("seconds", 0)
     if not _number(seconds):
         raise _bad(label, "seconds is not a number")
-    for name, check in (("facts", _facts), ("profile", _dict), ("journal", _str), ("agent", _str)):
+    for name, check in (("facts", _facts), ("profile", _dict), ("journal", _str), ("agent", _str),
+                        ("rolled_back", _texts), ("history", _history), ("kept", _count)):
         if name in report and not check(report[name]):
             raise _bad(label, f"{name} is not of the type a report gives it")
     out.update(host=label, command=command, changes=changes, warnings=warnings, error=error,
@@ -82,6 +83,23 @@ def _list_of(label: str, value, name: str, check) -> list:
 
 def _facts(value) -> bool:
     return _dict(value) and all(_dict(v) for v in value.values())
+
+
+def _texts(value) -> bool:
+    return isinstance(value, list) and all(_str(v) for v in value)
+
+
+def _history(value) -> bool:
+    """An apply history (engine.history_entry): what the printer reads."""
+    fields = ("id", "status", "summary")
+    return isinstance(value, list) and all(
+        _dict(e) and all(_str(e.get(f)) for f in fields)
+        and all(e.get(f) is None or _str(e[f]) for f in ("started", "finished", "profile"))
+        for e in value)
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _dict(value) -> bool:

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 from nictune import REQUEST_FORMAT
 
 
-def build_request(command: str, profile=None, show_file_content: bool = False) -> dict:
+def build_request(command: str, profile=None, show_file_content: bool = False,
+                  how_far: Optional[dict] = None) -> dict:
     """show_file_content: reports carry the text of files nictune did not
-    write (host/knobs/nccl.py), not a placeholder."""
+    write (host/knobs/nccl.py), not a placeholder.  how_far: a rollback's
+    {"to": APPLY_ID} or {"steps": N} (host/agent.py)."""
     request: dict = {"nictune_request": REQUEST_FORMAT, "command": command}
+    if how_far is not None:
+        request["rollback"] = dict(how_far)
     if profile is not None:
         request["profile"] = {"path": profile.path, "doc": profile.doc, "sources": profile.sources}
     if show_file_content:

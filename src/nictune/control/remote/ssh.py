@@ -780,7 +780,9 @@ class SshTarget:
         again = f"`nictune rollback -i INVENTORY --limit {self.label}`"
         if command == "rollback":
             return (f"; the rollback may have stopped part-way: {again} restores the "
-                    f"before-values in {where} again")
+                    f"before-values in {where} again (after --to or --steps, `nictune history` "
+                    "shows which applies it restored: finish with --to, which --steps would "
+                    "count past)")
         if command != "apply":
             return ""
         if confirm:

@@ -145,7 +145,9 @@ def ended_without_report(what: str, command: str, journal: Journal, since: float
     if command == "rollback":
         if record is not None and record["status"] == ROLLED_BACK and record.get("finished", 0) >= since:
             return TransportError(f"{what}, after its journal recorded apply {record['id']} as "
-                                  "rolled back: the host has its before-values")
+                                  "rolled back: the host has its before-values (a rollback "
+                                  "--to or --steps may have meant older applies too: `nictune "
+                                  "history` shows which are still in place)")
         return TransportError(f"{what}; the journal in {journal.dir} does not record the rollback "
                               "as done, so the host may be partly restored: `"
                               f"{rollback}` restores the before-values again")

@@ -159,7 +159,9 @@ class Family:
         return want.satisfied_by(current)
 
     def check(self, key: Key, want: Want) -> Optional[str]:
-        """Why the device cannot take `want`, from limits seen by read()."""
+        """Why the device cannot take `want`, from limits seen by read();
+        a model.Withheld when only the profile's leave is missing (the host
+        differs, and a read-only check reports it as drift)."""
         return None
 
     def note(self, key: Key) -> str:

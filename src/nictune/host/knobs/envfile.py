@@ -43,7 +43,11 @@ someone else's: a report carries a placeholder for its text unless the
 request asks for it (shown(), on the host, so the text never travels),
 and nictune replaces it only when the profile says adopt: true in the
 file that names the path.  Someone else's file that sets the same
-variables is as wanted, and left alone.
+variables is as wanted, and left alone.  One that differs is drift to
+verify, audit and the resident agent (check() answers a model.Withheld:
+the host differs, only the leave to replace it is missing), with a note
+naming the profile's variables and the adopt: true an apply needs; plan
+and apply refuse it, as unsupported.
 
 What a plan shows of a rewrite.  The note names the variables that change.
 Of nictune's own file it gives each name with its old and new value (its
@@ -72,7 +76,7 @@ if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_
 from nictune.host.errors import InvalidInput, NictuneError
 from nictune.host.files import UnsafeFile, read_owned, remove_owned, remove_stale_temps, write_owned
 from nictune.host.knobs.base import Family
-from nictune.host.model import HOST, Desired, Key, Unsupported, Want
+from nictune.host.model import HOST, Desired, Key, Unsupported, Want, Withheld
 from nictune.host.validate import (KERNEL_DIRS, NOT_NORMALISED, OWNED_DIR, OWNED_PATH, check,
                                    check_owned_dir, check_owned_path, check_path, matches,
                                    reader_of, within)
@@ -273,8 +277,8 @@ class OwnedFileFamily(Family):
                 "not": {"pattern": NOT_NORMALISED}}
         adopt = {"type": "boolean",
                  "description": "Replace a file at path that nictune did not write (one without its "
-                                "header line); without it, such a file is refused unless it already "
-                                "sets the same variables. Its text stays on the host, for rollback. "
+                                "header line); without it, plan and apply refuse such a file unless it "
+                                "already sets the same variables, and verify reports it as drift. Its text stays on the host, for rollback. "
                                 "Covers the path named in the same file; an inventory cannot set it. "
                                 "A file another nictune family wrote is never replaced."}
         allowed = {"type": "array", "maxItems": 16,
@@ -344,7 +348,11 @@ class OwnedFileFamily(Family):
         return []
 
     def check(self, key, want) -> Optional[str]:
+        """Why apply may not write `want`.  When the only reason is a file
+        nictune did not write (no adopt: true), a Withheld: the host
+        differs all the same, and verify says so as drift."""
         problems = []
+        withheld = []  # reasons the profile's adopt: true would lift
         policy = self._policy.get(key)
         adopted = policy is not None and policy.adopt
         unadopted = f" ({policy.not_adopted})" if policy and policy.not_adopted else ""
@@ -354,19 +362,21 @@ class OwnedFileFamily(Family):
                 f"header says so), not by its {self.name} family: a family never replaces another's "
                 f"file, adopt or not; give host.{self.section}.path a file of its own")
         elif key in self._foreign and not adopted:
-            problems.append(
+            withheld.append(
                 f"{self._place(key).shown} was not written by nictune's {self.name} family "
                 f"({self._whose(key)}) and differs from the profile: nictune replaces such a file "
                 f"only when the profile says host.{self.section}.adopt: true" + unadopted)
         if key in self._hides and not adopted:
-            problems.append(
+            withheld.append(
                 f"creating {self._place(key).shown} would hide the host's {self._hides[key]}, which "
                 f"nictune did not write, from every program started in {self.host.netns} (ip netns "
                 f"exec binds it over that file): nictune does that only when the profile says "
                 f"host.{self.section}.adopt: true" + unadopted)
         env = self.syntax.parse(want.value) if isinstance(want.value, str) else {}
-        problems.extend(self.problems(key, env))
-        return "; ".join(problems) or None
+        own = self.problems(key, env)
+        if withheld and not problems and not own:
+            return Withheld("; ".join(withheld))
+        return "; ".join(problems + withheld + own) or None
 
     def _whose(self, key: Key) -> str:
         if key not in self._legacy:
@@ -418,9 +428,13 @@ class OwnedFileFamily(Family):
             return ""
         if key in self._foreign:
             count = len(old)
-            return (f"would replace it whole, setting {_listed([f'{n}={v}' for n, v in new.items()])}; "
-                    f"it sets {count} variable{'s' if count != 1 else ''} now, which and how stays "
-                    "on the host (--show-file-content shows its text)")
+            wanted = _listed([f'{n}={v}' for n, v in new.items()])
+            policy = self._policy.get(key)
+            # Without adopt: true nothing replaces it: verify's drift note.
+            said = (f"would replace it whole, setting {wanted}" if policy and policy.adopt
+                    else f"the profile wants {wanted}")
+            return (f"{said}; it sets {count} variable{'s' if count != 1 else ''} now, which and "
+                    "how stays on the host (--show-file-content shows its text)")
         changed = [f"{n} {old[n]} -> {new[n]}" for n in new if n in old and old[n] != new[n]]
         added = [f"+{n}={new[n]}" for n in new if n not in old]
         removed = [f"-{n}" for n in old if n not in new]

@@ -542,7 +542,7 @@ class Resident:
         d = self.desired
         engine = self._engine()
         try:
-            desire, changes = engine._plan(d["doc"], d.get("sources") or {})
+            desire, changes = engine._plan(d["doc"], d.get("sources") or {}, read_only=True)
         except NictuneError as e:
             self._failed(f"verify: {e}")
             return

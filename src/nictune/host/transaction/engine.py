@@ -40,6 +40,7 @@ from nictune.host.facts.health import Health
 from nictune.host.machine import Host, vfs_of
 from nictune.host.transaction.journal import (
     AGENT,
+    HISTORY_KEPT,
     APPLYING,
     COMMITTED,
     CONFIRM_EXPIRED,
@@ -231,7 +232,12 @@ def _path_of(desired: Desired) -> str:
     return ".".join(getattr(desired.source, "path", ()))
 
 
-def diff(fams: Families, desire: Desire, current: dict) -> list:
+def diff(fams: Families, desire: Desire, current: dict, read_only: bool = False) -> list:
+    """The changes from `current` to `desire`.  `read_only` (verify, audit,
+    the resident agent's watch): a key whose write is only withheld
+    (model.Withheld: a file nictune did not write, without adopt: true)
+    differs from the profile, so it is drift, whatever on_unsupported says;
+    plan and apply refuse it, as unsupported."""
     changes = []
     for key, d in desire.items.items():
         fam = fams[key.family]
@@ -248,6 +254,9 @@ def diff(fams: Families, desire: Desire, current: dict) -> list:
             reason = reason or fam.check(key, d.want)
             status = m.PENDING if reason is None else (
                 m.UNSUPPORTED if desire.policy[key] == "fail" else m.SKIPPED)
+            if read_only and isinstance(reason, m.Withheld):
+                status = m.DRIFT
+                reason = "; ".join(n for n in (reason, fam.note(key)) if n)
         change = Change(key, before, d.want.value, status, d.source,
                         reason or fam.note(key), d.want.bound)
         if status == m.PENDING:
@@ -363,14 +372,15 @@ class Engine:
         self.fams = Families(self.host, names)
         self._own_health = None
 
-    def _plan(self, doc: dict, sources: dict) -> tuple:
+    def _plan(self, doc: dict, sources: dict, read_only: bool = False) -> tuple:
+        """(desire, changes); `read_only` for a check that never writes (diff)."""
         self._fresh(knobs.families_for(doc))
         desire = expand(self.host, self.fams, doc, sources)
         current = self.fams.read(list(desire.items))
-        return desire, diff(self.fams, desire, current)
+        return desire, diff(self.fams, desire, current, read_only)
 
     def plan(self, doc: dict, sources: dict, command: str = "plan") -> Outcome:
-        desire, changes = self._plan(doc, sources)
+        desire, changes = self._plan(doc, sources, read_only=command == "verify")
         out = Outcome(command, changes, list(desire.warnings))
         _report_unsupported(out, desire)
         if command == "plan":
@@ -525,17 +535,35 @@ class Engine:
                     f"`nictune rollback` {then}")
         return ""
 
-    def rollback(self, only: Optional[str] = None, seen: Optional[dict] = None) -> Outcome:
-        """Restore the user's last apply, and the desired state before it.
-        With `only` (the confirm watchdog), just if it is still that apply
-        and its controller has not confirmed it: the check and the restore
-        happen under one lock.  `seen` is that apply's record as the watchdog
-        last read it: what to restore from when the journal and its history
-        copy are both unusable now.
+    def rollback(self, only: Optional[str] = None, seen: Optional[dict] = None,
+                 to: Optional[str] = None, steps: Optional[int] = None) -> Outcome:
+        """Undo the user's last apply (or, with `to`, that apply and every
+        one after it; with `steps`, the newest `steps` applies not rolled
+        back yet), newest first, each from its own journal record: an
+        apply's before-values are what the apply before it left, so undoing
+        them in reverse order walks the host back.  Each restore is read
+        back; the first that fails stops the walk (the older before-values
+        assume the newer undone).  Each record is marked rolled back as
+        soon as it is restored, so a rollback --to cut off part-way is
+        finished by running it again (--steps counts from where the host
+        is now: it would walk past).  With the desired state: each apply undone
+        puts back the one before it (journal.py desired.json).
 
-        The resident agent's own applies since (journal records "by":
-        "agent", see _to_roll_back) are passed over: each put keys back to
-        the values the user's apply wanted, so restoring that apply's
+        A plain rollback whose last apply is rolled back already restores
+        nothing: when older applies are still in place, it says so and
+        fails (the kind no-journal) rather than undo one nobody named: a
+        retried rollback (a lost report, a second operator) must never
+        walk further back than asked.
+
+        With `only` (the confirm watchdog), just if the last apply is still
+        that one and its controller has not confirmed it: the check and the
+        restore happen under one lock.  `seen` is that apply's record as
+        the watchdog last read it: what to restore from when the journal
+        and its history copy are both unusable now.
+
+        The resident agent's own applies (journal records "by": "agent",
+        see _to_roll_back) are passed over: each put keys back to the
+        values a user's apply wanted, so restoring that apply's
         before-values undoes them too.  Under the same lock the desired
         state goes back, so the agent (whose applies check it under that
         lock: apply(keeping=)) keeps the restored values, never the old."""
@@ -550,73 +578,154 @@ class Engine:
                                              "read before")
             if last is None:
                 raise NoJournal(f"no apply journal in {self.journal.dir}: nothing to roll back")
-            unfinished, record = self._to_roll_back(last)
+            unfinished, chain = self._to_roll_back(last, fallback=only is not None)
             out = Outcome("rollback", warnings=list(self.journal.warnings),
-                          extra={"journal": (record or unfinished)["id"]})
+                          extra={"journal": (chain[0] if chain else unfinished)["id"]})
+            complaint = ""
             if only is not None:
+                record = chain[0] if chain else None
                 confirm = (record or {}).get("confirm") or {}
                 if (record or {}).get("id") != only or confirm.get("state") != CONFIRM_PENDING:
                     out.warnings.append(f"apply {only} was confirmed or superseded: left alone")
                     return out
                 confirm["state"] = CONFIRM_EXPIRED
-            if record is not None and record["status"] == ROLLED_BACK:
-                out.warnings.append(f"apply {record['id']} was already rolled back")
-                record = None
-            undo = [r for r in (unfinished, record) if r is not None]
+                chosen = [record]
+                if record["status"] == ROLLED_BACK:
+                    out.warnings.append(f"apply {record['id']} was already rolled back")
+                    chosen = []
+            else:
+                chosen, complaint = self._chosen(chain, to, steps, out)
+            undo = ([unfinished] if unfinished is not None else []) + chosen
+            if undo:
+                out.extra["journal"] = undo[0]["id"] if not chosen else chosen[0]["id"]
+                self._undo(undo, out)
+            if complaint and out.error is None:
+                out.error = errors.error(errors.NO_JOURNAL, complaint)
+            return out
+
+    def _chosen(self, chain: list, to: Optional[str], steps: Optional[int], out: Outcome) -> tuple:
+        """(the user's applies to undo, newest first; what to fail with
+        when a plain rollback restores nothing while applies remain)."""
+        pending = [r for r in chain if r["status"] != ROLLED_BACK]
+        if not chain and to is None and steps is None:
+            return [], ""  # only the resident agent's unfinished apply to undo
+        if to is not None:
+            ids = [r["id"] for r in chain]
+            if to not in ids:
+                raise NoJournal(f"apply {to} is not in the history in {self.journal.dir}, which "
+                                f"holds {_applies(chain) or 'none of your applies'} (the last "
+                                f"{HISTORY_KEPT} of your applies are kept; an older one's record "
+                                "is removed as a newer apply finishes): see `nictune history`")
+            undo = [r for r in chain[:ids.index(to) + 1] if r["status"] != ROLLED_BACK]
             if not undo:
-                return out
-            self._fresh(list(dict.fromkeys(n for r in undo for n in _families_in(r))))
-            ok = True
-            bad: list = []
-            unrecorded = ""
-            for rec in undo:  # the agent's unfinished one first: it is the newer
-                changes = self._journalled(rec)
-                out.changes.extend(changes)
-                interrupted = rec["status"] == APPLYING  # finish() overwrites it
-                keys_ok = restore(self.fams, changes)
-                # What the changes took with them goes back after their keys.
-                lost = aside.restore(self.host, rec.get("aside"))
-                done = keys_ok and not lost
-                ok = ok and done
-                unrecorded = self._record_end(ROLLED_BACK if done else ROLLBACK_FAILED, done,
-                                              rec) or unrecorded
+                out.warnings.append(f"apply {to} and every apply after it were rolled back "
+                                    "already: nothing to restore")
+            return undo, ""
+        if steps is not None:
+            if steps > len(pending):
+                raise NoJournal(f"--steps {steps}: the history in {self.journal.dir} holds "
+                                f"{len(pending)} apply(s) not rolled back yet"
+                                + (f" ({_applies(pending)})" if pending else "")
+                                + ": nothing was restored")
+            return pending[:steps], ""
+        newest = chain[0]
+        if newest["status"] != ROLLED_BACK:
+            return [newest], ""
+        if not pending:
+            out.warnings.append(f"apply {newest['id']} was already rolled back, and so was every "
+                                "apply before it in the history: nothing to restore")
+            return [], ""
+        return [], (f"apply {newest['id']} was already rolled back, so nothing was restored; "
+                    f"earlier applies are still in place: {_applies(pending)}. "
+                    f"`nictune rollback --steps 1` undoes {pending[0]['id']}; "
+                    f"`--to {pending[-1]['id']}` undoes all of them, newest first "
+                    "(`nictune history` lists them)")
+
+    def _undo(self, undo: list, out: Outcome) -> None:
+        """Restore each record of `undo` in turn (keys, then what they took
+        with them), marking it rolled back, until one fails."""
+        self._fresh(list(dict.fromkeys(n for r in undo for n in _families_in(r))))
+        # Every record is read before the first write: one that cannot be
+        # is refused before anything is restored.
+        for rec in undo:
+            self._journalled(rec)
+        bad: list = []
+        unrecorded = ""
+        rolled: list = []
+        for n, rec in enumerate(undo):
+            if n:  # the last step changed the host (links, VFs, the eswitch): read it afresh
+                self._fresh(_families_in(rec))
+            changes = self._journalled(rec)
+            out.changes.extend(changes)
+            interrupted = rec["status"] == APPLYING  # finish() overwrites it
+            keys_ok = restore(self.fams, changes)
+            # What the changes took with them goes back after their keys.
+            lost = aside.restore(self.host, rec.get("aside"))
+            done = keys_ok and not lost
+            unrecorded = self._record_end(ROLLED_BACK if done else ROLLBACK_FAILED, done,
+                                          rec) or unrecorded
+            if interrupted:
+                out.warnings.append(f"apply {rec['id']}"
+                                    + (" (the resident agent's)" if is_agents(rec) else "")
+                                    + " had not finished; restored what it wrote")
+            if not done:
                 bad += ([] if keys_ok else [f"some keys of apply {rec['id']} could not be "
                                             "restored"]) + (
                     [f"could not put back what apply {rec['id']} took with it: "
                      + "; ".join(lost)] if lost else [])
-                if interrupted:
-                    out.warnings.append(f"apply {rec['id']}"
-                                        + (" (the resident agent's)" if is_agents(rec) else "")
-                                        + " had not finished; restored what it wrote")
-            if ok and record is not None:
-                self._restore_desired(record, out)
-            if not ok:
-                out.error = errors.error(errors.ROLLBACK_FAILED,
-                                         "; ".join(bad) + f": a human must look{unrecorded}")
-            elif unrecorded:  # the host is back; its state directory needs a look
-                out.error = errors.error(errors.SYSTEM, f"every change was restored{unrecorded}")
-            return out
+                left = [r["id"] for r in undo[n + 1:]]
+                if left:
+                    bad.append(f"so the older apply(s) {', '.join(left)} were not restored (their "
+                               "before-values assume this one undone)")
+                break
+            if not is_agents(rec):
+                rolled.append(rec["id"])
+                self._restore_desired(rec, out)
+        out.extra["rolled_back"] = rolled
+        if bad:
+            out.error = errors.error(errors.ROLLBACK_FAILED,
+                                     "; ".join(bad) + f": a human must look{unrecorded}")
+        elif unrecorded:  # the host is back; its state directory needs a look
+            out.error = errors.error(errors.SYSTEM, f"every change was restored{unrecorded}")
 
-    def _to_roll_back(self, last: dict) -> tuple:
-        """(the resident agent's unfinished apply, the user's apply) to roll
-        back, either None.  `last` is the journal's last record.
+    def _to_roll_back(self, last: dict, fallback: bool = False) -> tuple:
+        """(the resident agent's unfinished apply or None, the user's applies
+        in the history, newest first).  `last` is the journal's last record;
+        with `fallback` (the watchdog) a history that cannot be read leaves
+        just `last`.
 
-        A user's record is itself.  When the agent's is last, the user's
-        apply is the newest user's record in the history: the agent's
-        committed applies since only put keys back to what the desired
-        state (that apply's profile, or one that wrote nothing since) wants,
-        so they need no undoing of their own; one that did not finish, or
-        whose own rollback failed, left keys half-way and is undone too,
-        first, as what it is (its keys to their before-values)."""
+        When the agent's is last, the agent's committed applies since the
+        user's only put keys back to what the desired state (that apply's
+        profile, or one that wrote nothing since) wants, so they need no
+        undoing of their own; one that did not finish, or whose own
+        rollback failed, left keys half-way and is undone too, first, as
+        what it is (its keys to their before-values)."""
+        try:
+            chain = self.journal.user_records()
+        except (StateDirError, JournalDamaged):
+            if not fallback:
+                raise
+            chain = []
         if not is_agents(last):
-            return None, last
-        unfinished = last if last["status"] in (APPLYING, ROLLBACK_FAILED) else None
-        user = self.journal.user_apply()
-        if user is None and unfinished is None:
+            # journal.json is the last record as written (its copy is never
+            # older, but the journal is what an apply or a human last left).
+            chain = [last] + [r for r in chain if r["id"] != last["id"]]
+            chain.sort(key=lambda r: r.get("started") or 0, reverse=True)
+        unfinished = last if is_agents(last) and last["status"] in (APPLYING, ROLLBACK_FAILED) \
+            else None
+        if not chain and unfinished is None:
             raise NoJournal(f"the journal in {self.journal.dir} holds only the resident "
                             "agent's own applies, which restored the desired state: no apply "
                             "of yours to roll back")
-        return unfinished, user
+        return unfinished, chain
+
+    def history(self) -> Outcome:
+        """The user's applies the state directory keeps, newest first
+        (journal.py history/), as `nictune history` lists them."""
+        chain = self.journal.user_records()
+        return Outcome("history", warnings=list(self.journal.warnings),
+                       extra={"history": [history_entry(r) for r in chain],
+                              "kept": HISTORY_KEPT})
 
     def _journalled(self, record: dict) -> list:
         changes = []
@@ -654,6 +763,36 @@ class Engine:
             doc["interfaces"] = entries
         return Outcome("show", warnings=list(self.host.skipped_interfaces), facts=facts,
                        extra={"profile": doc})
+
+
+def _applies(records: list, shown: int = 5) -> str:
+    """Records as a message names them: id and profile, newest first."""
+    named = [f"{r['id']} ({r.get('profile') or 'no profile file'})" for r in records[:shown]]
+    return ", ".join(named) + (f" and {len(records) - shown} more" if len(records) > shown else "")
+
+
+def history_entry(record: dict) -> dict:
+    """What `nictune history` says of one apply: never a value (a file
+    nictune did not write is a value), only which settings it changed."""
+    changes = [c for c in record.get("changes") or [] if isinstance(c, dict)]
+    keys = [Key.from_dict(c["key"]) for c in changes]
+    shown = [f"{k.family} {k.name}" + ("" if k.target == HOST else f" on {k.target}")
+             for k in keys[:3]]
+    summary = (f"{len(keys)} setting(s): " + ", ".join(shown)
+               + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")) if keys else "nothing"
+    entry = {"id": record["id"], "started": _utc(record.get("started")),
+             "finished": _utc(record.get("finished")), "status": record["status"],
+             "profile": record.get("profile"), "changes": len(keys), "summary": summary,
+             "targets": sorted({k.target for k in keys})}
+    if record.get("aside"):
+        entry["aside"] = True  # it also recorded what its changes take with them
+    return entry
+
+
+def _utc(when) -> Optional[str]:
+    if not isinstance(when, (int, float)) or isinstance(when, bool):
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
 
 
 def _families_in(record: dict) -> list:

@@ -9,10 +9,19 @@ A state directory holds:
                         users' applies, and of the last HISTORY_KEPT of the
                         resident agent's (kept apart, so that an agent
                         restoring drift never prunes the user's last apply).
+                        Each copy's modification time is its apply's start,
+                        so that the copies sort in the order of their
+                        applies however often a rollback rewrites one.
                         Every record is written there first and to
                         journal.json second, so the newest copy is never
                         older than the journal: it stands in for a damaged
-                        journal.json.
+                        journal.json.  These copies are the apply history
+                        (`nictune history`, and `nictune rollback --to ID`
+                        or `--steps N`, which undo applies newest first,
+                        one record at a time, each marked rolled back once
+                        restored): as a newer apply finishes, a user's
+                        apply older than the last HISTORY_KEPT loses its
+                        copy, and no rollback can reach it any more.
     lock                one apply, rollback or confirmation at a time here
     desired.json        the profile of the last committed apply ({"path", "doc",
                         "sources", "apply": its id}): the host's desired state,
@@ -60,7 +69,7 @@ if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_
     from typing import Optional
 
 from nictune.host.errors import JournalDamaged, Locked, NictuneError, StateDirError
-from nictune.host.validate import check_path
+from nictune.host.validate import APPLY_ID, check_path
 
 DEFAULT_STATE_DIR = "/var/lib/nictune"
 # Format 2 added the resident agent's records ("by": "agent"): a nictune
@@ -106,7 +115,7 @@ CONFIRM_STATES = (CONFIRM_PENDING, CONFIRMED, CONFIRM_EXPIRED)
 CONFIRM_GRACE = 30.0
 
 # An apply's id, which also names its file under history/.
-_RECORD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
+_RECORD_ID = re.compile(APPLY_ID.strip("^$"))
 _RECORD_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}\.json")
 
 
@@ -132,6 +141,16 @@ def _agent_suffix() -> str:
     keeps its ids (and history copies) apart."""
     _agent_applies[0] += 1
     return f".{_agent_applies[0]}{AGENT_SUFFIX}"
+
+
+_user_applies = [0]
+
+
+def _user_suffix() -> str:
+    """A process that applies twice (a test, a library user) keeps its ids,
+    and so its history copies, apart: the second and later get a count."""
+    _user_applies[0] += 1
+    return "" if _user_applies[0] == 1 else f".{_user_applies[0]}"
 
 
 def is_agents(record: Optional[dict]) -> bool:
@@ -268,7 +287,7 @@ class Journal:
         self.record = {
             "journal": JOURNAL_FORMAT,
             "id": time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now)) + f"-{os.getpid()}"
-                  + (_agent_suffix() if by == AGENT else ""),
+                  + (_agent_suffix() if by == AGENT else _user_suffix()),
             "started": now,
             "profile": profile,
             "status": APPLYING,
@@ -354,6 +373,30 @@ class Journal:
                 raise StateDirError(_cannot("list", self.history, e)) from None
             finally:
                 os.close(history)
+
+    def user_records(self) -> list:
+        """Every user's apply the history holds (not the resident agent's),
+        newest first.  A damaged copy is JournalDamaged: a history with a
+        hole in it cannot be rolled back through."""
+        with self._state(create=False) as fd:
+            history = self._history_fd(fd, create=False) if fd is not None else None
+            if history is None:
+                return []
+            try:
+                names = [n for n in _records_by_age(history) if not _is_agent_file(n)]
+                records = []
+                for name in names:
+                    try:
+                        records.append(_read_record(history, name, os.path.join(self.history, name)))
+                    except FileNotFoundError:
+                        continue  # pruned by another run meanwhile
+            except OSError as e:
+                raise StateDirError(_cannot("list", self.history, e)) from None
+            finally:
+                os.close(history)
+        # Copies from before their times were the applies' own: by start.
+        records.sort(key=lambda r: r.get("started") or 0, reverse=True)
+        return records
 
     def _newest_copy(self, fd: int, damaged: JournalDamaged) -> dict:
         history = self._history_fd(fd, create=False)
@@ -483,7 +526,9 @@ class Journal:
             with self._state(create=True) as fd:
                 history = self._history_fd(fd, create=True)
                 try:
-                    _replace(history, record["id"] + ".json", json.dumps(record, sort_keys=True))
+                    name = record["id"] + ".json"
+                    _replace(history, name, json.dumps(record, sort_keys=True))
+                    _date_copy(history, name, record)
                     if prune:
                         for old in _prunable(_records_by_age(history)):
                             os.unlink(old, dir_fd=history)
@@ -825,9 +870,20 @@ def _prunable(names: list) -> list:
     return agents[:-HISTORY_KEPT] + users[:-HISTORY_KEPT]
 
 
+def _date_copy(dir_fd: int, name: str, record: dict) -> None:
+    """Give a history copy its apply's start as its modification time
+    (_records_by_age: a rollback that rewrites an old copy must not make
+    it the newest)."""
+    started = record.get("started")
+    if _is_number(started):
+        ns = int(started * 1e9)
+        os.utime(name, ns=(ns, ns), dir_fd=dir_fd, follow_symlinks=False)
+
+
 def _records_by_age(dir_fd: int) -> list:
-    """History file names, oldest first (by when they were last written:
-    ids of one second do not sort by time)."""
+    """History file names, oldest first, by their applies' starts (each
+    copy's modification time, _date_copy; ids of one second do not sort
+    by time)."""
     dated = []
     for name in os.listdir(dir_fd):
         if not _RECORD_FILE.fullmatch(name):
