@@ -290,9 +290,11 @@ def count_reads(monkeypatch) -> list:
     reads: list = []
     real = yamlpos.read_file
 
-    def read_file(path: str) -> str:
+    # varsdirs binds read_file at import: when this test imports it first,
+    # it gets this wrapper, with its encoding argument.
+    def read_file(path: str, *args) -> str:
         reads.append(path)
-        return real(path)
+        return real(path, *args)
 
     monkeypatch.setattr(yamlpos, "read_file", read_file)
     return reads
