@@ -220,6 +220,11 @@ class FakeKernel:
         ports: device -> the function, its subsystem, the SR-IOV files."""
         bus, addr = handle.split("/", 1)
         function = os.path.join(self.root, "sys/devices/fake", addr)
+        # In a recorded sysfs tree (a state's "tree") the ports' device links
+        # are there already: the function is where they point.
+        linked = [os.path.join(self.root, "sys/class/net", port, "device") for port in dev.get("ports", [])]
+        if linked and os.path.islink(linked[0]):
+            function = os.path.realpath(linked[0])
         os.makedirs(function, exist_ok=True)
         subsystem = os.path.join(self.root, "sys/bus", bus)
         os.makedirs(subsystem, exist_ok=True)
@@ -231,7 +236,9 @@ class FakeKernel:
             net = os.path.join(self.root, "sys/class/net", port)
             os.makedirs(net, exist_ok=True)
             device = os.path.join(net, "device")
-            if os.path.isdir(device) and not os.path.islink(device):
+            if os.path.islink(device):
+                continue  # the recorded tree's, to the function above
+            if os.path.isdir(device):
                 # The recorded files of the device (vendor, device) move to the function.
                 shutil.copytree(device, function, dirs_exist_ok=True)
                 shutil.rmtree(device)
@@ -302,6 +309,8 @@ class FakeKernel:
         out = {"port_up": bool(link is not None and link.up),
                "buffers": self.buffers.get(ifname, {}).get("owner"),
                "raw_qp": bool(self.quirks.get(ifname, {}).get("raw_qp"))}
+        if self.mode_of(ifname) is not None:
+            out["eswitch"] = self.mode_of(ifname)
         out.update(self.state.get("facts", {}).get(ifname, {}))
         return out
 
@@ -518,6 +527,8 @@ OP_KEYS = {
     "del_apps": lambda values: ["roce.dscp_map"],
     "set_dcbx": lambda values: ["roce.dcbx"],
     "set_tunable": lambda values: ["roce.pfc_prevention_timeout"],
+    "set_eswitch": lambda values: [f"eswitch.{k}" for k in values],
+    "set_vf": lambda values: [f"sriov.vfs.{values['vf']}.{k}" for k in values if k != "vf"],
 }
 
 
