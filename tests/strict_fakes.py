@@ -153,25 +153,37 @@ def _planned(changes: list, target: str, handle) -> dict:
 
 
 def _sweep(host, changes: list) -> List[str]:
+    """The changes a refusing rule holds for on the fake: planned as a
+    success, or refused by plan on the artifact's own NIC class."""
     problems = []
     for c in changes:
         driver = host.kernel.driver_of(c.key.target)
-        if c.status != m.PENDING or driver is None:
+        if c.status not in (m.PENDING, m.UNSUPPORTED) or driver is None:
             continue
         facts = dict(host.kernel.facts(c.key.target),
                      planned=_planned(changes, c.key.target, host.kernel.eswitch_of(c.key.target)[0]))
         found = nicclass.refusal(driver, _profile_key(c), facts)
-        if found is not None:
-            problems.append(f"plan predicts {c.key.family} {c.key.name} on {c.key.target} ({c.source}) "
-                            f"but {driver} refuses it while {found.when}: {found.why} ({found.source})")
+        if found is None:
+            continue
+        why = f"{driver} refuses it while {found.when}: {found.why} ({found.source})"
+        problems.append(f"plan predicts {c.key.family} {c.key.name} on {c.key.target} ({c.source}) but {why}"
+                        if c.status == m.PENDING else
+                        f"{c.key.family} {c.key.name} on {c.key.target} ({c.source}) is refused on its "
+                        f"own NIC class: {why}")
     return problems
 
 
-def _refused_in_plan(changes: list) -> List[str]:
+def _refused_in_plan(changes: list, reported: List[str]) -> List[str]:
+    """Changes plan refused in a rule's words where the fake's facts did not
+    make the rule hold (plan counts what it cannot read as the worst case)."""
     refusing = [r for r in nicclass.RULES if r.effect == "refused"]
-    return [f"{c.key.family} {c.key.name} on {c.key.target} ({c.source}) is refused on its own NIC "
-            f"class: {c.note}" for c in changes
-            if c.status in (m.UNSUPPORTED, m.SKIPPED) and any(r.why in c.note for r in refusing)]
+    out = []
+    for c in changes:
+        where = f"{c.key.family} {c.key.name} on {c.key.target} ({c.source})"
+        if c.status == m.UNSUPPORTED and any(r.why in c.note for r in refusing) and not any(
+                p.startswith(where) for p in reported):
+            out.append(f"{where} is refused on its own NIC class: {c.note}")
+    return out
 
 
 def strict_run(profile: Profile, state: dict, tmp: Path) -> tuple:
@@ -185,7 +197,8 @@ def strict_run(profile: Profile, state: dict, tmp: Path) -> tuple:
     engine = Engine(host, str(tmp / "state"))
     planned = engine.plan(profile.doc, profile.sources)
     pending = [c for c in planned.changes if c.status == m.PENDING]
-    problems = _refused_in_plan(planned.changes) + _sweep(host, planned.changes)
+    problems = _sweep(host, planned.changes)
+    problems += _refused_in_plan(planned.changes, problems)
     if planned.error and planned.error.get("kind") != "unsupported":
         problems.append(f"plan failed: {planned.error}")
     out = engine.apply(profile.doc, profile.sources, "strict.yaml",

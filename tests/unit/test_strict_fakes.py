@@ -107,13 +107,20 @@ def test_a_refusing_buffer_rule_fails_a_scratch_profile(monkeypatch, tmp_path):
     assert any(p.startswith("apply: dcb buffer.prio2buffer") for p in problems)
 
 
-def test_an_artifact_asking_its_class_for_a_refused_setting_fails(tmp_path):
+@pytest.mark.parametrize("raw_qp", [True, False])
+def test_an_artifact_asking_its_class_for_a_refused_setting_fails(tmp_path, raw_qp):
     """Plan consults the MANA channel rule: on a down MANA port under
     mana_ib an artifact that changes channels is refused by it, which the
-    harness reports as the artifact asking for what its class refuses."""
-    state = overlay(mana_state(), {"links": [{"name": VF, "up": False, "operstate": "DOWN"}]})
+    harness reports as the artifact asking for what its class refuses:
+    by the rule holding for the fake's facts (a RAW QP holds the vPort),
+    or by plan's refusal in the rule's words (plan cannot tell, the fake
+    has none)."""
+    state = overlay(mana_state(), {"links": [{"name": VF, "up": False, "operstate": "DOWN"}],
+                                   "quirks": {VF: {"raw_qp": raw_qp}}})
     text = "nictune: 1\ninterfaces:\n  vf:\n    match: {driver: mana}\n    channels: {combined: 8}\n"
     problems, _ = strict_run(load_profile_text(text, "scratch.yaml"), state, tmp_path)
+    rule = nicclass.MANA_CHANNELS_VPORT_BUSY
     assert len(problems) == 1 and problems[0].startswith(
         f"channels combined on {VF} (scratch.yaml:5) is refused on its own NIC class: ")
-    assert nicclass.MANA_CHANNELS_VPORT_BUSY.why in problems[0]
+    assert rule.why in problems[0]
+    assert (f"mana refuses it while {rule.when}" in problems[0]) is raw_qp
