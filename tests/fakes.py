@@ -319,7 +319,9 @@ class FakeKernel:
         consults: any rule of the port's driver with effect "refused" that
         covers a profile key this write sets and holds for the port's facts."""
         for key in OP_KEYS.get(op, lambda v: [])(values):
-            found = nicclass.refusal(self.driver_of(ifname), key, self.facts(ifname))
+            value = values.get(key.rsplit(".", 1)[-1]) if isinstance(values, dict) else None
+            facts = dict(self.facts(ifname), value=value)
+            found = nicclass.refusal(self.driver_of(ifname), key, facts)
             if found is not None:
                 raise NetlinkError(_rule_errno(found), f"{found.why} ({found.source})")
 

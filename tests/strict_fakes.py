@@ -19,8 +19,9 @@ there, with its holds(facts), applies to plan and to the fakes alike.
 A run reports a problem when nictune would predict a success that the
 driver would refuse:
   - a change plan shows as pending that a refusing rule holds for, with
-    the port's facts on the fake and what the plan itself will set on it
-    (facts["planned"]: profile key -> value, the eswitch mode included);
+    the port's facts on the fake, the value (facts["value"]) and what the
+    plan itself will set on it (facts["planned"]: profile key -> value, the
+    eswitch mode included);
   - a write the fake refused, or that read back otherwise, in the apply;
   - a change plan refuses by such a rule: the artifact asks its own NIC
     class for what the driver refuses.
@@ -160,7 +161,7 @@ def _sweep(host, changes: list) -> List[str]:
         driver = host.kernel.driver_of(c.key.target)
         if c.status not in (m.PENDING, m.UNSUPPORTED) or driver is None:
             continue
-        facts = dict(host.kernel.facts(c.key.target),
+        facts = dict(host.kernel.facts(c.key.target), value=c.after,
                      planned=_planned(changes, c.key.target, host.kernel.eswitch_of(c.key.target)[0]))
         found = nicclass.refusal(driver, _profile_key(c), facts)
         if found is None:

@@ -77,3 +77,12 @@ def test_the_buffer_rules_hold_as_mlx5_owns_its_buffers():
     assert not no_effect.applies({"buffers": "software"})
     assert nicclass.MLX5_BUFFER_WRITE_ONE_WAY.applies({})  # every write
     assert [r.effect for r in nicclass.rules_holding("mlx5_core", "roce.buffer.size", {})] == ["one-way"]
+
+
+def test_a_rule_without_a_decision_is_never_applied_generically(monkeypatch):
+    # Its own module decides when it holds: refusal() cannot, so it never refuses by it.
+    undecided = nicclass.DriverRule(driver="mlx5_core", key="macsec.offload", effect="refused",
+                                    when="offload: phy", why="y", source="s")
+    monkeypatch.setattr(nicclass, "RULES", [undecided])
+    assert nicclass.refusal("mlx5_core", "macsec.offload", {"value": "phy"}) is None
+    assert nicclass.rules_holding("mlx5_core", "macsec.offload", {}) == []

@@ -72,13 +72,16 @@ class DriverRule:
     why: str      # what the driver does, in a user's words
     source: str   # file and function ("esw/legacy.c mlx5_eswitch_set_vport_trust")
     # The decision: holds(facts) -> bool, whether the rule applies to a port
-    # whose facts are these (a dict: "port_up", "buffers", "raw_qp", ...;
-    # None where a fact cannot be read).  Plan passes what it can read, the
-    # test fakes pass their state: both ask the same function.  None: always.
+    # whose facts are these (a dict: "port_up", "buffers", "raw_qp",
+    # "eswitch", "value" (what the key is set to), "planned" (profile key ->
+    # what the plan sets on the port); None where a fact cannot be read).
+    # Plan passes what it can read, the test fakes pass their state: both ask
+    # the same function.  None: no generic fact decides it (the rule's own
+    # module does), so refusal() and rules_holding() never apply it.
     holds: Optional[Callable] = None
 
     def applies(self, facts: dict) -> bool:
-        return True if self.holds is None else bool(self.holds(facts))
+        return self.holds is not None and bool(self.holds(facts))
 
 
 RULES: List[DriverRule] = []
@@ -520,7 +523,8 @@ MLX5_BUFFER_WRITE_ONE_WAY = rule(
         "MLX5E_DEFAULT_CABLE_LEN, unless roce.pfc_cable_length says otherwise); a rollback "
         "restores the sizes and the priority mapping but not firmware ownership (only "
         "reloading the driver does)",
-    source="en_dcbnl.c mlx5e_dcbnl_setbuffer, en/port_buffer.c mlx5e_port_manual_buffer_config")
+    source="en_dcbnl.c mlx5e_dcbnl_setbuffer, en/port_buffer.c mlx5e_port_manual_buffer_config",
+    holds=lambda facts: True)  # every write
 
 
 # -- MANA queue changes under RDMA ------------------------------------------------
