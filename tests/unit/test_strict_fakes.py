@@ -4,8 +4,10 @@ nictune ships may plan as a success what the driver rules refuse.
 
 The fakes hold no rule of their own: they ask nicclass.RULES, so a rule
 declared there (with its holds(facts)) reaches this test without touching
-it.  The last tests show that the harness catches a refusal, with rules
-declared here for the purpose and with the MANA channel rule."""
+it.  The last tests show that the harness catches a refusal: the ASAP2
+profile as shipped before the switchdev rules (VF vlan/trust/spoofchk in
+switchdev), rules declared here for the purpose (one plan does not
+consult), and the MANA channel rule."""
 
 from __future__ import annotations
 
@@ -66,29 +68,46 @@ def test_nothing_shipped_plans_a_success_the_driver_refuses(artifact, nic, tmp_p
 
 # -- the harness catches what the rules refuse ------------------------------------------
 
-def vf_trust_in_switchdev(facts: dict) -> bool:
+ASAP2_BEFORE = os.path.join(REPO, "tests", "fixtures", "strict", "connectx7-asap2-switchdev-before.yaml")
+
+
+def test_the_asap2_profile_as_shipped_before_the_switchdev_rules_fails(tmp_path):
+    """VF vlan, trust and spoofchk on a switchdev eswitch: plan refuses them
+    on mlx5 by the switchdev rules, and the run says the artifact asks its
+    own NIC class for them."""
+    problems, _ = strict_run(load_profile(ASAP2_BEFORE), mlx5_state(), tmp_path)
+    refused = {(p.split(" on ")[0], p.split(" on ")[1].split(" ")[0]) for p in problems}
+    wanted = {("sriov vfs.0.vlan", "enp23s0f0np0"), ("sriov vfs.0.trust", "enp23s0f0np0"),
+              ("sriov vfs.0.spoofchk", "enp23s0f1np1"), ("sriov vfs.3.vlan", "enp23s0f1np1")}
+    assert wanted <= refused and len(problems) == 20
+    assert all(" is refused on its own NIC class: " in p for p in problems)
+    assert nicclass.MLX5_VF_TRUST_SWITCHDEV.why in "\n".join(problems)
+
+
+def mac_in_switchdev(facts: dict) -> bool:
     return "switchdev" in (facts.get("eswitch"), facts.get("planned", {}).get("eswitch.mode"))
 
 
-SCRATCH_VF_TRUST = DriverRule(
-    driver="mlx5_core", key="sriov.vfs.<n>.trust", effect="refused",
+SCRATCH_VF_MAC = DriverRule(
+    driver="mlx5_core", key="sriov.vfs.<n>.mac", effect="refused",
     when="the eswitch is in switchdev mode", why="a scratch rule of this test: EOPNOTSUPP",
-    source="tests/unit/test_strict_fakes.py", holds=vf_trust_in_switchdev)
+    source="tests/unit/test_strict_fakes.py", holds=mac_in_switchdev)
 
 
 def test_a_rule_plan_does_not_consult_fails_the_asap2_profile(monkeypatch, tmp_path):
-    """The ASAP2 profile plans VF trust under switchdev; with a rule that
-    refuses it (plan does not know this one), the sweep and the fake's
+    """The ASAP2 profile sets VF MACs under switchdev; with a rule that
+    refuses them (plan does not know this one), the sweep and the fake's
     apply both say so, by the rule's own words."""
     clean, pending = strict_run(load_profile(ASAP2), mlx5_state(), tmp_path / "clean")
-    assert clean == [] and [c for c in pending if c.key.name == "vfs.0.trust"]
-    monkeypatch.setattr(nicclass, "RULES", nicclass.RULES + [SCRATCH_VF_TRUST])
+    assert clean == [] and [c for c in pending if c.key.name == "vfs.0.mac"]
+    monkeypatch.setattr(nicclass, "RULES", nicclass.RULES + [SCRATCH_VF_MAC])
     problems, _ = strict_run(load_profile(ASAP2), mlx5_state(), tmp_path / "ruled")
     swept = [p for p in problems if p.startswith("plan predicts sriov vfs.")]
-    assert {p.split(" on ")[0] for p in swept} == {"plan predicts sriov vfs.0.trust", "plan predicts sriov vfs.1.trust"}
+    assert {p.split(" (")[0] for p in swept} == {f"plan predicts sriov vfs.{n}.mac on {pf}"
+                                                 for n in range(4) for pf in ("enp23s0f0np0", "enp23s0f1np1")}
     assert all("while the eswitch is in switchdev mode: a scratch rule of this test" in p for p in swept)
     applied = [p for p in problems if p.startswith("apply: sriov vfs.")]
-    assert len(applied) == 1 and "write refused: " in applied[0] and SCRATCH_VF_TRUST.why in applied[0]
+    assert len(applied) == 1 and "write refused: " in applied[0] and SCRATCH_VF_MAC.why in applied[0]
 
 
 def test_a_refusing_buffer_rule_fails_a_scratch_profile(monkeypatch, tmp_path):
