@@ -26,7 +26,8 @@ observed.json) says what the host's kernel shows:
                initial state (ETS vendor TSA, prio_tc 0->1 1->0 i->i, PFC
                off, cable length 7 m, no APP entries, DCBX not host); a
                device missing from the map answers EOPNOTSUPP, as veth and
-               MANA do
+               MANA do; "buffer_owner": "software" for buffers a buffer write
+               already took from the firmware (the default: "firmware")
     tunables   {ifname: {"pfc-prevention-tout": ms}}: ethtool tunables of
                devices whose driver has them (FakeTunables, mlx5's ranges);
                a device missing from the map answers EOPNOTSUPP
@@ -45,7 +46,10 @@ observed.json) says what the host's kernel shows:
     tc_flows   {ifname: n}: offloaded tc filters on a port (OVS's flows)
     quirks     {ifname: {...}} driver behaviour that matters to nictune:
                rings_round_up_pow2 / rings_min (MANA, mlx5), mtu_propagates_to
-               (hv_netvsc sets its MANA VF's MTU first)
+               (hv_netvsc sets its MANA VF's MTU first), raw_qp (a mana_ib
+               RAW QP, DPDK, holds the MANA port's vPort)
+    facts      {ifname: {fact: value}}: facts the driver rules
+               (nicclass.RULES) ask of a port beyond those the fake derives
 
 An observed.json may start from a recorded state and change parts of it:
 {"base": "cx7-host", ...overlay...}; mappings merge, null deletes, and
@@ -64,8 +68,10 @@ vlan/qos/trust/spoofchk writes on mlx5 in switchdev are EOPNOTSUPP (VLAN 0
 is taken and dropped), netdevsim refuses rates there, an mlx5 eswitch
 entering switchdev turns hw-tc-offload on on its ports, and an mlx5 uplink
 in switchdev with offloaded tc filters keeps hw-tc-offload on when asked
-to turn it off (FEATURES_SET reports it unchanged).  Tests inject further
-refusals with FakeKernel.fail().
+to turn it off (FEATURES_SET reports it unchanged).  Every write also
+meets the rules of nicclass.RULES that refuse and carry their decision
+(DriverRule.holds: FakeKernel._refuse_by_rules, OP_KEYS): the same objects
+plan consults.  Tests inject further refusals with FakeKernel.fail().
 """
 
 from __future__ import annotations
@@ -181,6 +187,11 @@ class FakeKernel:
         self.ops = {op: copy.deepcopy(self.state.get(op, {})) for op in OPS}
         self.quirks = self.state.get("quirks", {})
         self.dcb = {name: _dcb_state(dev) for name, dev in self.state.get("dcb", {}).items()}
+        # Who owns each port's buffers, and the cable length software last
+        # sized the lossless headroom for (None: the firmware's sizing):
+        # FakeDcb, by nicclass's buffer rules.  No dcbnl message reports either.
+        self.buffers = {name: {"owner": dev.get("buffer_owner", "firmware"), "headroom_for_m": None}
+                        for name, dev in self.state.get("dcb", {}).items()}
         self.tunables = copy.deepcopy(self.state.get("tunables", {}))
         self.faults: list = []
         self.writes: list = []  # (op, ifname, values) of every write that reached the kernel
@@ -209,6 +220,11 @@ class FakeKernel:
         ports: device -> the function, its subsystem, the SR-IOV files."""
         bus, addr = handle.split("/", 1)
         function = os.path.join(self.root, "sys/devices/fake", addr)
+        # In a recorded sysfs tree (a state's "tree") the ports' device links
+        # are there already: the function is where they point.
+        linked = [os.path.join(self.root, "sys/class/net", port, "device") for port in dev.get("ports", [])]
+        if linked and os.path.islink(linked[0]):
+            function = os.path.realpath(linked[0])
         os.makedirs(function, exist_ok=True)
         subsystem = os.path.join(self.root, "sys/bus", bus)
         os.makedirs(subsystem, exist_ok=True)
@@ -220,7 +236,9 @@ class FakeKernel:
             net = os.path.join(self.root, "sys/class/net", port)
             os.makedirs(net, exist_ok=True)
             device = os.path.join(net, "device")
-            if os.path.isdir(device) and not os.path.islink(device):
+            if os.path.islink(device):
+                continue  # the recorded tree's, to the function above
+            if os.path.isdir(device):
                 # The recorded files of the device (vendor, device) move to the function.
                 shutil.copytree(device, function, dirs_exist_ok=True)
                 shutil.rmtree(device)
@@ -280,7 +298,32 @@ class FakeKernel:
         for fault in self.faults:
             if fault.hit(op, ifname, values):
                 raise fault.error
+        self._refuse_by_rules(op, ifname, values)
         self.writes.append((op, ifname, copy.deepcopy(values)))
+
+    def facts(self, ifname: str) -> dict:
+        """What the driver rules (nicclass.RULES) ask of a port, from this
+        fake's state: the same facts plan reads where it can.  A state's
+        "facts": {ifname: {...}} adds or overrides (an eswitch mode, ...)."""
+        link = self.links.get(ifname)
+        out = {"port_up": bool(link is not None and link.up),
+               "buffers": self.buffers.get(ifname, {}).get("owner"),
+               "raw_qp": bool(self.quirks.get(ifname, {}).get("raw_qp"))}
+        if self.mode_of(ifname) is not None:
+            out["eswitch"] = self.mode_of(ifname)
+        out.update(self.state.get("facts", {}).get(ifname, {}))
+        return out
+
+    def _refuse_by_rules(self, op: str, ifname: str, values: dict) -> None:
+        """Refuse a write as the driver does, by the same rule objects plan
+        consults: any rule of the port's driver with effect "refused" that
+        covers a profile key this write sets and holds for the port's facts."""
+        for key in OP_KEYS.get(op, lambda v: [])(values):
+            value = values.get(key.rsplit(".", 1)[-1]) if isinstance(values, dict) else None
+            facts = dict(self.facts(ifname), value=value)
+            found = nicclass.refusal(self.driver_of(ifname), key, facts)
+            if found is not None:
+                raise NetlinkError(_rule_errno(found), f"{found.why} ({found.source})")
 
     def snapshot(self) -> dict:
         """Everything a profile could change, for before/after comparisons."""
@@ -301,6 +344,7 @@ class FakeKernel:
             "features": {n: dict(d["active"]) for n, d in self.features.items()},
             "ops": copy.deepcopy(self.ops),
             "dcb": {n: asdict(d) for n, d in self.dcb.items()},
+            "buffers": copy.deepcopy(self.buffers),
             "tunables": copy.deepcopy(self.tunables),
             "files": files,
         }
@@ -468,6 +512,36 @@ class FakeEthtool:
 
 _WHAT = {"rings": "ring size", "channels": "channel count"}
 
+# The profile keys each fake write sets (FakeKernel._refuse_by_rules): a
+# fake handle that writes something new adds its op here, and every rule
+# declared in nicclass.RULES for those keys then applies to it.
+OP_KEYS = {
+    "set_rings": lambda values: [f"rings.{k}" for k in values],
+    "set_channels": lambda values: [f"channels.{k}" for k in values],
+    "set_coalesce": lambda values: [f"coalesce.{k}" for k in values],
+    "set_pause": lambda values: [f"pause.{k}" for k in values],
+    "set_features": lambda values: [f"features.{k}" for k in values],
+    "set_link": lambda values: [k for k in values if k in ("mtu", "txqlen")],
+    "set_pfc": lambda values: ["roce.pfc", "roce.pfc_cable_length"],
+    "set_ets": lambda values: ["roce.ets.prio_tc", "roce.ets.tc_bw", "roce.ets.tc_tsa"],
+    "set_buffer": lambda values: ["roce.buffer.prio2buffer", "roce.buffer.size"],
+    "add_apps": lambda values: ["roce.dscp_map"],
+    "del_apps": lambda values: ["roce.dscp_map"],
+    "set_dcbx": lambda values: ["roce.dcbx"],
+    "set_tunable": lambda values: ["roce.pfc_prevention_timeout"],
+    "set_eswitch": lambda values: [f"eswitch.{k}" for k in values],
+    "set_vf": lambda values: [f"sriov.vfs.{values['vf']}.{k}" for k in values if k != "vf"],
+}
+
+
+def _rule_errno(found) -> int:
+    """The errno a rule's driver answers, as its `why` names it (EBUSY,
+    EINVAL, ...); EOPNOTSUPP when it names none."""
+    for name in ("EBUSY", "EINVAL", "EPERM", "EOPNOTSUPP"):
+        if name in found.why:
+            return getattr(errno, name)
+    return errno.EOPNOTSUPP
+
 
 def _dcb_state(recorded: dict) -> DcbState:
     """mlx5's initial DCB state (en_dcbnl.c mlx5e_ets_init: vendor TSA,
@@ -498,7 +572,11 @@ class FakeDcb:
     ENOENT; a PFC delay (cable length) of 0 or >= 1000 is silently kept as
     it was (mlx5e_dcbnl_ieee_setpfc); buffer sizes are kept in 128-byte
     cells, rounding down, and a zero size for a buffer that a PFC priority
-    maps to is EINVAL (en/port_buffer.c); SDCBX takes a mode with HOST, or
+    maps to is EINVAL (en/port_buffer.c); the port buffers are the
+    firmware's until a buffer write hands them to software for good, and
+    the cable length re-sizes the headroom only then (nicclass's
+    MLX5_CABLE_LENGTH_NO_EFFECT and MLX5_BUFFER_WRITE_ONE_WAY: FakeKernel.
+    buffers); SDCBX takes a mode with HOST, or
     0 for firmware control, and refuses LLD_MANAGED (mlx5e_dcbnl_setdcbx).
     Devices without dcbnl ops answer EOPNOTSUPP."""
 
@@ -535,15 +613,25 @@ class FakeDcb:
         self.k._write("set_pfc", ifname, asdict(pfc))
         delay = pfc.delay if 0 < pfc.delay < 1000 else dev.pfc.delay
         dev.pfc = replace(copy.deepcopy(pfc), delay=delay)
+        buffers = self.k.buffers[ifname]
+        # Stored and read back either way; the headroom follows it only
+        # while software owns the buffers (nicclass.MLX5_CABLE_LENGTH_NO_EFFECT).
+        if not nicclass.MLX5_CABLE_LENGTH_NO_EFFECT.applies({"buffers": buffers["owner"]}):
+            buffers["headroom_for_m"] = delay
 
     def set_buffer(self, ifname: str, buffer: Buffer) -> None:
         dev = self._dev(ifname)
         lossless = {buffer.prio2buffer[p] for p in range(8) if dev.pfc.pfc_en >> p & 1}
         if any(buffer.buffer_size[b] == 0 for b in lossless):
             raise NetlinkError(errno.EINVAL)
+        cells = [size // 128 * 128 for size in buffer.buffer_size]
+        if list(buffer.prio2buffer) == dev.buffer.prio2buffer and cells == dev.buffer.buffer_size:
+            return  # mlx5e_dcbnl_setbuffer: nothing changed, nothing written
         self.k._write("set_buffer", ifname, asdict(buffer))
-        dev.buffer = Buffer(list(buffer.prio2buffer), [size // 128 * 128 for size in buffer.buffer_size],
-                            dev.buffer.total_size)
+        dev.buffer = Buffer(list(buffer.prio2buffer), cells, dev.buffer.total_size)
+        # nicclass.MLX5_BUFFER_WRITE_ONE_WAY: software owns them from now on,
+        # the headroom sized for the cable length; nothing hands them back.
+        self.k.buffers[ifname] = {"owner": "software", "headroom_for_m": dev.pfc.delay}
 
     def set_dcbx(self, ifname: str, mode: int) -> None:
         dev = self._dev(ifname)

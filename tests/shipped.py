@@ -1,11 +1,16 @@
 """The shipped profiles and the interface names of the recorded hosts
-(tests/golden/states) that unit tests run them against."""
+(tests/golden/states) that unit tests run them against, and which yaml
+blocks of the docs are profiles."""
 
 from __future__ import annotations
 
 import os
+import re
+
+import yaml
 
 from nictune.profile.loader import load_profile, load_profile_text
+from nictune.profile.schema import SCHEMA
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CX7 = load_profile(os.path.join(REPO, "profiles", "connectx7-training.yaml"))
@@ -17,3 +22,16 @@ MAIA_TSO = load_profile_text(
     "maia-tso.yaml", os.path.join(REPO, "profiles"))
 P0, P1 = "enp23s0f0np0", "enp23s0f1np1"  # the ConnectX-7 ports of cx7-host
 VF = "enP30832p0s0"                       # the MANA VF of maia-host
+
+BLOCK = re.compile(r"^```yaml\n(.*?)^```", re.S | re.M)
+
+
+def profile_blocks(text: str) -> list:
+    """The yaml blocks that are whole profiles (not a play, a CI job or an
+    indented fragment of an entry)."""
+    found = []
+    for block in BLOCK.findall(text):
+        doc = yaml.safe_load(block)
+        if isinstance(doc, dict) and doc and set(doc) <= set(SCHEMA["properties"]) and not block.startswith(" "):
+            found.append(block)
+    return found

@@ -15,6 +15,7 @@ import pytest
 
 from fakes import FakeHost, cx7_rails_state, load_state
 from nictune.host import model as m
+from nictune.host.facts import nicclass
 from nictune.host.transaction.engine import Engine
 from nictune.host.knobs.dcb import DcbFamily
 from nictune.host.knobs.roce import RoceFamily
@@ -168,6 +169,63 @@ def test_a_zero_size_lossless_buffer_is_refused_in_plan(rails, tmp_path):
     roce = {"pfc": [3], "buffer": {"prio2buffer": [0, 0, 0, 1, 0, 0, 0, 0], "size": [262144] + [0] * 7}}
     change = by_key(plan(rails, tmp_path, roce))[("dcb", "buffer.size")]
     assert change.status == m.UNSUPPORTED and "buffer 1 holds priority 3" in change.note
+
+
+# -- who owns the port buffers (nicclass MLX5_CABLE_LENGTH_NO_EFFECT, -----------------
+#    MLX5_BUFFER_WRITE_ONE_WAY; en_dcbnl.c mlx5e_dcbnl_ieee_setpfc, setbuffer)
+
+BUFFERS = {"prio2buffer": [0, 0, 0, 1, 0, 0, 0, 0], "size": [262144, 524288, 0, 0, 0, 0, 0, 0]}
+
+
+def test_cable_length_without_buffers_is_planned_as_no_effect(rails, tmp_path):
+    change = by_key(plan(rails, tmp_path, {"pfc_cable_length": 100}))[("dcb", "pfc_cable_length")]
+    rule = nicclass.MLX5_CABLE_LENGTH_NO_EFFECT
+    assert change.status == m.PENDING
+    assert change.note == ("no effect while the firmware owns the buffers (the default; roce.buffer "
+                           f"is not set): {rule.why} ({rule.source})")
+    # With buffers in the same profile it does size the headroom: no such note.
+    both = by_key(plan(rails, tmp_path, {"pfc_cable_length": 100, "buffer": BUFFERS}))
+    assert both[("dcb", "pfc_cable_length")].note == ""
+
+
+def test_a_buffer_write_is_planned_as_one_way(rails, tmp_path):
+    rule = nicclass.MLX5_BUFFER_WRITE_ONE_WAY
+    alone = by_key(plan(rails, tmp_path, {"pfc": [3], "buffer": BUFFERS}))
+    for name in ("buffer.size", "buffer.prio2buffer"):
+        assert f"one-way: {rule.why}; here: headroom sized for 7 m" in alone[("dcb", name)].note
+    sized = by_key(plan(rails, tmp_path, {"pfc": [3], "pfc_cable_length": 30, "buffer": BUFFERS}))
+    assert "here: headroom sized for the 30 m cable length this profile sets" in (
+        sized[("dcb", "buffer.size")].note)
+
+
+def test_the_fake_keeps_the_headroom_while_the_firmware_owns_the_buffers(rails, tmp_path):
+    out = apply(rails, tmp_path, {"pfc_cable_length": 100})
+    assert out.error is None, out.error  # stored and read back: verify passes
+    assert rails.kernel.dcb[P0].pfc.delay == 100
+    assert rails.kernel.buffers[P0] == {"owner": "firmware", "headroom_for_m": None}
+
+
+def test_the_fake_hands_the_buffers_to_software_for_good(rails, tmp_path):
+    out = apply(rails, tmp_path, {"pfc": [3], "buffer": BUFFERS})
+    assert out.error is None, out.error
+    # Sized for the driver's default cable length, 7 m.
+    assert rails.kernel.buffers[P0] == {"owner": "software", "headroom_for_m": 7}
+    Engine(rails, str(tmp_path / "state")).rollback()
+    assert rails.kernel.dcb[P0].buffer.buffer_size == [0, 262016, 0, 0, 0, 0, 0, 0]
+    assert rails.kernel.buffers[P0]["owner"] == "software"  # rollback cannot give them back
+    # From now on the cable length re-sizes the headroom.
+    out = apply(rails, tmp_path, {"pfc_cable_length": 30})
+    assert out.error is None and rails.kernel.buffers[P0]["headroom_for_m"] == 30
+
+
+def test_the_reference_says_so():
+    from nictune.profile.reference import render
+
+    text = render()
+    for rule in (nicclass.MLX5_CABLE_LENGTH_NO_EFFECT, nicclass.MLX5_BUFFER_WRITE_ONE_WAY):
+        assert f"| {rule.driver} | `{rule.key}` | {rule.effect} | {rule.when} | {rule.why} |" in text
+    assert "with firmware-owned buffers (the default) it is stored and read back but changes nothing" in text
+    assert "one-way: a write hands the port buffers to software; rollback does not give them back" in text
 
 
 # -- item 10b: DCBX owner ----------------------------------------------------------------

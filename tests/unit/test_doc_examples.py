@@ -5,31 +5,15 @@ profiles/, where the shipped base profiles are)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
-import yaml
 
 from nictune.profile.loader import load_profile_text
-from nictune.profile.schema import SCHEMA
+from shipped import profile_blocks
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs" / "howto").glob("*.md"))]
-BLOCK = re.compile(r"^```yaml\n(.*?)^```", re.S | re.M)
-
-
-def profile_blocks(text: str) -> list:
-    """The yaml blocks that are whole profiles (not a play, a CI job or an
-    indented fragment of an entry)."""
-    found = []
-    for block in BLOCK.findall(text):
-        doc = yaml.safe_load(block)
-        if isinstance(doc, dict) and doc and set(doc) <= set(SCHEMA["properties"]) and not block.startswith(" "):
-            found.append(block)
-    return found
-
-
 EXAMPLES = [(page, n, block) for page in PAGES for n, block in enumerate(profile_blocks(page.read_text()))]
 
 

@@ -224,3 +224,34 @@ def test_cli_profile_errors_exit_1(tmp_path):
     broken = tmp_path / "broken.yaml"
     broken.write_text("nictune: 1\ninterfaces: {rail: {match: {name: x}, roce: {tos: 999}}}\n")
     assert _cli("lint", str(broken)).exit_code == 1
+
+
+# -- PFC headroom: cable length and port buffers (nicclass buffer rules) -----------------
+
+def _rail(roce: str, driver: str = "mlx5_core") -> str:
+    return (f"nictune: 1\ninterfaces:\n  rail:\n    match: {{driver: {driver}}}\n"
+            f"    roce:\n{textwrap.indent(roce, '      ')}")
+
+
+def _codes(text: str) -> list:
+    return [(f.code, f.severity, f.locations) for f in lint(load_profile_text(text, "p.yaml"))]
+
+
+def test_cable_length_without_buffers_is_a_warning():
+    found = [f for f in lint(load_profile_text(_rail("pfc_cable_length: 30\n"), "p.yaml"))]
+    assert [(f.code, f.severity, f.locations) for f in found] == [
+        ("cable-length-without-buffers", "warning", ("p.yaml:6",))]
+    assert "no effect while the firmware owns the buffers" in found[0].message
+
+
+def test_buffers_without_cable_length_is_a_warning():
+    text = _rail("buffer: {prio2buffer: [0, 0, 0, 1, 0, 0, 0, 0]}\n")
+    found = lint(load_profile_text(text, "p.yaml"))
+    assert [(f.code, f.severity) for f in found] == [("buffers-without-cable-length", "warning")]
+    assert "sized for 7 m" in found[0].message and "one-way" in found[0].message
+
+
+def test_cable_length_with_buffers_and_other_drivers_are_clean():
+    both = _rail("pfc_cable_length: 30\nbuffer: {prio2buffer: [0, 0, 0, 1, 0, 0, 0, 0]}\n")
+    assert _codes(both) == []
+    assert _codes(_rail("pfc_cable_length: 30\n", driver="ice")) == []

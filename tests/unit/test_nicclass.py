@@ -44,3 +44,45 @@ def test_tables():
     assert nicclass.MANA.max_mtu == 9000 and not nicclass.MANA.dcb
     assert {"trust", "pfc", "ets", "maxrate", "buffer"} <= nicclass.MLX5.dcb
     assert nicclass.for_driver("igb") is None
+
+
+# -- the driver rules' decisions (DriverRule.holds, refusal) -------------------------
+
+def test_a_rule_covers_its_key_its_section_and_placeholders(monkeypatch):
+    vf_trust = nicclass.DriverRule(driver="mlx5_core", key="sriov.vfs.<n>.trust", effect="refused",
+                                   when="w", why="y", source="s",
+                                   holds=lambda facts: facts.get("eswitch") == "switchdev")
+    monkeypatch.setattr(nicclass, "RULES", [vf_trust, nicclass.MANA_CHANNELS_VPORT_BUSY])
+    on = {"eswitch": "switchdev"}
+    assert nicclass.refusal("mlx5_core", "sriov.vfs.3.trust", on) is vf_trust
+    assert nicclass.refusal("mlx5_core", "sriov.vfs.3.vlan", on) is None
+    assert nicclass.refusal("mlx5_core", "sriov.vfs", on) is None
+    assert nicclass.refusal("mlx5_core", "sriov.vfs.3.trust", {"eswitch": "legacy"}) is None
+    assert nicclass.refusal("mana", "sriov.vfs.3.trust", on) is None
+    assert nicclass.refusal("mana", "channels.combined", {"port_up": False, "raw_qp": None}) is (
+        nicclass.MANA_CHANNELS_VPORT_BUSY)
+    assert nicclass.refusal("mana", "channelsx.combined", {"port_up": False}) is None
+
+
+def test_the_mana_rule_holds_only_on_a_down_port_a_raw_qp_may_hold():
+    rule = nicclass.MANA_CHANNELS_VPORT_BUSY
+    assert [rule.applies({"port_up": up, "raw_qp": raw}) for up, raw in (
+        (False, True), (False, None), (False, False), (True, True), (True, None))] == [
+        True, True, False, False, False]
+
+
+def test_the_buffer_rules_hold_as_mlx5_owns_its_buffers():
+    no_effect = nicclass.MLX5_CABLE_LENGTH_NO_EFFECT
+    assert no_effect.applies({"buffers": "firmware"}) and no_effect.applies({"buffers": None})
+    assert not no_effect.applies({"buffers": "software"})
+    assert nicclass.MLX5_BUFFER_WRITE_ONE_WAY.applies({})  # every write
+    assert [r.effect for r in nicclass.rules_holding("mlx5_core", "roce.buffer.size", {})] == ["one-way"]
+
+
+def test_a_rule_without_a_decision_is_never_applied_generically(monkeypatch):
+    # Its own module decides when it holds: refusal() cannot, so it never refuses by it.
+    undecided = nicclass.DriverRule(driver="mlx5_core", key="macsec.offload", effect="refused",
+                                    when="offload: phy", why="y", source="s")
+    monkeypatch.setattr(nicclass, "RULES", [undecided])
+    assert nicclass.refusal("mlx5_core", "macsec.offload", {"value": "phy"}) is None
+    assert nicclass.rules_holding("mlx5_core", "macsec.offload", {}) == []

@@ -155,21 +155,68 @@ def test_lower_driver_is_validated_like_driver(value):
 
 
 # -- item 7 (b): MANA queues under mana_ib -------------------------------------------
+# mana_ethtool.c mana_set_channels refuses (EBUSY) only on a down port whose
+# vPort a RAW QP holds (nicclass.MANA_CHANNELS_VPORT_BUSY); on an up port
+# Ethernet holds the vPort and the change goes through, disruptively.
+
+def mana_queues(section: str) -> str:
+    return f"nictune: 1\ninterfaces:\n  vf:\n    match: {{driver: mana}}\n    {section}\n"
+
+
+def mana_down(tmp_path, **overlay) -> FakeHost:
+    return host(tmp_path, "maia-host", links=[{"name": VF, "up": False, "operstate": "DOWN"}], **overlay)
+
 
 @pytest.mark.parametrize("section, key", [
     ("rings: {rx: 1024}", "rx"), ("channels: {combined: 8}", "combined")])
-def test_mana_queues_are_not_resized_while_mana_ib_uses_the_port(tmp_path, section, key):
-    text = f"nictune: 1\ninterfaces:\n  vf:\n    match: {{driver: mana}}\n    {section}\n"
-    rdma = host(tmp_path / "r", "maia-host", tree="mana-host")
-    out = apply(rdma, text, tmp_path / "r")
+def test_mana_queues_change_disruptively_on_an_up_port_under_mana_ib(tmp_path, section, key):
+    rdma = host(tmp_path, "maia-host", tree="mana-host")
     family = section.split(":")[0]
+    planned = change(plan(rdma, mana_queues(section), tmp_path), family, VF, key)
+    assert planned.status == "pending"
+    assert planned.disruptive.startswith("MANA detaches and re-attaches the port")
+    out = apply(rdma, mana_queues(section), tmp_path)
+    assert out.error is None and change(out, family, VF, key).status == "applied"
+
+
+def test_mana_channels_on_a_down_port_under_mana_ib_are_refused_in_plan(tmp_path):
+    rdma = mana_down(tmp_path, tree="mana-host")
+    out = apply(rdma, mana_queues("channels: {combined: 8}"), tmp_path)
     assert out.error["kind"] == "unsupported" and rdma.kernel.writes == []
-    assert change(out, family, VF, key).note.startswith(
-        f"not supported while mana_ib uses the port (mana_0 sits on {VF}): changing MANA "
-        f"{family} detaches and re-attaches the port")
-    # Without an RDMA device on the port the same change is planned.
-    plain = host(tmp_path / "p", "maia-host")
-    assert change(plan(plain, text, tmp_path / "p"), family, VF, key).status == "pending"
+    note = change(out, "channels", VF, "combined").note
+    rule = nicclass.MANA_CHANNELS_VPORT_BUSY
+    assert note.startswith(f"not supported by mana while {rule.when}: {rule.why} ({rule.source})")
+    assert note.endswith(f"nictune cannot read whether a RAW QP holds it (mana_0 sits on {VF}): "
+                         f"bring {VF} up first")
+
+
+def test_mana_rings_on_a_down_port_under_mana_ib_are_planned(tmp_path):
+    # mana_set_ringparam has no vPort check: a down port only records the sizes.
+    rdma = mana_down(tmp_path, tree="mana-host")
+    assert change(plan(rdma, mana_queues("rings: {rx: 1024}"), tmp_path), "rings", VF, "rx").status == "pending"
+
+
+def test_mana_channels_on_a_down_port_without_rdma_are_planned(tmp_path):
+    plain = mana_down(tmp_path)
+    out = plan(plain, mana_queues("channels: {combined: 8}"), tmp_path)
+    assert change(out, "channels", VF, "combined").status == "pending"
+
+
+@pytest.mark.parametrize("up, raw_qp, refused", [
+    (False, True, True), (True, True, False), (False, False, False)])
+def test_the_mana_fake_refuses_channels_by_the_same_rule(tmp_path, up, raw_qp, refused):
+    fake = host(tmp_path, "maia-host", links=[{"name": VF, "up": up}],
+                quirks={VF: {"raw_qp": raw_qp, "rings_round_up_pow2": True}})
+    assert nicclass.refusal("mana", "channels.combined", fake.kernel.facts(VF)) is (
+        nicclass.MANA_CHANNELS_VPORT_BUSY if refused else None)
+    if not refused:
+        fake.ethtool().set_channels(VF, {"combined": 8})
+        assert fake.ethtool().channels()[VF]["combined"] == 8
+        return
+    with pytest.raises(NetlinkError) as e:
+        fake.ethtool().set_channels(VF, {"combined": 8})
+    assert e.value.errno == errno.EBUSY and nicclass.MANA_CHANNELS_VPORT_BUSY.why in str(e.value)
+    fake.ethtool().set_rings(VF, {"rx": 1024})  # no such check in mana_set_ringparam
 
 
 def test_maia_rdma_does_not_ask_for_mana_queues(tmp_path):

@@ -595,6 +595,7 @@ class _Entry:
         self.pfc_without_ecn()
         self.gid_index_rule()
         self.mtu_rule()
+        self.headroom_rules()
 
     def starved_class(self, prio: Any) -> Optional[int]:
         """The traffic class `prio` maps to (ets.prio_tc) when that class is
@@ -889,3 +890,25 @@ class _Entry:
                      f"RoCE headers, so the RoCE MTU is {got or 'below 256'} instead of 4096; an MTU "
                      f"of at least {need} (9000 is usual) carries 4096-byte RoCE packets",
                      self.l.p.source("interfaces", self.name, "mtu"), self.at())
+
+    def headroom_rules(self) -> None:
+        """mlx5 sizes PFC headroom for the cable length only while software
+        owns the port buffers, which a buffer write makes it do for good
+        (nicclass.MLX5_CABLE_LENGTH_NO_EFFECT, MLX5_BUFFER_WRITE_ONE_WAY)."""
+        drivers = _as_list(_get(self.entry, "match", "driver"))
+        if drivers and "mlx5_core" not in drivers:
+            return
+        length, buffer = self.roce.get("pfc_cable_length"), self.roce.get("buffer")
+        if length is not None and not buffer:
+            rule = nicclass.MLX5_CABLE_LENGTH_NO_EFFECT
+            self.add("cable-length-without-buffers", WARNING,
+                     f"pfc_cable_length {length} without roce.buffer: no effect while the firmware "
+                     f"owns the buffers (the default): {rule.why} ({rule.source})",
+                     self.at("pfc_cable_length"))
+        elif buffer and length is None:
+            rule = nicclass.MLX5_BUFFER_WRITE_ONE_WAY
+            self.add("buffers-without-cable-length", WARNING,
+                     "roce.buffer without pfc_cable_length: the headroom is sized for "
+                     f"{nicclass.MLX5_DEFAULT_CABLE_LENGTH} m, the driver's default; set the real "
+                     f"cable length. The write is one-way: {rule.why} ({rule.source})",
+                     self.at("buffer"))

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
-    from typing import List, Optional
+    from typing import Callable, List, Optional
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,17 @@ class DriverRule:
     when: str     # the state in which it holds ("eswitch in switchdev mode")
     why: str      # what the driver does, in a user's words
     source: str   # file and function ("esw/legacy.c mlx5_eswitch_set_vport_trust")
+    # The decision: holds(facts) -> bool, whether the rule applies to a port
+    # whose facts are these (a dict: "port_up", "buffers", "raw_qp",
+    # "eswitch", "value" (what the key is set to), "planned" (profile key ->
+    # what the plan sets on the port); None where a fact cannot be read).
+    # Plan passes what it can read, the test fakes pass their state: both ask
+    # the same function.  None: no generic fact decides it (the rule's own
+    # module does), so refusal() and rules_holding() never apply it.
+    holds: Optional[Callable] = None
+
+    def applies(self, facts: dict) -> bool:
+        return self.holds is not None and bool(self.holds(facts))
 
 
 RULES: List[DriverRule] = []
@@ -85,6 +96,30 @@ def rule(**fields) -> DriverRule:
 
 def rules_for(driver: Optional[str], key_prefix: str = "") -> List[DriverRule]:
     return [r for r in RULES if r.driver == driver and r.key.startswith(key_prefix)]
+
+
+def _key_covers(pattern: str, key: str) -> bool:
+    """A rule's key covers a profile key: equal, a section of it
+    ("channels" covers "channels.combined"), or with <placeholders>
+    ("sriov.vfs.<n>.trust" covers "sriov.vfs.3.trust")."""
+    want, got = pattern.split("."), key.split(".")
+    if len(got) < len(want):
+        return False
+    return all(w == g or (w.startswith("<") and w.endswith(">")) for w, g in zip(want, got))
+
+
+def rules_holding(driver: Optional[str], key: str, facts: dict, effect: str = "") -> List[DriverRule]:
+    """The rules of `driver` that cover profile key `key` and hold for a
+    port with these facts (of one effect, or any)."""
+    return [r for r in RULES if r.driver == driver and _key_covers(r.key, key)
+            and (not effect or r.effect == effect) and r.applies(facts)]
+
+
+def refusal(driver: Optional[str], key: str, facts: dict) -> Optional[DriverRule]:
+    """The rule by which `driver` refuses to write `key` on a port with
+    these facts, or None."""
+    found = rules_holding(driver, key, facts, "refused")
+    return found[0] if found else None
 
 
 # NVIDIA ConnectX (mlx5)
@@ -447,3 +482,76 @@ def hw_tc_off_refused(driver: Optional[str], eswitch_mode: Optional[str], offloa
     if driver == "mlx5_core" and eswitch_mode == SWITCHDEV and offloaded_flows > 0:
         return MLX5_HW_TC_OFF_REFUSED
     return None
+# -- PFC headroom and port-buffer ownership (mlx5) ------------------------------
+# en_dcbnl.c mlx5e_dcbnl_ieee_setpfc stores the cable length (priv->dcbx.
+# cable_len; newer kernels keep it in the firmware, mlx5e_port_set_cable_len)
+# and calls mlx5e_port_manual_buffer_config, which re-sizes the lossless
+# headroom (en/port_buffer.c mlx5e_calculate_buf_sz_and_thresholds: xoff
+# from cable_len and the link speed), only when software owns the port
+# buffers: before 2025 priv->dcbx.manual_buffer, false from
+# mlx5e_dcbnl_initialize until the first dcbnl setbuffer; since "net/mlx5e:
+# Query FW for buffer ownership" mlx5_query_port_buffer_ownership ==
+# MLX5_BUF_OWNERSHIP_SW_OWNED.  mlx5e_dcbnl_setbuffer writes the buffers
+# (PBMC) itself, which hands them to software; nothing in the driver hands
+# them back (only its re-initialisation).  The cable length starts at
+# MLX5E_DEFAULT_CABLE_LEN (7 m).  Neither dcbnl nor any sysfs file reports
+# who owns the buffers: plan knows only what the profile writes.
+MLX5_DEFAULT_CABLE_LENGTH = 7
+
+
+def firmware_owns_buffers(facts: dict) -> bool:
+    """facts["buffers"]: "software" once a buffer write made them so,
+    "firmware" at driver load, None when unknown (plan on a live host)."""
+    return facts.get("buffers") != "software"
+
+
+MLX5_CABLE_LENGTH_NO_EFFECT = rule(
+    driver="mlx5_core", key="roce.pfc_cable_length", effect="no effect",
+    when="the firmware owns the port buffers (the default, until a roce.buffer write)",
+    why="mlx5 stores the cable length and reads it back, but sizes the PFC headroom for it "
+        "only while software owns the port buffers: with firmware-owned buffers it changes "
+        "nothing",
+    source="en_dcbnl.c mlx5e_dcbnl_ieee_setpfc (mlx5_query_port_buffer_ownership; before "
+           "2025 priv->dcbx.manual_buffer), en/port_buffer.c mlx5e_port_manual_buffer_config",
+    holds=firmware_owns_buffers)
+
+MLX5_BUFFER_WRITE_ONE_WAY = rule(
+    driver="mlx5_core", key="roce.buffer", effect="one-way",
+    when="any write of roce.buffer.size or roce.buffer.prio2buffer",
+    why="the write hands the port buffers from the firmware to software, which then sizes "
+        f"the lossless headroom for the cable length ({MLX5_DEFAULT_CABLE_LENGTH} m, "
+        "MLX5E_DEFAULT_CABLE_LEN, unless roce.pfc_cable_length says otherwise); a rollback "
+        "restores the sizes and the priority mapping but not firmware ownership (only "
+        "reloading the driver does)",
+    source="en_dcbnl.c mlx5e_dcbnl_setbuffer, en/port_buffer.c mlx5e_port_manual_buffer_config",
+    holds=lambda facts: True)  # every write
+
+
+# -- MANA queue changes under RDMA ------------------------------------------------
+# mana_en.c mana_cfg_vport: Ethernet (an up port, mana_alloc_queues) and a
+# RAW QP (mana_ib, DPDK) exclude each other on the vPort (vport_use_count);
+# RC QPs do not count ("This physical port limitation only applies to the
+# RAW QP").  mana_ethtool.c mana_set_channels: EBUSY when !apc->port_is_up
+# && apc->vport_use_count, the RAW QP user's EQs being sized to the
+# current queue count.  mana_set_ringparam has no such check: on a down
+# port it only records the sizes (mana_attach allocates no queues), on an
+# up one Ethernet holds the vPort.  nictune cannot read whether a RAW QP
+# holds the vPort (rdma netlink's QP dump would tell; nictune does not
+# speak it): plan takes it as unknown, and so refuses on a down port with
+# an RDMA device on it.
+
+
+def raw_qp_may_hold_vport(facts: dict) -> bool:
+    """facts["port_up"]: the netdev is up; facts["raw_qp"]: True, False,
+    or None (unknown: counted as maybe)."""
+    return not facts.get("port_up") and facts.get("raw_qp") is not False
+
+
+MANA_CHANNELS_VPORT_BUSY = rule(
+    driver="mana", key="channels", effect="refused",
+    when="the port is down and a RAW QP (mana_ib: DPDK) holds the vPort",
+    why="MANA answers EBUSY: the RAW QP user's EQs are sized to the current queue count; "
+        "with the port up Ethernet holds the vPort and the change goes through (detaching "
+        "and re-attaching the port)",
+    source="mana_ethtool.c mana_set_channels; mana_en.c mana_cfg_vport",
+    holds=raw_qp_may_hold_vport)

@@ -126,7 +126,10 @@ interfaces:
             "pfc": s.prio_list("Priorities with PFC on; every other priority off."),
             "ets": ets,
             "pfc_cable_length": {**s.integer(1, 0xFFFF), "description":
-                                 "Cable length in metres that mlx5 sizes the PFC headroom for (ieee_pfc.delay; mlx5: 1-999)."},
+                                 "Cable length in metres for the PFC headroom (ieee_pfc.delay; mlx5: 1-999). "
+                                 "mlx5 sizes the headroom for it only while software owns the port buffers "
+                                 "(after a `buffer` write); with firmware-owned buffers (the default) it is "
+                                 "stored and read back but changes nothing."},
             "buffer": buffer,
             "dcbx": {"enum": ["host", "firmware"], "description":
                      "Who runs DCBX: host (the profile's PFC/ETS stand) or firmware (the NIC may take them from the switch)."},
@@ -141,7 +144,11 @@ interfaces:
         notes = [nicclass.dcb_port_note(driver)]
         if name == "pfc_cable_length" and driver in nicclass.PFC_CABLE_LENGTH:
             low, high = nicclass.PFC_CABLE_LENGTH[driver]
-            notes.append(f"{low}-{high} m, read back only with port buffer support")
+            notes.append(f"{low}-{high} m, read back only with port buffer support; no effect while "
+                         "the firmware owns the buffers (until a buffer write)")
+        elif name.startswith("buffer.") and nicclass.rules_holding(driver, setting, {}, "one-way"):
+            notes.append("one-way: a write hands the port buffers to software; rollback does not "
+                         "give them back to the firmware")
         elif name == "pfc" and driver in PFC_TOGGLES_LINK:
             notes.append("a change toggles the port link")
         return "; ".join(n for n in notes if n) or None
@@ -304,10 +311,43 @@ interfaces:
             return "exact map: DSCP entries not listed are deleted (they then map to priority 0)"
         if key.name == "dcbx" and self._wanted.get(key.target, {}).get("dcbx") == "firmware":
             return "a willing NIC firmware may then take PFC and ETS from the switch (DCBX)"
-        if key.name == "buffer.size" and self.driver_of(key.target) == "mlx5_core":
-            return ("mlx5 keeps sizes in whole buffer cells, rounding down (en/port_buffer.c "
-                    "port_set_buffer)")
+        if key.name == "pfc_cable_length":
+            return self._cable_length_note(key.target)
+        if key.name in BUFFER_FIELDS:
+            return self._buffer_note(key)
         return ""
+
+    def _port_facts(self, ifname: str) -> dict:
+        """What nicclass's buffer rules ask of a port.  No kernel interface
+        says who owns the port buffers: they are software's once this
+        profile writes one, else unknown (firmware's unless a buffer write
+        since the driver loaded)."""
+        wanted = self._wanted.get(ifname, {})
+        return {"buffers": "software" if any(k in wanted for k in BUFFER_FIELDS) else None}
+
+    def _cable_length_note(self, ifname: str) -> str:
+        driver = self.driver_of(ifname)
+        found = nicclass.rules_holding(driver, "roce.pfc_cable_length", self._port_facts(ifname),
+                                       "no effect")
+        if not found:
+            return ""
+        return (f"no effect while the firmware owns the buffers (the default; roce.buffer is not "
+                f"set): {found[0].why} ({found[0].source})")
+
+    def _buffer_note(self, key: Key) -> str:
+        driver = self.driver_of(key.target)
+        notes = []
+        if key.name == "buffer.size" and driver == "mlx5_core":
+            notes.append("mlx5 keeps sizes in whole buffer cells, rounding down (en/port_buffer.c "
+                         "port_set_buffer)")
+        for found in nicclass.rules_holding(driver, "roce." + key.name, self._port_facts(key.target),
+                                            "one-way"):
+            length = self._wanted.get(key.target, {}).get("pfc_cable_length")
+            sized = (f"headroom sized for the {length} m cable length this profile sets"
+                     if length else f"headroom sized for {nicclass.MLX5_DEFAULT_CABLE_LENGTH} m "
+                     "unless the cable length was set (pfc_cable_length is not in the profile)")
+            notes.append(f"one-way: {found.why}; here: {sized} ({found.source})")
+        return "; ".join(notes)
 
     def disruptive(self, key: Key, before, after) -> str:
         if key.name == "pfc" and before != after:

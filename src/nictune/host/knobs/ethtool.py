@@ -4,8 +4,9 @@ Features are per bit, named as the kernel names them; ethtool's short
 aliases are accepted.  Rings, channels, coalesce and pause share one shape
 (a dump per family of every device, one set message per device) and so one
 class.  Plans refuse before writing what the drivers would refuse or round
-(ring minimums and powers of two, nicclass.py), MANA queue changes while
-mana_ib holds the port, and mark queue rebuilds as disruptive.
+(ring minimums and powers of two, nicclass.py), MANA channel changes on a
+down port whose vPort a RAW QP may hold (nicclass.MANA_CHANNELS_VPORT_BUSY),
+and mark queue rebuilds as disruptive.
 """
 
 from __future__ import annotations
@@ -230,26 +231,34 @@ class EthtoolParamsFamily(Family):
         for target, values in group_by_target(items).items():
             self._set(target, values)
 
-    def _held_by_mana_ib(self, ifname: str) -> Optional[str]:
-        """Why a MANA port's queues must not be resized now, or None.
-        mana_set_channels and mana_set_ringparam (drivers/net/ethernet/
-        microsoft/mana/mana_ethtool.c) rebuild the queues with mana_detach
-        and mana_attach; mana_attach configures the vPort again
-        (mana_en.c mana_cfg_vport), which is EBUSY while mana_ib holds it
-        (vport_use_count), leaving the port down; newer kernels refuse
-        mana_set_channels outright with EBUSY while RDMA holds the vPort,
-        its EQs being sized to the current queue count."""
-        if self.driver_of(ifname) != "mana":
+    def _driver_refusal(self, key) -> Optional[str]:
+        """Why the driver refuses this key on this port now, by the rules of
+        nicclass.RULES (MANA channels while a RAW QP may hold the vPort of
+        a down port: mana_ethtool.c mana_set_channels), or None."""
+        driver = self.driver_of(key.target)
+        if not nicclass.rules_for(driver, self.name):
             return None
-        from nictune.host.facts import rdma  # only for MANA ports
-
-        found = rdma.port_of(self.host, ifname)
+        facts = self._port_facts(key.target)
+        found = nicclass.refusal(driver, f"{self.name}.{key.name}", facts)
         if found is None:
             return None
-        return (f"not supported while mana_ib uses the port ({found[0]} sits on {ifname}): "
-                f"changing MANA {self.name} detaches and re-attaches the port (mana_detach, "
-                "mana_attach) under its RDMA users, and fails with EBUSY while mana_ib holds "
-                "the vPort")
+        unknown = (f"; nictune cannot read whether a RAW QP holds it ({facts['rdma']} sits on "
+                   f"{key.target}): bring {key.target} up first") if facts["raw_qp"] is None else ""
+        return f"not supported by {driver} while {found.when}: {found.why} ({found.source}){unknown}"
+
+    def _port_facts(self, ifname: str) -> dict:
+        """The facts nicclass rules ask of a port: is it up, and may a RAW QP
+        hold its vPort (False without an RDMA device on it, else unknown:
+        only rdma netlink's QP dump would tell)."""
+        link = next((l for l in self.host.links() if l.name == ifname), None)
+        rdma_port = None
+        if self.driver_of(ifname) == "mana":
+            from nictune.host.facts import rdma  # only for MANA ports
+
+            rdma_port = rdma.port_of(self.host, ifname)
+        return {"port_up": bool(link is not None and link.up),
+                "raw_qp": False if rdma_port is None else None,
+                "rdma": rdma_port[0] if rdma_port else None}
 
     def disruptive(self, key, before, after) -> str:
         """The kinds nicclass.DISRUPTS lists (rings, channels on mlx5 and
@@ -310,10 +319,7 @@ interfaces:
         return self.host.ethtool().rings()
 
     def check(self, key, want) -> Optional[str]:
-        held = self._held_by_mana_ib(key.target)
-        if held:
-            return held
-        reason = super().check(key, want)
+        reason = self._driver_refusal(key) or super().check(key, want)
         if reason:
             return reason
         driver = self.driver_of(key.target)
@@ -370,7 +376,7 @@ interfaces:
         return self.host.ethtool().channels()
 
     def check(self, key, want) -> Optional[str]:
-        return self._held_by_mana_ib(key.target) or super().check(key, want)
+        return self._driver_refusal(key) or super().check(key, want)
 
     def _set(self, ifname, values):
         self.host.ethtool().set_channels(ifname, values)

@@ -1,0 +1,145 @@
+"""Every shipped profile, playbook play and doc example, planned and applied
+on the strict fakes of its NIC class (tests/strict_fakes.py): nothing
+nictune ships may plan as a success what the driver rules refuse.
+
+The fakes hold no rule of their own: they ask nicclass.RULES, so a rule
+declared there (with its holds(facts)) reaches this test without touching
+it.  The last tests show that the harness catches a refusal: the ASAP2
+profile as shipped before the switchdev rules (VF vlan/trust/spoofchk in
+switchdev), rules declared here for the purpose (one plan does not
+consult), and the MANA channel rule."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from fakes import overlay
+from nictune.control.rollout.playbook import load_playbook
+from nictune.host.facts import nicclass
+from nictune.host.facts.nicclass import DriverRule
+from nictune.profile.loader import load_profile, load_profile_text
+from shipped import REPO, VF, profile_blocks
+from strict_fakes import (DOC_PAGES, FAKE_HOSTS, PLAYBOOK_FILES, PROFILE_FILES, mana_state, mlx5_state,
+                          nic_classes, shipped_artifacts, strict_run)
+
+pytestmark = pytest.mark.recorded
+
+ARTIFACTS = shipped_artifacts()
+RUNS = [(a, cls) for a in ARTIFACTS for cls in nic_classes(a.load().doc)]
+ASAP2 = os.path.join(REPO, "profiles", "connectx7-asap2-switchdev.yaml")
+
+
+def _yaml_files(directory: str) -> list:
+    return sorted(os.path.join(REPO, directory, n) for n in os.listdir(os.path.join(REPO, directory))
+                  if n.endswith((".yaml", ".yml")))
+
+
+def test_every_shipped_file_and_example_is_run():
+    # The listings themselves: a .yml file, or a new directory entry, is not left out.
+    assert PROFILE_FILES == _yaml_files("profiles") and len(PROFILE_FILES) >= 10
+    assert PLAYBOOK_FILES == _yaml_files("playbooks") and len(PLAYBOOK_FILES) >= 3
+    assert {str(p) for p in DOC_PAGES} >= {os.path.join(REPO, "README.md"),
+                                          *(str(p) for p in (Path(REPO) / "docs" / "howto").glob("*.md"))}
+    by_file = {}
+    for artifact in ARTIFACTS:
+        by_file[artifact.file] = by_file.get(artifact.file, 0) + 1
+    for path in PROFILE_FILES:
+        assert by_file.get(path) == 1, path
+    for path in PLAYBOOK_FILES:
+        assert by_file.get(path) == len(load_playbook(path)) >= 1, path
+    for page in DOC_PAGES:
+        assert by_file.get(str(page), 0) == len(profile_blocks(page.read_text())), page
+    examples = sum(len(profile_blocks(p.read_text())) for p in DOC_PAGES)
+    assert examples >= 25
+    assert len(ARTIFACTS) == len(PROFILE_FILES) + sum(len(load_playbook(p)) for p in PLAYBOOK_FILES) + examples
+    # Each NIC class's fake runs something, and the ASAP2 profile runs on mlx5's.
+    assert {cls for _, cls in RUNS} == set(FAKE_HOSTS) and len(RUNS) >= len(ARTIFACTS)
+    assert ("profiles/connectx7-asap2-switchdev.yaml", "mlx5_core") in {(a.label, c) for a, c in RUNS}
+
+
+@pytest.mark.parametrize("artifact, nic", RUNS, ids=[f"{a.label}@{c}" for a, c in RUNS])
+def test_nothing_shipped_plans_a_success_the_driver_refuses(artifact, nic, tmp_path):
+    problems, _ = strict_run(artifact.load(), FAKE_HOSTS[nic](), tmp_path)
+    assert problems == [], "\n".join(problems)
+
+
+# -- the harness catches what the rules refuse ------------------------------------------
+
+ASAP2_BEFORE = os.path.join(REPO, "tests", "fixtures", "strict", "connectx7-asap2-switchdev-before.yaml")
+
+
+def test_the_asap2_profile_as_shipped_before_the_switchdev_rules_fails(tmp_path):
+    """VF vlan, trust and spoofchk on a switchdev eswitch: plan refuses them
+    on mlx5 by the switchdev rules, and the run says the artifact asks its
+    own NIC class for them."""
+    problems, _ = strict_run(load_profile(ASAP2_BEFORE), mlx5_state(), tmp_path)
+    refused = {(p.split(" on ")[0], p.split(" on ")[1].split(" ")[0]) for p in problems}
+    wanted = {("sriov vfs.0.vlan", "enp23s0f0np0"), ("sriov vfs.0.trust", "enp23s0f0np0"),
+              ("sriov vfs.0.spoofchk", "enp23s0f1np1"), ("sriov vfs.3.vlan", "enp23s0f1np1")}
+    assert wanted <= refused and len(problems) == 20
+    assert all(" is refused on its own NIC class: " in p for p in problems)
+    assert nicclass.MLX5_VF_TRUST_SWITCHDEV.why in "\n".join(problems)
+
+
+def mac_in_switchdev(facts: dict) -> bool:
+    return "switchdev" in (facts.get("eswitch"), facts.get("planned", {}).get("eswitch.mode"))
+
+
+SCRATCH_VF_MAC = DriverRule(
+    driver="mlx5_core", key="sriov.vfs.<n>.mac", effect="refused",
+    when="the eswitch is in switchdev mode", why="a scratch rule of this test: EOPNOTSUPP",
+    source="tests/unit/test_strict_fakes.py", holds=mac_in_switchdev)
+
+
+def test_a_rule_plan_does_not_consult_fails_the_asap2_profile(monkeypatch, tmp_path):
+    """The ASAP2 profile sets VF MACs under switchdev; with a rule that
+    refuses them (plan does not know this one), the sweep and the fake's
+    apply both say so, by the rule's own words."""
+    clean, pending = strict_run(load_profile(ASAP2), mlx5_state(), tmp_path / "clean")
+    assert clean == [] and [c for c in pending if c.key.name == "vfs.0.mac"]
+    monkeypatch.setattr(nicclass, "RULES", nicclass.RULES + [SCRATCH_VF_MAC])
+    problems, _ = strict_run(load_profile(ASAP2), mlx5_state(), tmp_path / "ruled")
+    swept = [p for p in problems if p.startswith("plan predicts sriov vfs.")]
+    assert {p.split(" (")[0] for p in swept} == {f"plan predicts sriov vfs.{n}.mac on {pf}"
+                                                 for n in range(4) for pf in ("enp23s0f0np0", "enp23s0f1np1")}
+    assert all("while the eswitch is in switchdev mode: a scratch rule of this test" in p for p in swept)
+    applied = [p for p in problems if p.startswith("apply: sriov vfs.")]
+    assert len(applied) == 1 and "write refused: " in applied[0] and SCRATCH_VF_MAC.why in applied[0]
+
+
+def test_a_refusing_buffer_rule_fails_a_scratch_profile(monkeypatch, tmp_path):
+    text = ("nictune: 1\ninterfaces:\n  rails:\n    match: {driver: mlx5_core}\n    roce:\n"
+            "      pfc: [3]\n      pfc_cable_length: 30\n"
+            "      buffer: {prio2buffer: [0, 0, 0, 1, 0, 0, 0, 0]}\n")
+    scratch = load_profile_text(text, "scratch.yaml")
+    assert strict_run(scratch, mlx5_state(), tmp_path / "clean")[0] == []
+    monkeypatch.setattr(nicclass, "RULES", nicclass.RULES + [DriverRule(
+        driver="mlx5_core", key="roce.buffer", effect="refused", when="the port is up",
+        why="a scratch rule of this test: EBUSY", source="tests/unit/test_strict_fakes.py",
+        holds=lambda facts: facts["port_up"])])
+    problems, _ = strict_run(load_profile_text(text, "scratch.yaml"), mlx5_state(), tmp_path / "ruled")
+    assert sum(p.startswith("plan predicts dcb buffer.prio2buffer on enp23s0f") for p in problems) == 2
+    assert [p for p in problems if p.startswith("apply: dcb buffer.prio2buffer") and "EBUSY" not in p] == []
+    assert any(p.startswith("apply: dcb buffer.prio2buffer") for p in problems)
+
+
+@pytest.mark.parametrize("raw_qp", [True, False])
+def test_an_artifact_asking_its_class_for_a_refused_setting_fails(tmp_path, raw_qp):
+    """Plan consults the MANA channel rule: on a down MANA port under
+    mana_ib an artifact that changes channels is refused by it, which the
+    harness reports as the artifact asking for what its class refuses:
+    by the rule holding for the fake's facts (a RAW QP holds the vPort),
+    or by plan's refusal in the rule's words (plan cannot tell, the fake
+    has none)."""
+    state = overlay(mana_state(), {"links": [{"name": VF, "up": False, "operstate": "DOWN"}],
+                                   "quirks": {VF: {"raw_qp": raw_qp}}})
+    text = "nictune: 1\ninterfaces:\n  vf:\n    match: {driver: mana}\n    channels: {combined: 8}\n"
+    problems, _ = strict_run(load_profile_text(text, "scratch.yaml"), state, tmp_path)
+    rule = nicclass.MANA_CHANNELS_VPORT_BUSY
+    assert len(problems) == 1 and problems[0].startswith(
+        f"channels combined on {VF} (scratch.yaml:5) is refused on its own NIC class: ")
+    assert rule.why in problems[0]
+    assert (f"mana refuses it while {rule.when}" in problems[0]) is raw_qp
