@@ -161,3 +161,20 @@ def test_the_spec_loads_min_counters_and_ipsec_and_refuses_nonsense(tmp_path):
         path = playbook(tmp_path, f"rails: [eth2]\niperf3: {{seconds: 1}}\n{bad}\n")
         with pytest.raises(g.NictuneError, match=r"pb.yaml:\d+"):
             g.load_play_gates(path)
+
+
+def test_iproute2_before_6_2_prints_no_offload_mode_enough_for_crypto_not_for_packet():
+    old = STATE.replace(" mode {mode}", "")
+    (sa, _in) = parse_sas(old.format(me=1, peer=2, bytes=0, out=0, in_=0))
+    assert (sa.dev, sa.mode) == ("eth2", "offload of an unknown mode")
+    after = parse_sas(old.format(me=1, peer=2, bytes=500, out=5, in_=5))
+    before = parse_sas(old.format(me=1, peer=2, bytes=0, out=0, in_=0))
+    (ok,) = _rows("crypto", before, after)
+    assert ok["passed"], ok
+    (no,) = _rows("packet", before, after)
+    assert not no["passed"] and "does not print the offload mode: 6.2 and later do" in no["why"]
+
+
+def _rows(mode, before, after):
+    from nictune.control.rollout.gate.ipsec import ipsec_rows
+    return ipsec_rows(mode, ["eth2"], {"h": before}, {"h": after}, {})

@@ -425,8 +425,9 @@ class _Linter:
         packet, esp = _esp_on_entry(entry, crypto, at)
         if packet:
             layers.append((ESP_OVERHEAD, "ESP packet offload (mlx5 steers RoCE v2 between the "
-                           "SA's addresses through it, lib/ipsec_fs_roce.c; transport mode, "
-                           "AES-GCM; tunnel mode adds the outer IP header)", packet))
+                           "SA's addresses through it, lib/ipsec_fs_roce.c, where the firmware "
+                           "offers it; transport mode, AES-GCM; tunnel mode adds the outer IP "
+                           "header)", packet))
         elif esp:
             self.add("esp-leaves-roce-clear", WARNING,
                      f"interfaces.{name}: ESP here runs in software or as crypto offload, which "

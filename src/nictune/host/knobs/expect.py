@@ -9,7 +9,7 @@
       counters: {rx_discards_phy: {max: 0}, TlsDecryptError: 0}  # increase
       counters_interval: 5            # seconds between the two reads
       counter_totals: {TlsTxDevice: {min: 1}}   # the value as it reads
-      ipsec_offload: crypto           # crypto, packet or none (host/facts/ipsec.py)
+      ipsec_offload: {if_present: crypto}  # or crypto, packet, none (host/facts/ipsec.py)
       firmware_pending_reset: false   # devlink dev info: stored == running
 
 Keys are family "expect", name the fact ("counters.<name>" and
@@ -21,8 +21,10 @@ which meets no expectation.
 Counters are the interface's ethtool statistics, RDMA hw_counters and
 /sys/class/net/X/statistics (host/facts/health.py), except the kTLS ones of
 /proc/net/tls_stat (Tls*: TlsTxDevice, TlsDecryptError, ...), which are
-the network namespace's whichever entry names them, and read as
-Unsupported("the tls module is not loaded") where that file is absent.
+the network namespace's whichever entry names them -- the namespace the
+agent runs in: kTLS sockets of pods in their own namespaces are not
+counted -- and read as Unsupported("the tls module is not loaded") where
+that file is absent.
 
 `counters` compares how much each counter rose over an interval, not its
 total: a counter is a total since the device last reset it, so one drop
@@ -57,6 +59,15 @@ crypto is met when every SA is offloaded to the interface (packet offload
 does the crypto too) and there is at least one; packet when every SA and
 policy is packet-offloaded there; none when no SA is offloaded there (no
 SA at all meets it).  The plan's note names each SA at fault and why.
+
+Expectations are read on every verify and audit, busy or idle, so the ones
+that need traffic at that moment (crypto or packet: at least one SA;
+TlsCurrTxDevice {min: 1}: an open kTLS socket) drift forever on an idle
+host.  Their "if present" forms hold there: {if_present: crypto|packet}
+shows as "crypto if present" and is met with no SA at all, else as crypto
+or packet; for kTLS, TlsCurrTxSw {max: 0} (no socket in software now).  "Is
+it in use" is the play gate's question, asked while its traffic runs
+(control/rollout/gate/ipsec.py, counters: min:).
 
 firmware_pending_reset is read from devlink `dev info` of the device that
 has a port for the interface (host/facts/health.py): true when a flashed

@@ -3,10 +3,26 @@ links and back-to-back rails (no IKE): what `ip xfrm state add ... offload
 dev X dir out|in` and `ip xfrm policy add ... tmpl ...` would install,
 written over NETLINK_XFRM (netlink/xfrm.py), never through argv.
 
+Labs only: SAs are refused unless the section says `lab: true` (lint says
+so too).  Nothing rekeys a static SA, and every re-install of the same key
+(rollback then apply, the resident agent at boot, a changed setting)
+starts its sequence numbers -- AES-GCM's nonces -- from 1 again, which
+gives the authentication key away (LAB_WHY).  In production an IKE daemon
+(strongSwan hw_offload, libreswan nic-offload) installs the SAs and
+`expect: ipsec_offload` verifies them.  Even in a lab every SA gets what
+IKE daemons give theirs: an anti-replay window (32..256 packets, default
+128, in XFRMA_REPLAY_ESN_VAL), ESN (default on; netdevsim cannot offload
+it: nicclass.ipsec_sa_refused), and soft/hard packet lifetimes (default
+3e9/4e9, before the 32-bit sequence space and NIST SP 800-38D's 2^32
+invocations of one GCM key), optionally byte ones.  They are in the SA's
+value ("... replay 128 esn lifetime packets 3000000000/4000000000"), so an
+SA installed without them reads as changed and is replaced.
+
     interfaces:
       rail0:
         match: {name: eth0}
         ipsec:
+          lab: true
           sas:
             - {src: 198.18.0.1, dst: 198.18.0.2, spi: 0x1001, reqid: 1,
                mode: transport, icv: 128, key_file: /etc/nictune/keys/rail0-out,
@@ -25,7 +41,9 @@ Offload none | crypto | packet, always to the entry's interface; `dir`
 
 Keys (target: the matched interface):
   sa <dst> esp 0x<spi>        "<src> > <dst> reqid <r> <mode> rfc4106(gcm(aes))
-                               <key bits> icv <n> offload <none|crypto dir X|...>"
+                               <key bits> icv <n> offload <none|crypto dir X|...>
+                               replay <w> esn|no-esn lifetime packets <s>/<h>
+                               [bytes <s>/<h>]"
   policy <src> > <dst> dir <d> "tmpl <src> > <dst> esp <mode> reqid <r>
                                priority <p> offload none|packet"
 The key never appears in a value: the plan's note names the key file and
