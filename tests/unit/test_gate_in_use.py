@@ -18,16 +18,21 @@ from nictune.control.rollout.gate.ipsec import IPSEC_ARGV, parse_sas
 from nictune.control.rollout.traffic import Result
 from .test_gate import TCP, FakeServer, addr, playbook
 
-# iproute2 6.1's `ip -s xfrm state list nokeys` (ipxfrm.c xfrm_state_print),
-# one SA offloaded to eth2 out, one in, one of the rail's address in software.
+# `ip -s xfrm state list nokeys` as iproute2 (ipxfrm.c xfrm_state_print)
+# printed nictune's static SAs on netdevsim in the VM tier, trimmed; iproute2
+# 6.2 and later end the offload line with " mode crypto|packet" (6.1: none).
 STATE = """\
 src 198.18.0.{me} dst 198.18.0.{peer}
-\tproto esp spi 0x00001001 reqid 1853095937 mode transport
-\treplay-window 0 flag esn
-\taead rfc4106(gcm(aes)) 160
+\tproto esp spi 0x00001001(4097) reqid 1853095937(0x6e740001) mode transport
+\treplay-window 0 seq 0x00000000 flag  (0x00000000)
+\taead rfc4106(gcm(aes)) <<Keys hidden>> 128
+\tlastused 2026-12-04 19:28:11
 \tanti-replay esn context:
-\t seq-hi 0x0, seq 0x0, oseq-hi 0x0, oseq 0x0
-\t replay_window 128, bitmap-length 4
+\t seq-hi 0x0, seq 0x0, oseq-hi 0x0, oseq 0x3
+\t replay_window 64, bitmap-length 2
+\t 00000000 00000000 
+\tcrypto offload parameters: dev eth2 dir out mode {mode}
+\tsel src 0.0.0.0/0 dst 0.0.0.0/0 uid 0
 \tlifetime config:
 \t  limit: soft (INF)(bytes), hard (INF)(bytes)
 \t  limit: soft 3000000000(packets), hard 4000000000(packets)
@@ -35,19 +40,18 @@ src 198.18.0.{me} dst 198.18.0.{peer}
 \t  expire use: soft 0(sec), hard 0(sec)
 \tlifetime current:
 \t  {bytes}(bytes), {out}(packets)
-\t  add 2026-12-04 19:00:00 use 2026-12-04 19:00:01
+\t  add 2026-12-04 19:28:01 use 2026-12-04 19:28:11
 \tstats:
 \t  replay-window 0 replay 0 failed 0
-\tcrypto offload parameters: dev eth2 dir out mode {mode}
 src 198.18.0.{peer} dst 198.18.0.{me}
-\tproto esp spi 0x00001002 reqid 1853095938 mode transport
+\tproto esp spi 0x00001002(4098) reqid 1853095938(0x6e740002) mode transport
+\tcrypto offload parameters: dev eth2 dir in mode {mode}
 \tlifetime current:
 \t  0(bytes), {in_}(packets)
-\tcrypto offload parameters: dev eth2 dir in mode {mode}
 """
 SOFTWARE = """\
 src 198.18.0.{me} dst 198.18.0.9
-\tproto esp spi 0x00002001 reqid 1 mode transport
+\tproto esp spi 0x00002001(8193) reqid 1(0x00000001) mode transport
 \tlifetime current:
 \t  0(bytes), 0(packets)
 """
