@@ -18,7 +18,10 @@ different places, and nothing stops them from disagreeing:
     ASAP2: hw-tc-offload on a switchdev PF and its representors (and with OVS
     hw_offload), VFs wanted with tc offload on a legacy eswitch; inline
     crypto: bits a NIC class lacks, MACsec/ESP overhead against the
-    interface MTU and the RoCE MTU
+    interface MTU and the RoCE MTU (ESP only with mlx5 packet offload: in
+    software or as crypto offload ESP never sees RoCE, which bypasses xfrm,
+    and lint says that RoCE then leaves in clear); static IPsec SAs outside
+    ipsec.lab: true
 
 It also warns about settings whose kernel side effects a rollback can undo
 only in part (nictune/host/transaction/aside.py): an MTU below 1280, `state: down`,
