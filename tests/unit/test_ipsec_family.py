@@ -68,6 +68,7 @@ def test_the_plan_shows_the_fingerprint_never_the_key(key_file):
     from nictune.host.transports.keyfile import fingerprint
     assert f"fingerprint {fingerprint((KEY + chr(10)).encode())}" in note
     assert "0x6e740001" in note
+    assert "nothing rekeys it" in note and "restarts its AES-GCM nonces" in note
     texts = repr((sa, pol, note, f.note(pol.key))).lower()
     assert KEY not in texts and KEY[:16] not in texts
 

@@ -473,7 +473,9 @@ interfaces:
         if key in self._sas:
             p = self._sas[key]
             return (f"key from {p['path']} (fingerprint {p['fp']}); installed with reqid "
-                    f"0x{REQID_BASE + p['reqid']:x}; a rollback deletes it")
+                    f"0x{REQID_BASE + p['reqid']:x}; a rollback deletes it; a static SA, for "
+                    "labs: nothing rekeys it, and installing this key again restarts its "
+                    "AES-GCM nonces (change the key and the SPI together)")
         if key in self._policies:
             return "a rollback deletes it"
         return ""
