@@ -13,7 +13,7 @@ gives the authentication key away (LAB_WHY).  In production an IKE daemon
 IKE daemons give theirs: an anti-replay window (32..256 packets, default
 128, in XFRMA_REPLAY_ESN_VAL), ESN (default on; netdevsim cannot offload
 it: nicclass.ipsec_sa_refused), and soft/hard packet lifetimes (default
-3e9/4e9, before the 32-bit sequence space and NIST SP 800-38D's 2^32
+3e9/4e9, before the 32-bit sequence space and NIST SP 800-38D's conservative 2^32
 invocations of one GCM key), optionally byte ones.  They are in the SA's
 value ("... replay 128 esn lifetime packets 3000000000/4000000000"), so an
 SA installed without them reads as changed and is replaced.
@@ -100,14 +100,16 @@ SPI_MIN = 0x100  # 1..255 are reserved (RFC 4303)
 # moves to packet offload keeps its window.
 REPLAY_WINDOWS = (32, 64, 128, 256)
 DEFAULT_WINDOW = 128
-# Packet lifetimes: the SA is deleted (hard) before 2^32 packets, the 32-bit
-# sequence space of an SA without ESN and NIST SP 800-38D's bound of 2^32
-# invocations of one AES-GCM key (section 8.3); at the soft limit the kernel
-# tells key managers (XFRM_MSG_EXPIRE), which for a static SA nobody hears.
+# Packet lifetimes: the SA is deleted (hard) before 2^32 packets -- the
+# 32-bit sequence space of an SA without ESN, and the conservative line of
+# NIST SP 800-38D section 8.3 (2^32 invocations of one AES-GCM key when its
+# IVs are not built deterministically); at the soft limit the kernel tells
+# key managers (XFRM_MSG_EXPIRE), which for a static SA nobody hears.
 DEFAULT_SOFT_PACKETS = 3_000_000_000
 DEFAULT_HARD_PACKETS = 4_000_000_000
 SEQ32_MAX = 0xFFFFFFFF
-LIMIT_MAX = 0xFFFFFFFFFFFFFFFE  # below XFRM_INF (no limit)
+XFRM_INF_VALUE = 0xFFFFFFFFFFFFFFFF  # netlink/xfrm.py XFRM_INF, without importing pyroute2
+LIMIT_MAX = XFRM_INF_VALUE - 1  # XFRM_INF itself means no limit
 LAB_WHY = ("nothing rekeys a static SA, and every re-install of the same key (a rollback "
            "then an apply, the resident agent at boot, a changed setting) starts its "
            "sequence numbers, and so AES-GCM's nonces, again from 1: the same nonce under "
@@ -152,8 +154,6 @@ def replay_text(window: int, esn: bool, limits) -> str:
         text += f" bytes {_limit(limits.soft_bytes)}/{_limit(limits.hard_bytes)}"
     return text
 
-
-XFRM_INF_VALUE = 0xFFFFFFFFFFFFFFFF  # netlink/xfrm.py XFRM_INF, without importing pyroute2
 
 
 def policy_text(tmpl_src, tmpl_dst, reqid_text, mode, priority, offload) -> str:
@@ -235,7 +235,8 @@ interfaces:
                     "hard_packets": {**s.integer(1, LIMIT_MAX),
                                      "description": f"Default {DEFAULT_HARD_PACKETS}: before "
                                                     "2^32, the 32-bit sequence space and NIST "
-                                                    "SP 800-38D's bound for one AES-GCM key."},
+                                                    "SP 800-38D's conservative bound for one "
+                                                    "AES-GCM key."},
                     "soft_bytes": {**s.integer(1, LIMIT_MAX),
                                    "description": "Default none."},
                     "hard_bytes": {**s.integer(1, LIMIT_MAX),
