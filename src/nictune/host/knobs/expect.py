@@ -177,10 +177,13 @@ interfaces:
                                    "description": "PCIe link speed in GT/s, as the device trained (32 = Gen5)."},
                 "counters": s.mapping(
                     "Counters (ethtool -S, RDMA hw_counters, /sys/class/net/X/statistics; "
-                    "Tls* names: the kernel's kTLS counters of /proc/net/tls_stat, the "
-                    "host's), each with the value or bound its increase over "
+                    "Tls* names: the kernel's kTLS counters of /proc/net/tls_stat, which is "
+                    "per network namespace: the agent's, so pods' kTLS sockets in their own "
+                    "namespaces are not in it), each with the value or bound its increase over "
                     "counters_interval must meet: {max: 0} is 'did not rise'. Counters of "
-                    "what there is now (TlsCurr*, peer_ifindex) are compared as they read.",
+                    "what there is now (TlsCurr*, peer_ifindex) are compared as they read: "
+                    "TlsCurrTxSw: {max: 0} holds on an idle host, TlsCurrTxDevice: {min: 1} "
+                    "does not (ask that in the play's gate: counters: min:).",
                     s.text(COUNTER_NAME, 64),
                     s.wanted(0, s.U64_MAX, "Increase of the counter over the interval."), 64),
                 INTERVAL: {**s.integer(1, MAX_INTERVAL),
