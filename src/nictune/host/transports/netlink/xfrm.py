@@ -31,7 +31,12 @@ Writes (the `ipsec:` section, knobs/ipsec.py): XFRM_MSG_NEWSA / DELSA /
 NEWPOLICY / DELPOLICY laid out as iproute2's `ip xfrm state add ... aead
 rfc4106(gcm(aes)) <key> <icv> offload dev X dir out|in` and `ip xfrm
 policy add ... tmpl ...` send them (tests/fixtures/xfrm/record.py records
-those; tests/unit/test_xfrm_write.py compares byte for byte).  The key
+those; tests/unit/test_xfrm_write.py compares byte for byte), with
+`replay-window W [flag esn] limit packet-soft|packet-hard|byte-soft|
+byte-hard N`: the window in XFRMA_REPLAY_ESN_VAL (bitmap mode) with ESN or
+above 32 packets, else in the header, as iproute2 puts it; the limits in
+xfrm_usersa_info.lft.  The decoder reads them back (Sa.replay_window,
+.esn, .limits).  The key
 goes in as the caller's bytearray into XFRMA_ALG_AEAD; add_sa() overwrites
 the encoded datagram and drops the attribute right after the kernel
 answered, whatever it answered, and never formats the message.
