@@ -207,3 +207,23 @@ def test_a_fleet_with_data_rails_goes_away_whole_and_quickly(make_fleet):
     links = subprocess.run(["ip", "-j", "link", "show"], capture_output=True, text=True, check=True).stdout
     assert prefix not in links
     assert took < 4, took  # the bridges are deleted, not waited for
+
+
+def test_in_use_checks_read_the_hosts_real_sas_and_counters(rails_fleet, tmp_path):
+    # The "is it in use" half the if-present expectations leave out: on these
+    # hosts (no ESP in this kernel, no tls module) nothing is offloaded and no
+    # kTLS counter exists, so both fail -- read for real over SSH, `ip -s xfrm
+    # state list nokeys` and /proc/net/tls_stat -- while a counter that did
+    # rise (tx_packets) meets its minimum.
+    a, b = rails_fleet.of_kind("sshd")
+    path = gate_playbook(tmp_path, "rails: [data0]\niperf3: {seconds: 1}\nipsec_offload: crypto\n"
+                                   "counters: {min: {tx_packets: 1, TlsTxDevice: 1}}")
+    result = run_gate(rails_fleet, path)
+    assert not result["passed"], result
+    for host in (a, b):
+        [ipsec] = [r for r in result["results"] if r["tool"] == "ipsec-offload" and r["client"] == host.name]
+        assert ipsec["why"] == "no IPsec SA is crypto-offloaded to data0", ipsec
+        [counters] = [r for r in result["results"] if r["tool"] == "counters" and r["client"] == host.name]
+        assert counters["figures"]["tx_packets"] >= 1, counters
+        assert counters["why"] == (f"{host.name} has no counter TlsTxDevice on data0 (no /proc/net/tls_stat: "
+                                   "the tls module is not loaded)"), counters

@@ -49,6 +49,7 @@ CRYPTO = """\
   crypto:
     match: {name: rail0}
     ipsec:
+      lab: true
       sas:
         - {src: 198.18.7.1, dst: 198.18.7.2, spi: 0x1001, reqid: 1, key_file: KEYFILE}
       policies:

@@ -71,3 +71,29 @@ def test_policy_and_sa_dumps_match_ip_xfrm(veth_pair):
     # What `ip xfrm` printed names the same selectors and directions.
     assert "src 198.18.0.1/32 dst 198.18.0.2/32" in shown and "dir out priority 7" in shown
     assert "src 2001:2::2/128 dst 2001:2::/64" in shown and "dir in priority 0" in shown
+
+
+def test_if_present_is_met_by_no_sa_and_a_software_policy_is_still_drift_for_packet(
+        veth_pair, tmp_path):
+    # An idle host (no SA now) meets {if_present: ...}: the strict form above
+    # would drift forever.  A policy for the rail that runs in software is
+    # still drift for packet offload, which needs the policy offloaded too.
+    must(veth_pair, "ip", "addr", "add", "198.18.0.1/24", "dev", "ntv0")
+    for mode in ("crypto", "packet"):
+        report = verify(veth_pair, tmp_path, {"if_present": mode})
+        assert report["exit_code"] == 0, report
+        (change,) = report["changes"]
+        assert (change["status"], change["after"]) == ("ok", f"{mode} if present"), change
+        assert change["note"].startswith("expected; no IPsec SA uses ntv0 now"), change
+    must(veth_pair, "ip", "xfrm", "policy", "add", "src", "198.18.0.1/32", "dst", "198.18.0.2/32",
+         "dir", "out", "tmpl", "src", "198.18.0.1", "dst", "198.18.0.2", "proto", "esp",
+         "reqid", "9", "mode", "transport")
+    report = verify(veth_pair, tmp_path, {"if_present": "packet"})
+    assert report["exit_code"] == 2, report
+    (change,) = report["changes"]
+    assert change["status"] == "drift", change
+    assert "policy 198.18.0.1/32 > 198.18.0.2/32 dir out: in software" in change["note"], change
+    report = verify(veth_pair, tmp_path, {"if_present": "crypto"})
+    assert report["exit_code"] == 0, report  # crypto offload needs no policy offloaded
+    report = verify(veth_pair, tmp_path, {"if_present": "none"})
+    assert report["exit_code"] != 0 and "if_present" in str(report), report

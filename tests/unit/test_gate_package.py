@@ -12,7 +12,7 @@ import nictune.control.rollout.gate as gate
 
 PACKAGE = Path(nictune.__file__).parent
 CONCERNS = ("schema", "spec", "pairing", "parsers", "rows", "rails", "iperf3", "ib_write_bw", "nccl", "counters",
-            "baselines", "parallel", "runner")
+            "baselines", "parallel", "runner", "ipsec")
 
 
 def test_the_gate_is_a_package_with_a_file_per_concern():

@@ -48,7 +48,7 @@ def source(*path):
 def section(key_path, **over):
     sa = {"src": "198.18.0.1", "dst": "198.18.0.2", "spi": 0x1001, "reqid": 1,
           "key_file": key_path, "offload": "crypto", "dir": "out", **over}
-    return {"ipsec": {"sas": [sa], "policies": [
+    return {"ipsec": {"lab": True, "sas": [sa], "policies": [
         {"src": "198.18.0.1", "dst": "198.18.0.2/32", "dir": "out",
          "tmpl": {"src": "198.18.0.1", "dst": "198.18.0.2", "reqid": 1}}]}}
 
@@ -59,7 +59,8 @@ def test_the_plan_shows_the_fingerprint_never_the_key(key_file):
     sa, pol = f.expand("eth0", section(path), source)
     assert sa.key == Key("ipsec", "eth0", "sa 198.18.0.2 esp 0x00001001")
     assert sa.want.value == ("198.18.0.1 > 198.18.0.2 reqid 1 transport rfc4106(gcm(aes)) "
-                             "160 bits icv 128 offload crypto dir out")
+                             "160 bits icv 128 offload crypto dir out replay 128 esn lifetime "
+                             "packets 3000000000/4000000000")
     assert pol.key.name == "policy 198.18.0.1/32 > 198.18.0.2/32 dir out"
     assert pol.want.value == ("tmpl 198.18.0.1 > 198.18.0.2 esp transport reqid 1 priority 0 "
                               "offload none")
@@ -67,6 +68,7 @@ def test_the_plan_shows_the_fingerprint_never_the_key(key_file):
     from nictune.host.transports.keyfile import fingerprint
     assert f"fingerprint {fingerprint((KEY + chr(10)).encode())}" in note
     assert "0x6e740001" in note
+    assert "nothing rekeys it" in note and "restarts its AES-GCM nonces" in note
     texts = repr((sa, pol, note, f.note(pol.key))).lower()
     assert KEY not in texts and KEY[:16] not in texts
 
@@ -104,8 +106,12 @@ def test_the_schema_takes_the_shape_and_refuses_ranges():
 
     ok = {"src": "198.18.0.1", "dst": "198.18.0.2", "proto": "esp", "spi": 0x1001, "reqid": 7,
           "mode": "tunnel", "aead": "rfc4106(gcm(aes))", "icv": 96, "key_file": "/etc/k",
-          "offload": "packet", "dir": "in"}
+          "offload": "packet", "dir": "in", "replay_window": 256, "esn": True,
+          "lifetime": {"soft_packets": 1, "hard_packets": 2, "soft_bytes": 3, "hard_bytes": 4}}
     assert errors(ok) == []
+    assert errors({**ok, "replay_window": 100}) and errors({**ok, "replay_window": 0})
+    assert errors({**ok, "lifetime": {"hard_packets": 0}})
+    assert errors({**ok, "lifetime": {"hard_packets": 2 ** 64 - 1}})  # that is XFRM_INF
     assert errors({**ok, "spi": 255}) and errors({**ok, "spi": 2 ** 32})
     assert errors({**ok, "reqid": 0}) and errors({**ok, "reqid": 65536})
     assert errors({**ok, "proto": "ah"}) and errors({**ok, "icv": 100})
@@ -124,11 +130,12 @@ def test_an_sa_is_nictunes_only_by_its_reqid_block():
     assert fam.nictune_reqid(0x6E740001) == 1 and fam.nictune_reqid(0x6E74FFFF) == 0xFFFF
     assert fam.nictune_reqid(1) is None and fam.nictune_reqid(0x6E740000) is None
     assert fam.nictune_reqid(0x6E750000) is None
+    # As `ip xfrm state add` without options leaves it: no window, no ESN, no limits.
     assert f._sa_value(sa(0x6E740001), "eth0", names) == (
         "198.18.0.1 > 198.18.0.2 reqid 1 transport rfc4106(gcm(aes)) 160 bits icv 128 "
-        "offload crypto dir out")
+        "offload crypto dir out replay 0 no-esn lifetime packets inf/inf")
     assert f._sa_value(sa(0x6E740001, Offload(4, False, False)), "eth0", names).endswith(
-        "offload crypto dir out on eth1")
+        "offload crypto dir out on eth1 replay 0 no-esn lifetime packets inf/inf")
     foreign = f._sa_value(sa(1), "eth0", names)  # strongSwan's first reqid
     assert isinstance(foreign, Unsupported)
     assert "not installed by nictune (reqid 0x1" in foreign.reason
@@ -160,8 +167,61 @@ def test_each_nic_class_is_told(key_file):
     (k, _pol) = [d.key for d in sw.expand("eth0", section(key_file(), offload="none"), source)]
     assert sw.check(k, None) is None
     nsim = family("netdevsim")
-    (k, _pol) = [d.key for d in nsim.expand("eth0", section(key_file()), source)]
+    (k, _pol) = [d.key for d in nsim.expand("eth0", section(key_file(), esn=False), source)]
     assert nsim.check(k, None) is None
+
+
+def test_esn_crypto_offload_is_refused_where_the_driver_has_no_advance_esn(key_file):
+    # net/xfrm/xfrm_device.c xfrm_dev_state_add: netdevsim has no
+    # xdo_dev_state_advance_esn; the plan says so from the driver rule.
+    from nictune.host.facts import nicclass
+
+    nsim = family("netdevsim")
+    (k, _pol) = [d.key for d in nsim.expand("eth0", section(key_file()), source)]
+    assert nsim.check(k, None) == (f"not supported by netdevsim: "
+                                   f"{nicclass.IPSEC_ESN_NO_ADVANCE.why} "
+                                   f"({nicclass.IPSEC_ESN_NO_ADVANCE.source})")
+    mlx5 = family("mlx5_core")  # the capability is the firmware's: left to the kernel
+    (k, _pol) = [d.key for d in mlx5.expand("eth0", section(key_file()), source)]
+    assert mlx5.check(k, None) is None
+    sw = family("netdevsim")  # ESN in software is always there
+    (k, _pol) = [d.key for d in sw.expand("eth0", section(key_file(), offload="none"), source)]
+    assert sw.check(k, None) is None
+
+
+def test_static_sas_are_refused_outside_a_lab(key_file):
+    doc = section(key_file())
+    del doc["ipsec"]["lab"]
+    with pytest.raises(InvalidInput, match=r"^p.yaml:ipsec.sas: ipsec.sas: static SAs are "
+                                           r"refused outside a lab: nothing rekeys.*nonce.*"
+                                           r"set ipsec.lab: true$"):
+        family().expand("eth0", doc, source)
+    doc["ipsec"]["lab"] = False
+    with pytest.raises(InvalidInput, match="refused outside a lab"):
+        family().expand("eth0", doc, source)
+    # Policies alone pass (they only route traffic to SAs).
+    (pol,) = family().expand("eth0", {"ipsec": {"policies": doc["ipsec"]["policies"]}}, source)
+    assert pol.key.name.startswith("policy ")
+
+
+def test_every_sa_gets_a_replay_window_esn_and_lifetimes(key_file):
+    (sa, _pol) = family().expand("eth0", section(
+        key_file(), replay_window=64, esn=False,
+        lifetime={"soft_packets": 10, "hard_packets": 20, "soft_bytes": 4000,
+                                  "hard_bytes": 5000}), source)
+    assert sa.want.value.endswith("offload crypto dir out replay 64 no-esn lifetime packets "
+                                  "10/20 bytes 4000/5000")
+    for lifetime, problem in (({"soft_packets": 20, "hard_packets": 20}, "not below"),
+                              ({"soft_bytes": 9, "hard_bytes": 5}, "not below"),
+                              ({"hard_bytes": 5}, "soft_bytes inf is not below"),
+                              ({"hard_packets": 2 ** 32}, "32-bit sequence space")):
+        with pytest.raises(InvalidInput, match=rf"p.yaml:ipsec.sas.0: ipsec.sas\[0\].lifetime"
+                                               rf".*{problem}"):
+            family().expand("eth0", section(key_file(), esn=False, lifetime=lifetime), source)
+    # With ESN the sequence space is 64-bit: only the key's wear bounds it.
+    (sa, _pol) = family().expand("eth0", section(key_file(), lifetime={"hard_packets": 2 ** 40}),
+                                 source)
+    assert "packets 3000000000/1099511627776" in sa.want.value
 
 
 def test_a_key_file_error_names_the_profile_line_of_its_sa(tmp_path):
@@ -175,7 +235,7 @@ def test_a_key_file_error_names_the_profile_line_of_its_sa(tmp_path):
     profile = tmp_path / "p.yaml"
     profile.write_text(
         "nictune: 1\ninterfaces:\n  rails:\n    match: {driver: mlx5_core}\n    ipsec:\n"
-        "      sas:\n"
+        "      lab: true\n      sas:\n"
         "        - {src: 198.18.0.1, dst: 198.18.0.2, spi: 0x1001, reqid: 1, offload: none,\n"
         f"           key_file: {missing}}}\n"
         "        - src: 198.18.0.1\n          dst: 198.18.0.3\n          spi: 0x1002\n"
@@ -185,6 +245,6 @@ def test_a_key_file_error_names_the_profile_line_of_its_sa(tmp_path):
                         "profile": {"path": loaded.path, "doc": loaded.doc,
                                     "sources": loaded.sources}},
                        host=FakeHost("cx7-host", tmp_path / "root"))
-    assert report["error"]["message"] == (f"{profile}:8: ipsec.sas[0].key_file: key file "
+    assert report["error"]["message"] == (f"{profile}:9: ipsec.sas[0].key_file: key file "
                                           f"{missing}: does not exist")
-    assert loaded.sources["interfaces/rails/ipsec/sas/1/key_file"] == f"{profile}:14"
+    assert loaded.sources["interfaces/rails/ipsec/sas/1/key_file"] == f"{profile}:15"

@@ -91,15 +91,54 @@ def test_macsec_overhead_that_drops_the_roce_mtu_is_a_warning():
     assert findings(ROCE % 9000 + "  macsec: {offload: mac}\n") == []
 
 
-def test_esp_overhead_that_drops_the_roce_mtu_is_a_warning():
-    for esp in ("  crypto: {esp: true}\n", "  expect: {ipsec_offload: crypto}\n"):
+def test_esp_packet_offload_overhead_that_drops_the_roce_mtu_is_a_warning():
+    # Only mlx5 packet offload puts RoCE v2 through an SA (lib/ipsec_fs_roce.c).
+    for esp in ("  expect: {ipsec_offload: packet}\n",
+                "  expect: {ipsec_offload: {if_present: packet}}\n"):
         (f,) = findings(ROCE % 4200 + esp)
         assert f[:2] == ("crypto-overhead-caps-roce-mtu", "warning")
-        assert "ESP (transport mode" in f[2] and "takes 37 bytes" in f[2] and "at least 4229" in f[2]
+        assert "ESP packet offload (mlx5 steers RoCE v2" in f[2] and "takes 37 bytes" in f[2]
+        assert "at least 4229" in f[2]
         assert "(p.yaml:5, p.yaml:7)" in f[2]  # the mtu, the ESP key
-    assert findings(ROCE % 4229 + "  crypto: {esp: true}\n") == []
-    assert findings(ROCE % 4200 + "  crypto: {esp: false}\n") == []
+    assert findings(ROCE % 4229 + "  expect: {ipsec_offload: packet}\n") == []
     assert findings(ROCE % 4200 + "  expect: {ipsec_offload: none}\n") == []
+
+
+def test_esp_crypto_offload_never_covers_roce():
+    # RDMA bypasses xfrm: ESP in software or crypto offload takes no byte of a
+    # RoCE frame, and leaves RoCE in clear -- said, and no MTU warning.
+    for esp, line in (("  crypto: {esp: true}\n", 7),
+                      ("  expect: {ipsec_offload: crypto}\n", 7),
+                      ("  expect: {ipsec_offload: {if_present: crypto}}\n", 7)):
+        (f,) = findings(ROCE % 4200 + esp)
+        assert f[:2] == ("esp-leaves-roce-clear", "warning"), f
+        assert "never covers RoCE: RDMA traffic bypasses xfrm" in f[2], f
+        assert "protects" not in f[2] and f"p.yaml:{line}" in f[2]
+    assert findings(ROCE % 4200 + "  crypto: {esp: false}\n") == []
+    assert findings("""\
+    rail:
+      match: {driver: mlx5_core}
+      crypto: {esp: true}
+    """) == []  # no RoCE on the entry: nothing to say
+
+
+SAS = """\
+    rail:
+      match: {driver: mlx5_core}
+      ipsec:%s
+        sas:
+          - {src: 198.18.0.1, dst: 198.18.0.2, spi: 0x1001, reqid: 1, key_file: /etc/k}
+    """
+
+
+def test_static_sas_outside_a_lab_are_an_error_and_a_warning_inside_one():
+    (f,) = findings(SAS % "")
+    assert f[:2] == ("ipsec-static-sa-outside-lab", "error")
+    assert "nothing rekeys a static SA" in f[2] and "nonce" in f[2] and "p.yaml:6" in f[2]
+    assert "strongSwan hw_offload, libreswan nic-offload" in f[2]
+    (f,) = findings(SAS % "\n        lab: true")
+    assert f[:2] == ("ipsec-static-sa", "warning")
+    assert "nothing rekeys a static SA" in f[2] and "hard lifetime" in f[2]
 
 
 PF = """\

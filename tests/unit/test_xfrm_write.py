@@ -102,3 +102,39 @@ def test_xfrma_sa_dir_is_attribute_33():
     assert raw[-8:] == bytes.fromhex("0500210002000000")
     sa = xfrm.decode_sa(raw)
     assert (sa.dir, sa.offload) == ("out", None)
+
+
+def test_newsa_with_esn_replay_window_and_packet_lifetimes_is_what_ip_xfrm_sends():
+    # `replay-window 128 flag esn limit packet-soft 3e9 limit packet-hard 4e9`:
+    # XFRMA_REPLAY_ESN_VAL (bmp_len 4, window 128), flags XFRM_STATE_ESN, and
+    # the limits in xfrm_usersa_info.lft -- what the ipsec: section writes.
+    msg = xfrm.newsa_message("198.18.0.1", "198.18.0.2", 0x1001, REQID, "transport",
+                             "rfc4106(gcm(aes))", 128, bytearray.fromhex(KEY),
+                             replay_window=128, esn=True,
+                             limits=xfrm.Limits(soft_packets=3_000_000_000,
+                                                hard_packets=4_000_000_000))
+    raw = encoded(msg, xfrm.XFRM_MSG_NEWSA)
+    assert raw == recorded("write-newsa-aead-esn-lifetimes")
+    sa = xfrm.decode_sa(raw)
+    assert (sa.replay_window, sa.esn) == (128, True)
+    assert sa.limits == xfrm.Limits(soft_packets=3_000_000_000, hard_packets=4_000_000_000)
+
+
+def test_a_32_packet_window_without_esn_goes_in_the_header_as_iproute2_puts_it():
+    msg = xfrm.newsa_message("198.18.0.1", "198.18.0.2", 0x1001, REQID, "transport",
+                             "rfc4106(gcm(aes))", 128, bytearray.fromhex(KEY),
+                             replay_window=32, limits=xfrm.Limits(10**12, 2 * 10**12, 100, 200),
+                             offload=(0, "in", False))
+    want = recorded("write-newsa-aead-window32-bytes")
+    msg["attrs"][-1][1]["ifindex"] = int.from_bytes(want[-8:-4], "little")
+    raw = encoded(msg, xfrm.XFRM_MSG_NEWSA)
+    assert raw == want
+    sa = xfrm.decode_sa(raw)
+    assert (sa.replay_window, sa.esn, sa.limits) == (
+        32, False, xfrm.Limits(10**12, 2 * 10**12, 100, 200))
+
+
+def test_an_sa_iproute2_added_without_options_decodes_as_no_window_no_esn_no_limits():
+    sa = xfrm.decode_sa(recorded("write-newsa-aead"))
+    assert (sa.replay_window, sa.esn, sa.limits) == (0, False, xfrm.Limits())
+    assert sa.limits.hard_packets == xfrm.XFRM_INF

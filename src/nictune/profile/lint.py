@@ -18,7 +18,10 @@ different places, and nothing stops them from disagreeing:
     ASAP2: hw-tc-offload on a switchdev PF and its representors (and with OVS
     hw_offload), VFs wanted with tc offload on a legacy eswitch; inline
     crypto: bits a NIC class lacks, MACsec/ESP overhead against the
-    interface MTU and the RoCE MTU
+    interface MTU and the RoCE MTU (ESP only with mlx5 packet offload: in
+    software or as crypto offload ESP never sees RoCE, which bypasses xfrm,
+    and lint says that RoCE then leaves in clear); static IPsec SAs outside
+    ipsec.lab: true
 
 It also warns about settings whose kernel side effects a rollback can undo
 only in part (nictune/host/transaction/aside.py): an MTU below 1280, `state: down`,
@@ -126,6 +129,28 @@ class Finding:
 
     def __str__(self) -> str:
         return f"{self.severity}: {self.text}"
+
+
+def _ipsec_mode(expected: Any) -> Any:
+    """expect.ipsec_offload's mode: "crypto", or {if_present: crypto}'s."""
+    return expected.get("if_present") if isinstance(expected, dict) else expected
+
+
+def _esp_on_entry(entry: dict, crypto: dict, at) -> Tuple[Optional[str], Optional[str]]:
+    """(where ESP packet offload is asked for, where other ESP is), each
+    the profile location or None."""
+    expected = _ipsec_mode((entry.get("expect") or {}).get("ipsec_offload"))
+    ipsec = entry.get("ipsec") if isinstance(entry.get("ipsec"), dict) else {}
+    sas = [sa for sa in ipsec.get("sas") or () if isinstance(sa, dict)]
+    if expected == "packet":
+        return at("expect", "ipsec_offload"), None
+    if any(sa.get("offload") == "packet" for sa in sas):
+        return at("ipsec", "sas"), None
+    if crypto.get("esp") is True:
+        return None, at("crypto", "esp")
+    if expected == "crypto":
+        return None, at("expect", "ipsec_offload")
+    return None, at("ipsec", "sas") if sas else None
 
 
 def roce_mtu(netdev_mtu: int) -> Optional[int]:
@@ -348,6 +373,7 @@ class _Linter:
                              f"interfaces.{name}: crypto.{key} on {driver}: {why}",
                              at("crypto", key), at("match", "driver"))
         self.crypto_overhead_rule(name, entry, crypto)
+        self.static_sa_rule(name, entry)
 
     def vfs_without_switchdev(self, name: str, entry: dict, tc: Any, ovs_offload: bool) -> None:
         """VFs asked for, and tc offload asked for them (hw-tc-offload on the
@@ -407,12 +433,32 @@ class _Linter:
                              + ("" if drivers else " (the entry names no driver: on mlx5)")
                              + f": {found.why} [{found.source}]",
                              at("sriov", "vfs", str(vf), attr), where)
+    def static_sa_rule(self, name: str, entry: dict) -> None:
+        """Static SAs: refused outside a lab (the plan refuses them too), and
+        a warning in a lab, since nothing rekeys them."""
+        from ..host.knobs.ipsec import LAB_WHY  # the family's words, one text
+
+        ipsec = entry.get("ipsec")
+        if not isinstance(ipsec, dict) or not ipsec.get("sas"):
+            return
+        at = lambda *keys: self.p.source("interfaces", name, "ipsec", *keys)  # noqa: E731
+        if ipsec.get("lab") is not True:
+            self.add("ipsec-static-sa-outside-lab", ERROR,
+                     f"interfaces.{name}: ipsec.sas without ipsec.lab: true: {LAB_WHY}; let an "
+                     "IKE daemon (strongSwan hw_offload, libreswan nic-offload) install the SAs "
+                     "and check them with expect: {ipsec_offload: {if_present: crypto}}",
+                     at("sas"))
+        else:
+            self.add("ipsec-static-sa", WARNING,
+                     f"interfaces.{name}: static SAs (lab): {LAB_WHY}; each expires at its hard "
+                     "lifetime and its traffic then stops until a new key and SPI are applied",
+                     at("sas"), at("lab"))
 
     def crypto_overhead_rule(self, name: str, entry: dict, crypto: dict) -> None:
-        """MACsec or ESP on a RoCE entry take bytes from every frame: the RoCE
-        MTU the rail's MTU gives may drop a step."""
-        mtu = _wanted_number(entry.get("mtu"))
-        if mtu is None or not isinstance(entry.get("roce"), dict) or roce_mtu(mtu) is None:
+        """MACsec, or ESP packet offload, on a RoCE entry take bytes from every
+        RoCE frame: the RoCE MTU the rail's MTU gives may drop a step.  ESP
+        in software or crypto offload never sees RoCE (RDMA bypasses xfrm)."""
+        if not isinstance(entry.get("roce"), dict):
             return
         at = lambda *keys: self.p.source("interfaces", name, *keys)  # noqa: E731
         layers = []
@@ -420,13 +466,21 @@ class _Linter:
         if isinstance(sec, dict):
             layers.append((MACSEC_SECTAG_SCI + (_number(sec.get("icv_len")) or MACSEC_ICV),
                            "MACsec (SecTAG with SCI and ICV)", at("macsec")))
-        ipsec = (entry.get("expect") or {}).get("ipsec_offload")
-        if crypto.get("esp") is True or ipsec in ("crypto", "packet") or entry.get("ipsec"):
-            where = (at("crypto", "esp") if crypto.get("esp") is True
-                     else at("expect", "ipsec_offload") if ipsec in ("crypto", "packet")
-                     else at("ipsec"))
-            layers.append((ESP_OVERHEAD, "ESP (transport mode, AES-GCM; tunnel mode adds the "
-                           "outer IP header)", where))
+        packet, esp = _esp_on_entry(entry, crypto, at)
+        if packet:
+            layers.append((ESP_OVERHEAD, "ESP packet offload (mlx5 steers RoCE v2 between the "
+                           "SA's addresses through it, lib/ipsec_fs_roce.c, where the firmware "
+                           "offers it; transport mode, AES-GCM; tunnel mode adds the outer IP "
+                           "header)", packet))
+        elif esp:
+            self.add("esp-leaves-roce-clear", WARNING,
+                     f"interfaces.{name}: ESP here runs in software or as crypto offload, which "
+                     "never covers RoCE: RDMA traffic bypasses xfrm and leaves in clear. Only "
+                     "mlx5 packet offload steers RoCE v2 through an SA (lib/ipsec_fs_roce.c); "
+                     "MACsec covers every frame", esp)
+        mtu = _wanted_number(entry.get("mtu"))
+        if mtu is None or roce_mtu(mtu) is None:
+            return
         for overhead, what, where in layers:
             left = roce_mtu(mtu - overhead)
             if left != roce_mtu(mtu):

@@ -107,3 +107,56 @@ def test_the_kernels_counters_are_facts_and_expectations(link, tmp_path):
     finally:
         client.close()
         peer.close()
+
+
+# A kTLS sender in a network namespace of its own (as a pod's), printing its
+# namespace's TlsCurrTxSw, then holding the socket open until stdin closes.
+POD_SENDER = """
+import socket, struct, sys
+server = socket.socket(); server.bind(("127.0.0.1", 0)); server.listen(1)
+client = socket.create_connection(server.getsockname()); peer, _ = server.accept()
+client.setsockopt(socket.IPPROTO_TCP, 31, b"tls")
+client.setsockopt(282, 1, struct.pack("=HH8s16s4s8s", 0x0303, 51, bytes(range(8)),
+                                      bytes(range(16, 32)), bytes(4), bytes(8)))
+client.sendall(b"x" * 100); peer.recv(4096)
+stat = dict(line.split() for line in open("/proc/net/tls_stat"))
+print(stat["TlsCurrTxSw"], flush=True)
+sys.stdin.read()
+"""
+
+
+def test_the_if_present_form_holds_idle_and_a_pods_socket_is_not_the_hosts(link, tmp_path):
+    """TlsCurrTxSw {max: 0} (no kTLS socket in software now) holds on an idle
+    host, where TlsCurrTxDevice {min: 1} drifts; and /proc/net/tls_stat is
+    per network namespace: a kTLS socket in another one is not counted."""
+    import subprocess
+    import sys
+
+    sh("modprobe", "tls")
+    path = profile(tmp_path, "{TlsCurrTxSw: {max: 0}, TlsCurrTxDevice: {min: 1}}")
+    ns = "ntpodtls"
+    sh("ip", "netns", "add", ns)
+    pod = None
+    try:
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+        pod = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", POD_SENDER],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert pod.stdout.readline().strip() == "1"  # the pod's namespace counts its socket
+        assert stat()["TlsCurrTxSw"] == 0, stat()  # the host's does not
+        code, report, _ = nictune("verify", path, "--state-dir", str(tmp_path / "state"))
+        got = {name: (c["status"], c["before"]) for name, c in changes(report).items()}
+        assert got == {"counters.TlsCurrTxSw": ("ok", 0),
+                       "counters.TlsCurrTxDevice": ("drift", 0)}, got
+        assert code == 2
+        client, peer = tls_sender()  # the host's own software kTLS socket: drift
+        try:
+            code, report, _ = nictune("verify", path, "--state-dir", str(tmp_path / "state"))
+            assert changes(report)["counters.TlsCurrTxSw"]["status"] == "drift", report
+        finally:
+            client.close()
+            peer.close()
+    finally:
+        if pod is not None:
+            pod.stdin.close()
+            pod.wait(10)
+        sh("ip", "netns", "del", ns, check=False)

@@ -84,7 +84,7 @@ class Usage:
         """Why `want` is not met, naming each SA or policy at fault."""
         out = []
         if want != "none" and not self.sas:
-            return [f"no IPsec SA uses {ifname}"]
+            out.append(f"no IPsec SA uses {ifname}")
         for f in self.sas:
             if want == "none" and f.mode != "none":
                 out.append(f"SA {f.what}: {f.mode} offload on {ifname}, the profile expects none")

@@ -555,3 +555,37 @@ MANA_CHANNELS_VPORT_BUSY = rule(
         "and re-attaching the port)",
     source="mana_ethtool.c mana_set_channels; mana_en.c mana_cfg_vport",
     holds=raw_qp_may_hold_vport)
+# -- IPsec static SAs (knobs/ipsec.py): what the xfrm offload paths refuse ---
+IPSEC_ESN_NO_ADVANCE = rule(
+    driver="netdevsim", key="ipsec.sas.esn", effect="refused",
+    when="crypto offload (offload: crypto) with esn: true (the default)",
+    why="the xfrm core refuses to offload an ESN SA to a device whose xfrmdev_ops have no "
+        "xdo_dev_state_advance_esn (\"Device doesn't support offload with ESN\"); netdevsim "
+        "has none: set esn: false there",
+    source="net/xfrm/xfrm_device.c xfrm_dev_state_add; drivers/net/netdevsim/ipsec.c "
+           "nsim_xfrmdev_ops")
+IPSEC_ESN_MLX5_CAP = rule(
+    driver="mlx5_core", key="ipsec.sas.esn", effect="refused",
+    when="offloaded, on a device whose firmware lacks the ESN capability (MLX5_IPSEC_CAP_ESN)",
+    why="mlx5 refuses to offload an ESN SA without the capability (\"Cannot offload ESN xfrm "
+        "states\"), which the firmware reports (en_accel/ipsec_offload.c "
+        "mlx5_ipsec_device_caps): left to the kernel to answer",
+    source="drivers/net/ethernet/mellanox/mlx5/core/en_accel/ipsec.c mlx5e_xfrm_validate_state")
+IPSEC_MLX5_PACKET_LIMITS = rule(
+    driver="mlx5_core", key="ipsec.sas.lifetime", effect="refused",
+    when="packet offload (offload: packet)",
+    why="a soft limit not below its hard limit, or a replay window other than 32, 64, 128 or "
+        "256 packets on an inbound SA, is refused; nictune's schema allows only those for "
+        "every SA",
+    source="drivers/net/ethernet/mellanox/mlx5/core/en_accel/ipsec.c mlx5e_xfrm_validate_state")
+# Drivers whose xfrmdev_ops lack xdo_dev_state_advance_esn (crypto offload of
+# an ESN SA refused by the xfrm core): the rule above, as a table.
+_IPSEC_NO_ESN_OFFLOAD = {r.driver: r for r in (IPSEC_ESN_NO_ADVANCE,)}
+
+
+def ipsec_sa_refused(driver: Optional[str], offload: str, esn: bool) -> Optional[DriverRule]:
+    """The driver rule that refuses this SA's offload, None when none does
+    (what the device's firmware offers is left to the kernel to answer)."""
+    if offload == "crypto" and esn:
+        return _IPSEC_NO_ESN_OFFLOAD.get(driver)
+    return None

@@ -9,7 +9,7 @@
       counters: {rx_discards_phy: {max: 0}, TlsDecryptError: 0}  # increase
       counters_interval: 5            # seconds between the two reads
       counter_totals: {TlsTxDevice: {min: 1}}   # the value as it reads
-      ipsec_offload: crypto           # crypto, packet or none (host/facts/ipsec.py)
+      ipsec_offload: {if_present: crypto}  # or crypto, packet, none (host/facts/ipsec.py)
       firmware_pending_reset: false   # devlink dev info: stored == running
 
 Keys are family "expect", name the fact ("counters.<name>" and
@@ -21,8 +21,10 @@ which meets no expectation.
 Counters are the interface's ethtool statistics, RDMA hw_counters and
 /sys/class/net/X/statistics (host/facts/health.py), except the kTLS ones of
 /proc/net/tls_stat (Tls*: TlsTxDevice, TlsDecryptError, ...), which are
-the network namespace's whichever entry names them, and read as
-Unsupported("the tls module is not loaded") where that file is absent.
+the network namespace's whichever entry names them -- the namespace the
+agent runs in: kTLS sockets of pods in their own namespaces are not
+counted -- and read as Unsupported("the tls module is not loaded") where
+that file is absent.
 
 `counters` compares how much each counter rose over an interval, not its
 total: a counter is a total since the device last reset it, so one drop
@@ -58,6 +60,15 @@ does the crypto too) and there is at least one; packet when every SA and
 policy is packet-offloaded there; none when no SA is offloaded there (no
 SA at all meets it).  The plan's note names each SA at fault and why.
 
+Expectations are read on every verify and audit, busy or idle, so the ones
+that need traffic at that moment (crypto or packet: at least one SA;
+TlsCurrTxDevice {min: 1}: an open kTLS socket) drift forever on an idle
+host.  Their "if present" forms hold there: {if_present: crypto|packet}
+shows as "crypto if present" and is met with no SA at all, else as crypto
+or packet; for kTLS, TlsCurrTxSw {max: 0} (no socket in software now).  "Is
+it in use" is the play gate's question, asked while its traffic runs
+(control/rollout/gate/ipsec.py, counters: min:).
+
 firmware_pending_reset is read from devlink `dev info` of the device that
 has a port for the interface (host/facts/health.py): true when a flashed
 firmware waits for a reset; the note names the components and versions.
@@ -88,6 +99,9 @@ DEFAULT_INTERVAL = 5
 MAX_INTERVAL = 60
 IPSEC = "ipsec_offload"
 IPSEC_MODES = ("crypto", "packet", "none")
+IF_PRESENT = "if_present"
+IF_PRESENT_MODES = ("crypto", "packet")
+IF_PRESENT_TEXT = " if present"  # how plans show {if_present: crypto}: "crypto if present"
 
 _OPS = {
     "==": lambda a, b: a == b,
@@ -163,10 +177,13 @@ interfaces:
                                    "description": "PCIe link speed in GT/s, as the device trained (32 = Gen5)."},
                 "counters": s.mapping(
                     "Counters (ethtool -S, RDMA hw_counters, /sys/class/net/X/statistics; "
-                    "Tls* names: the kernel's kTLS counters of /proc/net/tls_stat, the "
-                    "host's), each with the value or bound its increase over "
+                    "Tls* names: the kernel's kTLS counters of /proc/net/tls_stat, which is "
+                    "per network namespace: the agent's, so pods' kTLS sockets in their own "
+                    "namespaces are not in it), each with the value or bound its increase over "
                     "counters_interval must meet: {max: 0} is 'did not rise'. Counters of "
-                    "what there is now (TlsCurr*, peer_ifindex) are compared as they read.",
+                    "what there is now (TlsCurr*, peer_ifindex) are compared as they read: "
+                    "TlsCurrTxSw: {max: 0} holds on an idle host, TlsCurrTxDevice: {min: 1} "
+                    "does not (ask that in the play's gate: counters: min:).",
                     s.text(COUNTER_NAME, 64),
                     s.wanted(0, s.U64_MAX, "Increase of the counter over the interval."), 64),
                 INTERVAL: {**s.integer(1, MAX_INTERVAL),
@@ -184,10 +201,21 @@ interfaces:
                                          "dev info of the interface's devlink device: a stored "
                                          "version differs from the running one); false to "
                                          "report hosts that need one."},
-                IPSEC: {"enum": list(IPSEC_MODES),
+                IPSEC: {"anyOf": [
+                    {"enum": list(IPSEC_MODES)},
+                    s.section("Only the SAs there are now: none at all is met.", {
+                        IF_PRESENT: {"enum": list(IF_PRESENT_MODES),
+                                     "description": "Every SA that uses the interface runs "
+                                                    "with this offload on it."}},
+                        required=[IF_PRESENT])],
                         "description": "Where the interface's IPsec SAs must run (read over "
                                        "NETLINK_XFRM, never written): crypto or packet offload "
-                                       "on this interface, or none (no SA offloaded to it)."},
+                                       "on this interface (and at least one SA), or none (no "
+                                       "SA offloaded to it); {if_present: crypto|packet}: "
+                                       "every SA there is now is offloaded so, and none at all "
+                                       "is met too -- an idle host, or one whose IKE peer is "
+                                       "down, is not drift (the play's gate: ipsec_offload "
+                                       "checks that SAs exist while its traffic runs)."},
             }, minProperties=1)}}
 
     @classmethod
@@ -199,6 +227,7 @@ interfaces:
     def __init__(self, host):
         super().__init__(host)
         self._ipsec_want: dict = {}  # ifname -> wanted mode, from expand
+        self._ipsec_if_present: set = set()  # ifnames whose mode holds only for SAs present
         self._ipsec: dict = {}       # ifname -> host.ipsec.Usage or Unsupported, from read
         self._facts: dict = {}       # ifname -> health facts, from read
         self._interval: dict = {}    # Key of a counters. key -> seconds, from expand
@@ -221,12 +250,12 @@ interfaces:
                 out.append(Desired(Key(self.name, target, fact), Want.parse(raw),
                                    source("expect", fact)))
         if IPSEC in section:
-            mode = section[IPSEC]
-            if mode not in IPSEC_MODES:
-                raise InvalidInput(f"expect.{IPSEC}: {mode!r} is not one of "
-                                   + ", ".join(IPSEC_MODES))
+            mode, if_present = _ipsec_wanted(section[IPSEC], source("expect", IPSEC))
             self._ipsec_want[target] = mode
-            out.append(Desired(Key(self.name, target, IPSEC), Want(mode), source("expect", IPSEC)))
+            if if_present:
+                self._ipsec_if_present.add(target)
+            shown = mode + IF_PRESENT_TEXT if if_present else mode
+            out.append(Desired(Key(self.name, target, IPSEC), Want(shown), source("expect", IPSEC)))
         interval = section.get(INTERVAL, DEFAULT_INTERVAL)
         if (not isinstance(interval, int) or isinstance(interval, bool)
                 or not 1 <= interval <= MAX_INTERVAL):
@@ -381,7 +410,9 @@ interfaces:
 
     def met(self, key: Key, want: Want, current) -> bool:
         if key.name == IPSEC:
-            return ipsec_met(want.value, current)
+            if key.target in self._ipsec_if_present and current is None:
+                return True  # no SA uses the interface now: nothing to be offloaded
+            return ipsec_met(self._ipsec_want.get(key.target, want.value), current)
         if key.name == "firmware" and want.bound is None:
             return version_met(str(want.value), current)
         return super().met(key, want, current)
@@ -402,6 +433,9 @@ interfaces:
         want, usage = self._ipsec_want.get(ifname), self._ipsec.get(ifname)
         if want is None or usage is None or isinstance(usage, Unsupported):
             return "expected; nictune reads it, never sets it"
+        if ifname in self._ipsec_if_present and usage.current(want) is None:
+            return (f"expected; no IPsec SA uses {ifname} now, which {want} if present allows "
+                    "(the play's gate checks that SAs exist while traffic runs)")
         if ipsec_met(want, usage.current(want)):
             counts = usage.counts()
             return (f"expected; {counts['ipsec_sa_offloaded']} SA(s) offloaded to {ifname}, "
@@ -414,6 +448,16 @@ interfaces:
         if nic and want != "none" and want not in OFFLOAD_MODES.get(driver, (want,)):
             text += f" ({nic})"
         return text
+
+
+def _ipsec_wanted(raw, where: Optional[str]) -> Tuple[str, bool]:
+    """(mode, if_present) of expect.ipsec_offload: "crypto" or {if_present: crypto}."""
+    if isinstance(raw, dict) and set(raw) == {IF_PRESENT} and raw[IF_PRESENT] in IF_PRESENT_MODES:
+        return raw[IF_PRESENT], True
+    if isinstance(raw, str) and raw in IPSEC_MODES:
+        return raw, False
+    raise InvalidInput(f"{where or 'expect'}: expect.{IPSEC}: {raw!r} is not one of "
+                       + ", ".join(IPSEC_MODES) + " nor {if_present: crypto|packet}")
 
 
 def _counter(key: Key) -> Optional[str]:

@@ -3,10 +3,26 @@ links and back-to-back rails (no IKE): what `ip xfrm state add ... offload
 dev X dir out|in` and `ip xfrm policy add ... tmpl ...` would install,
 written over NETLINK_XFRM (netlink/xfrm.py), never through argv.
 
+Labs only: SAs are refused unless the section says `lab: true` (lint says
+so too).  Nothing rekeys a static SA, and every re-install of the same key
+(rollback then apply, the resident agent at boot, a changed setting)
+starts its sequence numbers -- AES-GCM's nonces -- from 1 again, which
+gives the authentication key away (LAB_WHY).  In production an IKE daemon
+(strongSwan hw_offload, libreswan nic-offload) installs the SAs and
+`expect: ipsec_offload` verifies them.  Even in a lab every SA gets what
+IKE daemons give theirs: an anti-replay window (32..256 packets, default
+128, in XFRMA_REPLAY_ESN_VAL), ESN (default on; netdevsim cannot offload
+it: nicclass.ipsec_sa_refused), and soft/hard packet lifetimes (default
+3e9/4e9, before the 32-bit sequence space and NIST SP 800-38D's conservative 2^32
+invocations of one GCM key), optionally byte ones.  They are in the SA's
+value ("... replay 128 esn lifetime packets 3000000000/4000000000"), so an
+SA installed without them reads as changed and is replaced.
+
     interfaces:
       rail0:
         match: {name: eth0}
         ipsec:
+          lab: true
           sas:
             - {src: 198.18.0.1, dst: 198.18.0.2, spi: 0x1001, reqid: 1,
                mode: transport, icv: 128, key_file: /etc/nictune/keys/rail0-out,
@@ -25,7 +41,9 @@ Offload none | crypto | packet, always to the entry's interface; `dir`
 
 Keys (target: the matched interface):
   sa <dst> esp 0x<spi>        "<src> > <dst> reqid <r> <mode> rfc4106(gcm(aes))
-                               <key bits> icv <n> offload <none|crypto dir X|...>"
+                               <key bits> icv <n> offload <none|crypto dir X|...>
+                               replay <w> esn|no-esn lifetime packets <s>/<h>
+                               [bytes <s>/<h>]"
   policy <src> > <dst> dir <d> "tmpl <src> > <dst> esp <mode> reqid <r>
                                priority <p> offload none|packet"
 The key never appears in a value: the plan's note names the key file and
@@ -77,6 +95,25 @@ MODES = ("transport", "tunnel")
 ADDRESS = r"^[0-9A-Fa-f:.]{2,39}$"
 PREFIX = r"^[0-9A-Fa-f:.]{2,39}(/[0-9]{1,3})?$"
 SPI_MIN = 0x100  # 1..255 are reserved (RFC 4303)
+# Anti-replay windows in packets: the sizes mlx5 packet offload takes for an
+# inbound SA (en_accel/ipsec.c mlx5e_xfrm_validate_state), so a profile that
+# moves to packet offload keeps its window.
+REPLAY_WINDOWS = (32, 64, 128, 256)
+DEFAULT_WINDOW = 128
+# Packet lifetimes: the SA is deleted (hard) before 2^32 packets -- the
+# 32-bit sequence space of an SA without ESN, and the conservative line of
+# NIST SP 800-38D section 8.3 (2^32 invocations of one AES-GCM key when its
+# IVs are not built deterministically); at the soft limit the kernel tells
+# key managers (XFRM_MSG_EXPIRE), which for a static SA nobody hears.
+DEFAULT_SOFT_PACKETS = 3_000_000_000
+DEFAULT_HARD_PACKETS = 4_000_000_000
+SEQ32_MAX = 0xFFFFFFFF
+XFRM_INF_VALUE = 0xFFFFFFFFFFFFFFFF  # netlink/xfrm.py XFRM_INF, without importing pyroute2
+LIMIT_MAX = XFRM_INF_VALUE - 1  # XFRM_INF itself means no limit
+LAB_WHY = ("nothing rekeys a static SA, and every re-install of the same key (a rollback "
+           "then an apply, the resident agent at boot, a changed setting) starts its "
+           "sequence numbers, and so AES-GCM's nonces, again from 1: the same nonce under "
+           "the same key reveals the authentication key")
 
 
 def nictune_reqid(kernel_reqid: int) -> Optional[int]:
@@ -98,9 +135,25 @@ def _reqid_text(kernel_reqid: int) -> str:
     return f"reqid {mine}" if mine is not None else f"reqid 0x{kernel_reqid:x} (not nictune's)"
 
 
-def sa_text(src, dst, reqid_text, mode, alg, key_bits, icv, offload) -> str:
-    return (f"{src} > {dst} {reqid_text} {mode} {alg} {key_bits} bits icv {icv} "
+def sa_text(src, dst, reqid_text, mode, alg, key_bits, icv, offload, replay=None) -> str:
+    text = (f"{src} > {dst} {reqid_text} {mode} {alg} {key_bits} bits icv {icv} "
             f"offload {offload}")
+    return f"{text} {replay}" if replay else text
+
+
+def _limit(value: int) -> str:
+    return "inf" if value == XFRM_INF_VALUE else str(value)
+
+
+def replay_text(window: int, esn: bool, limits) -> str:
+    """"replay 128 esn lifetime packets 3000000000/4000000000": the
+    anti-replay window, ESN, and the soft/hard limits (bytes only when set)."""
+    text = (f"replay {window} {'esn' if esn else 'no-esn'} lifetime packets "
+            f"{_limit(limits.soft_packets)}/{_limit(limits.hard_packets)}")
+    if (limits.soft_bytes, limits.hard_bytes) != (XFRM_INF_VALUE, XFRM_INF_VALUE):
+        text += f" bytes {_limit(limits.soft_bytes)}/{_limit(limits.hard_bytes)}"
+    return text
+
 
 
 def policy_text(tmpl_src, tmpl_dst, reqid_text, mode, priority, offload) -> str:
@@ -135,7 +188,7 @@ interfaces:
     # recorded show does not read.
     offline_plan = "the xfrm SA table and the SAs' key files are not in a snapshot"
     sections = ("ipsec",)
-    settings = ("ipsec.sas", "ipsec.policies")
+    settings = ("ipsec.lab", "ipsec.sas", "ipsec.policies")
 
     @classmethod
     def schema(cls, s):
@@ -165,6 +218,30 @@ interfaces:
                                        "interface (default none)."},
             "dir": {"enum": ["out", "in"],
                     "description": "Direction of the SA; required when offloaded."},
+            "replay_window": {"enum": list(REPLAY_WINDOWS),
+                              "description": "Anti-replay window in packets (default "
+                                             f"{DEFAULT_WINDOW}; the sizes mlx5 packet offload "
+                                             "takes)."},
+            "esn": {"type": "boolean",
+                    "description": "64-bit extended sequence numbers (default true; false for "
+                                   "a device that cannot offload ESN, such as netdevsim: "
+                                   "then the hard packet limit is at most 4294967295)."},
+            "lifetime": s.section(
+                "Soft and hard limits: at the hard one the kernel deletes the SA (its traffic "
+                "stops: nothing rekeys a static SA), at the soft one it only tells key "
+                "managers.", {
+                    "soft_packets": {**s.integer(1, LIMIT_MAX),
+                                     "description": f"Default {DEFAULT_SOFT_PACKETS}."},
+                    "hard_packets": {**s.integer(1, LIMIT_MAX),
+                                     "description": f"Default {DEFAULT_HARD_PACKETS}: before "
+                                                    "2^32, the 32-bit sequence space and NIST "
+                                                    "SP 800-38D's conservative bound for one "
+                                                    "AES-GCM key."},
+                    "soft_bytes": {**s.integer(1, LIMIT_MAX),
+                                   "description": "Default none."},
+                    "hard_bytes": {**s.integer(1, LIMIT_MAX),
+                                   "description": "Default none."},
+                }),
         }, required=["src", "dst", "spi", "reqid", "key_file"])
         policy = s.section("A policy sending (out) or accepting (in, fwd) traffic through "
                            "nictune's SA.", {
@@ -184,7 +261,12 @@ interfaces:
         return {"entry": {"ipsec": s.section(
             "Static IPsec SAs and policies (no IKE), for lab links and back-to-back rails: "
             "installed from key files over NETLINK_XFRM, optionally offloaded to this "
-            "interface; an SA or policy nictune did not install is never touched.", {
+            "interface; an SA or policy nictune did not install is never touched. Static "
+            "SAs need lab: true (nothing rekeys them); in production let an IKE daemon "
+            "install the SAs and check them with expect: ipsec_offload.", {
+                "lab": {"type": "boolean",
+                        "description": "true: this is a lab, where static SAs are allowed "
+                                       "(refused without it: " + LAB_WHY + ")."},
                 "sas": {"type": "array", "items": sa, "maxItems": 64,
                         "description": "The SAs (ip xfrm state add)."},
                 "policies": {"type": "array", "items": policy, "maxItems": 64,
@@ -204,6 +286,13 @@ interfaces:
     def expand(self, target, sections, source):
         sec = sections["ipsec"]
         out = []
+        if sec.get("sas") and sec.get("lab") is not True:
+            raise InvalidInput(
+                f"{source('ipsec', 'sas') or source('ipsec')}: ipsec.sas: static SAs are "
+                f"refused outside a lab: {LAB_WHY}. Let an IKE daemon (strongSwan with "
+                "hw_offload, libreswan with nic-offload) install the SAs and check them with "
+                "expect: {ipsec_offload: {if_present: crypto}}; on a lab link, set "
+                "ipsec.lab: true")
         for i, sa in enumerate(sec.get("sas") or ()):
             where = source("ipsec", "sas", str(i))
             plan = self._sa_plan(sa, where, f"ipsec.sas[{i}]",
@@ -257,11 +346,34 @@ interfaces:
                                "or -256 key, then the 4-byte salt)")
         mode, icv = sa.get("mode", "transport"), sa.get("icv", 128)
         shown = "none" if offload == "none" else f"{offload} dir {sa['dir']}"
+        window, esn = sa.get("replay_window", DEFAULT_WINDOW), sa.get("esn", True)
+        limits = self._limits(sa.get("lifetime") or {}, esn, where, path)
         return {"src": src, "dst": dst, "spi": sa["spi"], "reqid": sa["reqid"], "mode": mode,
                 "icv": icv, "offload": offload, "dir": sa.get("dir"), "path": sa["key_file"],
-                "fp": fp, "length": length,
+                "fp": fp, "length": length, "window": window, "esn": esn, "limits": limits,
                 "text": sa_text(src, dst, f"reqid {sa['reqid']}", mode, AEAD, length * 8, icv,
-                                shown)}
+                                shown, replay_text(window, esn, limits))}
+
+    @staticmethod
+    def _limits(lifetime: dict, esn: bool, where: str, path: str):
+        from nictune.host.transports.netlink.xfrm import Limits
+
+        limits = Limits(soft_bytes=lifetime.get("soft_bytes", XFRM_INF_VALUE),
+                        hard_bytes=lifetime.get("hard_bytes", XFRM_INF_VALUE),
+                        soft_packets=lifetime.get("soft_packets", DEFAULT_SOFT_PACKETS),
+                        hard_packets=lifetime.get("hard_packets", DEFAULT_HARD_PACKETS))
+        for kind in ("packets", "bytes"):
+            soft, hard = getattr(limits, "soft_" + kind), getattr(limits, "hard_" + kind)
+            if hard != XFRM_INF_VALUE and soft >= hard:
+                # The xfrm stack takes it; mlx5 packet offload refuses it.
+                raise InvalidInput(f"{where}: {path}.lifetime: soft_{kind} {_limit(soft)} is "
+                                   f"not below hard_{kind} {hard} (mlx5 packet offload "
+                                   "refuses that: give a soft limit below the hard one)")
+        if not esn and limits.hard_packets > SEQ32_MAX:
+            raise InvalidInput(f"{where}: {path}.lifetime.hard_packets: {limits.hard_packets} "
+                               f"is past the 32-bit sequence space ({SEQ32_MAX}) of an SA "
+                               "without ESN, whose traffic would stop with EOVERFLOW first")
+        return limits
 
     def _policy_plan(self, pol: dict, where: str, path: str) -> dict:
         src, dst = self._addresses(where, path, pol["src"], pol["dst"], prefix=True)
@@ -324,7 +436,8 @@ interfaces:
         name, bits, icv = (alg.name, alg.key_bits, alg.icv_bits) if alg else (
             "+".join(a.name for a in sa.algs) or "no-aead", 0, 0)
         return sa_text(sa.src, sa.dst, _reqid_text(sa.reqid), sa.mode, name, bits, icv,
-                       self._offload_text(sa.offload, target, names, sa.dir))
+                       self._offload_text(sa.offload, target, names, sa.dir),
+                       replay_text(sa.replay_window, sa.esn, sa.limits))
 
     def _policy_value(self, pol, target: str, names: dict):
         if pol is None:
@@ -342,9 +455,14 @@ interfaces:
         return policy_text(t.src, t.dst, _reqid_text(t.reqid), t.mode, pol.priority, off)
 
     def check(self, key, want):
+        from nictune.host.facts.nicclass import ipsec_sa_refused
+
         plan = self._sas.get(key)
         if plan and plan["offload"] != "none":
             driver = self.driver_of(key.target)
+            refused = ipsec_sa_refused(driver, plan["offload"], plan["esn"])
+            if refused is not None:
+                return f"not supported by {driver}: {refused.why} ({refused.source})"
             modes = OFFLOAD_MODES.get(driver)
             if modes is not None and plan["offload"] not in modes:
                 return support_note(driver) if not modes else (
@@ -356,7 +474,9 @@ interfaces:
         if key in self._sas:
             p = self._sas[key]
             return (f"key from {p['path']} (fingerprint {p['fp']}); installed with reqid "
-                    f"0x{REQID_BASE + p['reqid']:x}; a rollback deletes it")
+                    f"0x{REQID_BASE + p['reqid']:x}; a rollback deletes it; a static SA, for "
+                    "labs: nothing rekeys it, and installing this key again restarts its "
+                    "AES-GCM nonces (change the key and the SPI together)")
         if key in self._policies:
             return "a rollback deletes it"
         return ""
@@ -395,7 +515,8 @@ interfaces:
                 raise InvalidInput(f"key file {p['path']} changed since the plan (fingerprint "
                                    f"{fp}, planned {p['fp']}); plan again")
             msg = newsa_message(p["src"], p["dst"], p["spi"], REQID_BASE + p["reqid"],
-                                p["mode"], AEAD, p["icv"], raw, offload)
+                                p["mode"], AEAD, p["icv"], raw, offload,
+                                replay_window=p["window"], esn=p["esn"], limits=p["limits"])
             x.add_sa(msg)
         finally:
             keyfile.wipe(raw)

@@ -12,7 +12,9 @@ the health counters around it, and the figures against a baseline.
       nccl_tests: {launcher: [mpirun, -np, "{np}", -H, "{hosts}"],
                    binary: /opt/nccl-tests/build/all_reduce_perf,
                    gpus: 8, min_busbw: 150}             # where the hosts have GPUs
-      counters: {max: {rx_discards_phy: 0, tx_pause_storm_error_events: 0}}
+      counters: {max: {rx_discards_phy: 0, tx_pause_storm_error_events: 0},
+                 min: {TlsTxDevice: 1}}   # must rise: kTLS offload in use
+      ipsec_offload: crypto        # SAs offloaded to each rail, and used by the traffic
       baseline: gate-baseline.json # written by `nictune gate record`
       max_regression: "10%"
 
@@ -92,7 +94,21 @@ the rail (host/facts/rdma.py netdev_ports), /sys/class/net/RAIL/statistics, in
 that order of precedence.  One fixed, read-only shell script over SSH
 (COUNTERS_SCRIPT, the rail name its argument): no agent process, no
 write.  A limited counter the host lacks fails the gate: a limit that
-cannot be checked is not a pass.
+cannot be checked is not a pass.  `min:` is the other way round: a counter
+that must rise at least that much during the traffic, for "is the offload
+in use" -- which an expectation on an idle host cannot ask.  Tls* names are
+the kTLS counters of /proc/net/tls_stat, which is per network namespace:
+the SSH session reads the host's, so kTLS sockets in pods' namespaces are
+not counted; and iperf3, ib_write_bw and nccl-tests send no kTLS, so a
+TlsTxDevice minimum needs kTLS traffic of the site's running meanwhile.
+
+IPsec (`ipsec_offload: crypto|packet`, gate/ipsec.py): before the traffic,
+on every host of the batch and every rail, at least one SA offloaded to
+the rail in that mode (packet counts for crypto) and no SA of the rail's
+addresses in software or on another device; after it, the packets those
+SAs counted rose -- the gate's traffic went through them (policies that
+select it).  Read with `ip -s xfrm state list nokeys`: no keys in the
+output, no agent process.
 
 Baselines (`baseline:` + `max_regression:`): throughput figures (gbps,
 and nccl-tests' avg_busbw_gbytes: REGRESSION_FIGURES) that fell more
@@ -116,6 +132,7 @@ This package, a file per concern:
     ib_write_bw.py  the pair's RDMA endpoints, and ib_write_bw between them
     nccl.py         nccl-tests' all_reduce_perf over a batch
     counters.py     the counters read around the traffic, and their rises
+    ipsec.py        the SAs offloaded to each rail, and their packets around the traffic
     baselines.py    read_baseline, write_baseline, compare
     parallel.py     work on many hosts at once
     runner.py       Gate: opens the sessions, runs the above, answers; for_play builds it

@@ -29,6 +29,21 @@ def read_counters(gate: GateSpec, sessions: Dict[str, Any]) -> Dict[Tuple[str, s
     return dict(parallel(one, items))
 
 
+def _rise(r: dict, name: str, rail: str, counter: str, then: dict, now: dict):
+    """How much counter rose, kept in the row's figures; None (and the row
+    failed) when it is missing or went down."""
+    if counter not in then or counter not in now:
+        fail(r, f"{name} has no counter {counter} on {rail}" + (
+            " (no /proc/net/tls_stat: the tls module is not loaded)" if counter.startswith("Tls") else ""))
+        return None
+    rise = now[counter] - then[counter]
+    if rise < 0:
+        fail(r, f"{counter} went down ({then[counter]} to {now[counter]}): reset during the traffic")
+        return None
+    r["figures"][counter] = rise
+    return rise
+
+
 def counter_rows(gate: GateSpec, before: Dict, after: Dict) -> List[dict]:
     """A row per host and rail: each limited counter's rise between before and after."""
     out = []
@@ -42,14 +57,12 @@ def counter_rows(gate: GateSpec, before: Dict, after: Dict) -> List[dict]:
         if not r["passed"]:
             continue
         for counter, limit in gate.counters.items():
-            if counter not in then or counter not in now:
-                fail(r, f"{name} has no counter {counter} on {rail}")
-                continue
-            rise = now[counter] - then[counter]
-            if rise < 0:
-                fail(r, f"{counter} went down ({then[counter]} to {now[counter]}): reset during the traffic")
-                continue
-            r["figures"][counter] = rise
-            if rise > limit:
+            rise = _rise(r, name, rail, counter, then, now)
+            if rise is not None and rise > limit:
                 fail(r, f"{counter} rose by {rise} during the traffic, more than its limit {limit}")
+        for counter, least in gate.counters_min.items():
+            rise = _rise(r, name, rail, counter, then, now)
+            if rise is not None and rise < least:
+                fail(r, f"{counter} rose by {rise} during the traffic, less than its minimum {least}: "
+                        "what it counts was not in use")
     return out

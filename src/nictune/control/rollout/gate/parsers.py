@@ -107,6 +107,20 @@ def _summed(streams: list, side: str, extra: Optional[str] = None) -> dict:
 def parse_rail_address(text: str, rail: str) -> str:
     """The address to use on `rail`, from `ip -j addr show dev RAIL`: the
     first global IPv4 one, else the first global IPv6 one."""
+    found: Dict[str, str] = {}
+    for address in _global_addresses(text, rail):
+        found.setdefault(f"v{address.version}", str(address))
+    if not found:
+        raise BadOutput(f"{rail} has no global IP address")
+    return found.get("v4") or found["v6"]
+
+
+def rail_addresses(text: str, rail: str) -> set:
+    """Every global address of `rail`, from `ip -j addr show dev RAIL`."""
+    return {str(a) for a in _global_addresses(text, rail)}
+
+
+def _global_addresses(text: str, rail: str) -> list:
     if len(text) > MAX_JSON:
         raise BadOutput("the ip output is too long")
     try:
@@ -117,7 +131,7 @@ def parse_rail_address(text: str, rail: str) -> str:
         if isinstance(doc, list) else []
     if not links:
         raise BadOutput(f"no interface {rail}")
-    found: Dict[str, str] = {}
+    out = []
     infos = links[0].get("addr_info")
     for info in infos if isinstance(infos, list) else []:
         if not isinstance(info, dict) or info.get("scope") != "global" or not isinstance(info.get("local"), str):
@@ -126,12 +140,9 @@ def parse_rail_address(text: str, rail: str) -> str:
             address = ipaddress.ip_address(info["local"])
         except ValueError:
             continue
-        if not _scope_id_is_plain(getattr(address, "scope_id", None)):
-            continue
-        found.setdefault(f"v{address.version}", str(address))
-    if not found:
-        raise BadOutput(f"{rail} has no global IP address")
-    return found.get("v4") or found["v6"]
+        if _scope_id_is_plain(getattr(address, "scope_id", None)):
+            out.append(address)
+    return out
 
 
 def _scope_id_is_plain(scope: Optional[str]) -> bool:
@@ -163,6 +174,8 @@ for p in /sys/class/infiniband/*/ports/*; do
 done
 echo "== netdev"
 grep -sH . "$d"/statistics/*
+echo "== tls"
+cat /proc/net/tls_stat 2>/dev/null || true   # absent without the tls module
 """
 MAX_COUNTERS = 20000
 _COUNTER_VALUE = re.compile(r"^[0-9]{1,20}$")
@@ -171,7 +184,7 @@ _COUNTER_VALUE = re.compile(r"^[0-9]{1,20}$")
 def parse_counters(text: str) -> Dict[str, int]:
     """{counter: value} from COUNTERS_SCRIPT's output; ethtool's win over the
     RDMA port's, which win over the netdev statistics (health.counters())."""
-    sections: Dict[str, Dict[str, int]] = {"ethtool": {}, "rdma": {}, "netdev": {}}
+    sections: Dict[str, Dict[str, int]] = {"ethtool": {}, "rdma": {}, "netdev": {}, "tls": {}}
     current: Optional[Dict[str, int]] = None
     for line in text.splitlines()[:MAX_COUNTERS + 10]:
         if line.startswith("== ") and line[3:] in sections:
@@ -182,13 +195,16 @@ def parse_counters(text: str) -> Dict[str, int]:
         if current is sections["ethtool"]:
             name, sep, value = line.rpartition(":")
             name = name.strip()
+        elif current is sections["tls"]:  # "TlsTxDevice    3": the namespace's kTLS counters
+            name, sep, value = (line.split() + ["", ""])[0], " ", (line.split() + ["", ""])[1]
+            sep = sep if name.startswith("Tls") else ""
         else:  # grep -H: /path/to/name:value
             path, sep, value = line.rpartition(":")
             name = path.rsplit("/", 1)[-1]
         value = value.strip()
         if sep and name and len(name) <= 128 and _COUNTER_VALUE.match(value) and int(value) < 2**64:
             current[name] = int(value)
-    return {**sections["netdev"], **sections["rdma"], **sections["ethtool"]}
+    return {**sections["tls"], **sections["netdev"], **sections["rdma"], **sections["ethtool"]}
 
 
 # The GID table entries built from the rail in $1 (host/facts/rdma.py gids():

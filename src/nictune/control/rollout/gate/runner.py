@@ -8,11 +8,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from nictune.control.rollout.gate.baselines import compare, read_baseline
 from nictune.control.rollout.gate.counters import counter_rows, read_counters
 from nictune.control.rollout.gate.ib_write_bw import measure_ib_write_bw, rdma_endpoints
+from nictune.control.rollout.gate.ipsec import ipsec_rows, read_sas
 from nictune.control.rollout.gate.iperf3 import Floors, host_floors, measure_iperf3, rail_facts
 from nictune.control.rollout.gate.nccl import run_nccl_tests
 from nictune.control.rollout.gate.pairing import pair_up, rounds
 from nictune.control.rollout.gate.parallel import parallel
-from nictune.control.rollout.gate.parsers import BadOutput, clean, parse_rail_address
+from nictune.control.rollout.gate.parsers import BadOutput, clean, parse_rail_address, rail_addresses
 from nictune.control.rollout.gate.rows import describe, fail, row
 from nictune.control.rollout.gate.spec import GateSpec
 from nictune.control.outcome import Outcome
@@ -86,15 +87,20 @@ class Gate:
                 self.floors = host_floors([self._hosts[n] for n in sessions])
             if self.spec.ib_write_bw:
                 addresses.update(rdma_endpoints(self.spec, sessions))
-            before = read_counters(self.spec, sessions) if self.spec.counters else {}
+            counting = self.spec.counters or self.spec.counters_min
+            before = read_counters(self.spec, sessions) if counting else {}
+            sas_before = read_sas(sessions) if self.spec.ipsec_offload else {}
             for rail in self.spec.rails if paired else []:
                 for group in rounds(pairs):
                     for measured in parallel(lambda p, rail=rail: self._measure(p, rail, sessions, addresses), group):
                         rows += measured
             if self.spec.nccl_tests:
                 rows += run_nccl_tests(self.spec, self._hosts, batch, sessions, number, self.rollout_name)
-            if self.spec.counters:
+            if counting:
                 rows += counter_rows(self.spec, before, read_counters(self.spec, sessions))
+            if self.spec.ipsec_offload:
+                rows += ipsec_rows(self.spec.ipsec_offload, self.spec.rails, sas_before, read_sas(sessions),
+                                   self._rail_addresses(sessions))
         finally:
             parallel(lambda s: s.close(), list(sessions.values()))
         if self.compare and self.spec.baseline:
@@ -141,6 +147,19 @@ class Gate:
                 r = row(name, None, "*", "ssh")
                 fail(r, error)
                 rows.append(r)
+
+    def _rail_addresses(self, sessions: Dict[str, Any]) -> Dict[Tuple[str, str], set]:
+        """{(host, rail): every address of the rail} (the IPsec check's: an SA
+        of one of them that is not offloaded to the rail is at fault)."""
+        def one(item):
+            name, rail = item
+            try:
+                result = sessions[name].run(["ip", "-j", "addr", "show", "dev", rail], 10)
+                return item, rail_addresses(result.stdout, rail) if result.ok else set()
+            except (BadOutput, NictuneError):
+                return item, set()
+
+        return dict(parallel(one, [(n, rail) for n in sessions for rail in self.spec.rails]))
 
     def _addresses(self, sessions: Dict[str, Any], rows: List[dict]) -> Dict[Tuple[str, str], str]:
         def one(item):

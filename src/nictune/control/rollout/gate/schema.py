@@ -142,13 +142,26 @@ GATE_SCHEMA: Dict[str, Any] = {
         "ib_write_bw": _IB_WRITE_BW_SCHEMA,
         "nccl_tests": _NCCL_TESTS_SCHEMA,
         "counters": {"type": "object", "additionalProperties": False,
-                     "description": "Health counters read on both ends before and after the traffic.",
+                     "description": "Health counters read on both ends before and after the traffic "
+                                    "(Tls* names: the host's /proc/net/tls_stat, of its network namespace).",
                      "properties": {"max": {
                          "type": "object", "minProperties": 1, "maxProperties": 256,
                          "propertyNames": {"type": "string", "pattern": COUNTER_NAME, "maxLength": 128},
                          "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 2**62},
-                         "description": "counter name -> the most it may rise during the traffic."}},
-                     "required": ["max"]},
+                         "description": "counter name -> the most it may rise during the traffic."},
+                         "min": {
+                         "type": "object", "minProperties": 1, "maxProperties": 256,
+                         "propertyNames": {"type": "string", "pattern": COUNTER_NAME, "maxLength": 128},
+                         "additionalProperties": {"type": "integer", "minimum": 1, "maximum": 2**62},
+                         "description": "counter name -> the least it must rise during the traffic: that "
+                                        "an offload is in use (TlsTxDevice: 1 while the traffic uses kTLS)."}},
+                     "minProperties": 1},
+        "ipsec_offload": {"enum": ["crypto", "packet"],
+                          "description": "On every host and rail: at least one SA offloaded to the rail in "
+                                         "this mode (packet counts as crypto), none of the rail's addresses in "
+                                         "software, and the offloaded SAs' packets rising during the traffic "
+                                         "(`ip -s xfrm state list nokeys`). The in-use half of expect: "
+                                         "{ipsec_offload: {if_present: ...}}."},
         "baseline": {"type": "string", "minLength": 1, "maxLength": 4096,
                      "description": "JSON file of figures written by `nictune gate record`, relative to the "
                                     "playbook's directory."},

@@ -124,6 +124,9 @@ class GateSpec:
     counters: Dict[str, int] = field(default_factory=dict)
     baseline: Optional[str] = None               # resolved path
     max_regression: Optional[float] = None       # percent
+    # Counters that must rise at least this much during the traffic (counters: min:).
+    counters_min: Dict[str, int] = field(default_factory=dict)
+    ipsec_offload: Optional[str] = None          # crypto / packet: SAs in use on the rails
 
     def run_timeout(self) -> float:
         seconds = max(self.iperf3.seconds if self.iperf3 else 0,
@@ -189,7 +192,9 @@ def load_gate(parsed: Parsed, at: Path = (), base_dir: str = ".") -> GateSpec:
         rails=list(node["rails"]), source=f"{file}:{line}", peers=node.get("peers"),
         timeout=node.get("timeout"), port=node.get("port", DEFAULT_PORT), iperf3=iperf3, ib_write_bw=ib,
         nccl_tests=nccl, counters=dict((node.get("counters") or {}).get("max") or {}), baseline=baseline,
-        max_regression=_percent(node["max_regression"]) if "max_regression" in node else None)
+        max_regression=_percent(node["max_regression"]) if "max_regression" in node else None,
+        counters_min=dict((node.get("counters") or {}).get("min") or {}),
+        ipsec_offload=node.get("ipsec_offload"))
 
 
 def _load_nccl_tests(node: dict, refuse) -> NcclTestsSpec:

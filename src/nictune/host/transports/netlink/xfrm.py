@@ -31,7 +31,12 @@ Writes (the `ipsec:` section, knobs/ipsec.py): XFRM_MSG_NEWSA / DELSA /
 NEWPOLICY / DELPOLICY laid out as iproute2's `ip xfrm state add ... aead
 rfc4106(gcm(aes)) <key> <icv> offload dev X dir out|in` and `ip xfrm
 policy add ... tmpl ...` send them (tests/fixtures/xfrm/record.py records
-those; tests/unit/test_xfrm_write.py compares byte for byte).  The key
+those; tests/unit/test_xfrm_write.py compares byte for byte), with
+`replay-window W [flag esn] limit packet-soft|packet-hard|byte-soft|
+byte-hard N`: the window in XFRMA_REPLAY_ESN_VAL (bitmap mode) with ESN or
+above 32 packets, else in the header, as iproute2 puts it; the limits in
+xfrm_usersa_info.lft.  The decoder reads them back (Sa.replay_window,
+.esn, .limits).  The key
 goes in as the caller's bytearray into XFRMA_ALG_AEAD; add_sa() overwrites
 the encoded datagram and drops the attribute right after the kernel
 answered, whatever it answered, and never formats the message.
@@ -56,6 +61,7 @@ XFRM_MSG_NEWSA, XFRM_MSG_DELSA, XFRM_MSG_GETSA = 0x10, 0x11, 0x12
 XFRM_MSG_NEWPOLICY, XFRM_MSG_DELPOLICY, XFRM_MSG_GETPOLICY = 0x13, 0x14, 0x15
 XFRM_INF = 0xFFFFFFFFFFFFFFFF
 
+XFRM_STATE_ESN = 128  # xfrm_usersa_info.flags
 XFRM_OFFLOAD_INBOUND = 2
 XFRM_OFFLOAD_PACKET = 4
 XFRM_SA_DIR = {1: "in", 2: "out"}
@@ -73,6 +79,8 @@ _SELECTOR = (
 _LIFETIMES = (  # struct xfrm_lifetime_cfg + struct xfrm_lifetime_cur (96 bytes)
     ("lft", "64s"), ("curlft", "32s"),
 )
+# xfrm_lifetime_cfg's first four: soft/hard byte limits, soft/hard packet limits.
+_LFT_LIMITS = struct.Struct("=QQQQ")
 
 
 class _alg(nla):
@@ -92,6 +100,15 @@ class _offload(nla):
     fields = (("ifindex", "i"), ("flags", "B"), ("__pad", "3x"))
 
 
+class _replay_esn(nla):
+    """struct xfrm_replay_state_esn without its bitmap: the kernel allocates
+    bmp_len zeroed 32-bit words (xfrm_user.c xfrm_alloc_replay_state_esn)
+    when the attribute is exactly this long, as iproute2 sends it."""
+
+    fields = (("bmp_len", "I"), ("oseq", "I"), ("seq", "I"), ("oseq_hi", "I"), ("seq_hi", "I"),
+              ("replay_window", "I"))
+
+
 _ATTRS = (
     (1, "XFRMA_ALG_AUTH", "_alg"),
     (2, "XFRMA_ALG_CRYPT", "_alg"),
@@ -99,6 +116,7 @@ _ATTRS = (
     (5, "XFRMA_TMPL", "cdata"),  # an array of struct xfrm_user_tmpl, unpacked below
     (18, "XFRMA_ALG_AEAD", "_alg_sized"),
     (20, "XFRMA_ALG_AUTH_TRUNC", "_alg_sized"),
+    (23, "XFRMA_REPLAY_ESN_VAL", "_replay_esn"),
     (28, "XFRMA_OFFLOAD_DEV", "_offload"),
     (31, "XFRMA_IF_ID", "uint32"),
     (33, "XFRMA_SA_DIR", "uint8"),  # uapi xfrm.h: after IF_ID (31), MTIMER_THRESH (32)
@@ -116,7 +134,7 @@ class xfrm_usersa_info(nlmsg):
         ("replay_window", "B"), ("flags", "B"), ("__pad", "7x"),
     )
     nla_map = _ATTRS
-    _alg, _alg_sized, _offload = _alg, _alg_sized, _offload
+    _alg, _alg_sized, _offload, _replay_esn = _alg, _alg_sized, _offload, _replay_esn
 
 
 class xfrm_userpolicy_info(nlmsg):
@@ -125,7 +143,7 @@ class xfrm_userpolicy_info(nlmsg):
         ("share", "B"), ("__pad", "4x"),
     )
     nla_map = _ATTRS
-    _alg, _alg_sized, _offload = _alg, _alg_sized, _offload
+    _alg, _alg_sized, _offload, _replay_esn = _alg, _alg_sized, _offload, _replay_esn
 
 
 class _dump_request(nlmsg):
@@ -169,6 +187,18 @@ class Alg:
 
 
 @dataclass(frozen=True)
+class Limits:
+    """An SA's soft and hard limits (struct xfrm_lifetime_cfg), XFRM_INF for
+    none: at a soft limit the kernel tells key managers (XFRM_MSG_EXPIRE),
+    at a hard one it deletes the SA."""
+
+    soft_bytes: int = XFRM_INF
+    hard_bytes: int = XFRM_INF
+    soft_packets: int = XFRM_INF
+    hard_packets: int = XFRM_INF
+
+
+@dataclass(frozen=True)
 class Sa:
     src: str
     dst: str
@@ -179,6 +209,10 @@ class Sa:
     dir: Optional[str]  # "in" / "out" when the SA says (XFRMA_SA_DIR or offload flags)
     offload: Optional[Offload]
     algs: Tuple[Alg, ...] = ()
+    replay_window: int = 0  # packets; 0: no anti-replay
+    esn: bool = False       # XFRM_STATE_ESN: 64-bit sequence numbers
+    # xfrm_lifetime_cfg's soft/hard byte and packet limits, XFRM_INF for none.
+    limits: Limits = Limits()
 
     def label(self) -> str:
         """How reports name the SA: "198.18.0.1 > 198.18.0.2 esp spi 0x00001000 out"."""
@@ -243,9 +277,13 @@ def sa_of(m: xfrm_usersa_info) -> Sa:
     direction = XFRM_SA_DIR.get(m.get_attr("XFRMA_SA_DIR"))
     if direction is None and offload is not None:
         direction = "in" if offload.inbound else "out"
+    esn = m.get_attr("XFRMA_REPLAY_ESN_VAL")
     return Sa(src=address(m["saddr"], family), dst=address(m["daddr"], family),
               spi=m["spi"], proto=_proto(m["proto"]), mode=MODES.get(m["mode"], str(m["mode"])),
-              reqid=m["reqid"], dir=direction, offload=offload, algs=tuple(algs))
+              reqid=m["reqid"], dir=direction, offload=offload, algs=tuple(algs),
+              replay_window=esn["replay_window"] if esn is not None else m["replay_window"],
+              esn=bool(m["flags"] & XFRM_STATE_ESN),
+              limits=Limits(*_LFT_LIMITS.unpack_from(m["lft"])))
 
 
 def decode_sa(raw: bytes) -> Sa:
@@ -344,6 +382,13 @@ _POLICY_DIRS = {v: k for k, v in POLICY_DIR.items()}
 # struct xfrm_lifetime_cfg as iproute2 leaves it: byte and packet limits
 # XFRM_INF, no expiry times; then a zero xfrm_lifetime_cur.
 _LFT_INF = struct.pack("=QQQQQQQQ", XFRM_INF, XFRM_INF, XFRM_INF, XFRM_INF, 0, 0, 0, 0)
+_LEGACY_WINDOW = 32  # bits of struct xfrm_replay_state's bitmap
+
+
+def _lifetime_cfg(limits: Limits) -> bytes:
+    """struct xfrm_lifetime_cfg with these limits and no expiry times."""
+    return _LFT_LIMITS.pack(limits.soft_bytes, limits.hard_bytes, limits.soft_packets,
+                            limits.hard_packets) + bytes(32)
 _AEAD_HEAD = struct.Struct("=64sII")  # struct xfrm_algo_aead before alg_key[]
 # NEWSA message id -> the bytearray its XFRMA_ALG_AEAD holds (key included),
 # for scrub() to overwrite.
@@ -368,10 +413,11 @@ class xfrm_usersa_new(nlmsg):
     fields = xfrm_usersa_info.fields
     nla_map = (
         (18, "XFRMA_ALG_AEAD", "cdata"),
+        (23, "XFRMA_REPLAY_ESN_VAL", "_replay_esn"),
         (28, "XFRMA_OFFLOAD_DEV", "_offload"),
         (33, "XFRMA_SA_DIR", "uint8"),  # uapi xfrm.h: after IF_ID (31), MTIMER_THRESH (32)
     )
-    _offload = _offload
+    _offload, _replay_esn = _offload, _replay_esn
 
 
 class xfrm_usersa_id(nlmsg):
@@ -415,21 +461,33 @@ _EMPTY_SELECTOR = {"sel_saddr": bytes(16), "sel_daddr": bytes(16), "sel_prefixle
 
 def newsa_message(src: str, dst: str, spi: int, reqid: int, mode: str, aead: str,
                   icv_bits: int, key: bytearray, offload: Optional[Tuple[int, str, bool]] = None,
-                  proto: str = "esp") -> xfrm_usersa_new:
+                  proto: str = "esp", replay_window: int = 0, esn: bool = False,
+                  limits: Optional[Limits] = None) -> xfrm_usersa_new:
     """XFRM_MSG_NEWSA, as `ip xfrm state add src S dst D proto esp spi N
-    reqid R mode M aead NAME KEY ICV [offload [packet] dev X dir out|in]`.
-    offload: (ifindex, "out"|"in", packet).  `key` is the caller's; the
-    returned message holds a copy of it until scrub()."""
+    reqid R mode M aead NAME KEY ICV [replay-window W] [flag esn] [limit
+    byte-soft|byte-hard|packet-soft|packet-hard N ...] [offload [packet] dev
+    X dir out|in]`.  offload: (ifindex, "out"|"in", packet).  The replay
+    window goes where iproute2 puts it: in XFRMA_REPLAY_ESN_VAL (bitmap
+    mode, bmp_len words) with ESN or above 32 packets, else in the header's
+    replay_window.  `key` is the caller's; the returned message holds a
+    copy of it until scrub()."""
+    esn_attr = esn or replay_window > _LEGACY_WINDOW
     msg = xfrm_usersa_new()
     msg.update({**_EMPTY_SELECTOR, "daddr": _packed(dst), "spi": spi,
                 "proto": _PROTO_NUMBERS[proto], "saddr": _packed(src),
-                "lft": _LFT_INF, "curlft": bytes(32), "stats": bytes(12), "seq": 0,
+                "lft": _lifetime_cfg(limits or Limits()), "curlft": bytes(32),
+                "stats": bytes(12), "seq": 0,
                 "reqid": reqid, "family": _family_of(src, dst), "mode": _MODE_NUMBERS[mode],
-                "replay_window": 0, "flags": 0})
+                "replay_window": 0 if esn_attr else replay_window,
+                "flags": XFRM_STATE_ESN if esn else 0})
     alg = bytearray(_AEAD_HEAD.pack(aead.encode("ascii"), len(key) * 8, icv_bits))
     alg += key
     _KEY_BUFFERS[id(msg)] = alg
     attrs: list = [("XFRMA_ALG_AEAD", alg)]
+    if esn_attr:
+        attrs.append(("XFRMA_REPLAY_ESN_VAL", {
+            "bmp_len": (replay_window + 31) // 32, "oseq": 0, "seq": 0, "oseq_hi": 0,
+            "seq_hi": 0, "replay_window": replay_window}))
     if offload is not None:
         ifindex, direction, packet = offload
         flags = (XFRM_OFFLOAD_INBOUND if direction == "in" else 0) | (
