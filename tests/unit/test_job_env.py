@@ -224,6 +224,35 @@ def test_show_prints_only_nictunes_lines_of_etc_environment(root):
     assert "hunter2" not in json.dumps(report)
 
 
+# -- lint: the variables jobs get must agree with the RoCE class --------------------------
+
+LINTED = """\
+nictune: 1
+interfaces:
+  rail:
+    match: {name: "ens*np0"}
+    roce: {mode: v2, tos: 106, trust: dscp, dscp_map: {"26": 3}, pfc: [3]}
+host:
+  nccl:
+    env: {NCCL_IB_TC: 106}
+  enroot_environ:
+    env: {UCX_IB_TRAFFIC_CLASS: 106, NCCL_IB_TC: 106}
+"""
+
+
+def test_lint_checks_the_traffic_class_jobs_get_against_the_roce_class():
+    from nictune.profile.lint import lint
+
+    good = lint(load_profile_text(LINTED, "jobs.yaml"))
+    assert not [f for f in good if f.code == "traffic-class-mismatch"]
+    text = LINTED.replace("{UCX_IB_TRAFFIC_CLASS: 106, NCCL_IB_TC: 106}",
+                          "{UCX_IB_TRAFFIC_CLASS: 106, NCCL_IB_TC: 98}")
+    bad = [f for f in lint(load_profile_text(text, "jobs.yaml")) if f.code == "traffic-class-mismatch"]
+    assert len(bad) == 1 and bad[0].severity == "error"
+    assert "NCCL_IB_TC (host.enroot_environ) is 98" in bad[0].message
+    assert "jobs.yaml:10" in bad[0].locations  # the env line of host.enroot_environ
+
+
 # -- what the docs say ------------------------------------------------------------------
 
 def test_ucx_docstring_gives_ucxs_own_default_traffic_class():
