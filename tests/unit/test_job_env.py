@@ -215,6 +215,24 @@ def test_etc_environment_absent_is_created_and_removed_again(root):
     assert run(root, "rollback")["exit_code"] == 0 and not path.exists()
 
 
+def test_in_a_namespace_its_own_environment_file_would_hide_the_hosts(root):
+    # ip netns exec binds /etc/netns/NS/environment over the whole of
+    # /etc/environment: creating it hides the system's lines (PATH...) from
+    # the namespace's programs, which only adopt: true may do.
+    from nictune.host.knobs.jobenv import EnvironmentFamily
+    from nictune.host.model import HOST
+
+    (root / "etc/environment").write_text(SYSTEM)
+    host = Host(str(root))
+    host.netns = "ntenv1"
+    fam = EnvironmentFamily(host)
+    [desired] = fam.expand(HOST, {"environment": {"env": {"NCCL_IB_TC": 106}}}, lambda *p: "")
+    assert fam.read([desired.key]) == {desired.key: None}
+    problem = fam.check(desired.key, desired.want)
+    assert "would hide the host's /etc/environment" in problem and "adopt: true" in problem
+    assert "hunter2" not in problem
+
+
 def test_show_prints_only_nictunes_lines_of_etc_environment(root):
     (root / "etc/environment").write_text(SYSTEM)
     assert run(root, "apply", {"environment": {"env": {"NCCL_IB_TC": 106}}})["exit_code"] == 0

@@ -520,3 +520,25 @@ def test_the_throughput_panel_plots_rdma_and_port_bytes():
                      "nictune_port_rx_bytes_total", "nictune_port_tx_bytes_total"}
     everything = [e for group in exprs.values() for e in group]
     assert len(everything) > 20 and not [e for e in everything if "nictune_netdev_" in e]
+
+
+def test_the_recorded_connectx7_host_shows_roce_throughput_the_netdev_misses(tmp_path):
+    # The fake kernel of the recorded cx7-host (tests/fakes.py FakeCounters),
+    # its ethtool -S under en_stats.c's names: during an NCCL job the
+    # netdev's own bytes (the software rings, en_main.c mlx5e_get_stats)
+    # barely move while the vport's RDMA bytes and the port's do.
+    from fakes import FakeHost, load_state
+
+    state = load_state("cx7-host")
+    state["ethtool_stats"] = {"enp23s0f0np0": {
+        "rx_bytes": 52_000, "tx_bytes": 48_000,
+        "rx_vport_rdma_unicast_bytes": 9_100_000_000_000, "tx_vport_rdma_unicast_bytes": 8_700_000_000_000,
+        "rx_bytes_phy": 9_100_400_000_000, "tx_bytes_phy": 8_700_300_000_000, "rx_prio3_pause": 12}}
+    host = FakeHost(state, tmp_path / "root")
+    got = parsed(metrics.collect({"interfaces": ["enp23s0f0np0"]}, host))
+    port = dict(device="enp23s0f0np0")
+    assert got[_key("nictune_rdma_rx_unicast_bytes_total", **port)] == 9_100_000_000_000
+    assert got[_key("nictune_rdma_tx_unicast_bytes_total", **port)] == 8_700_000_000_000
+    assert got[_key("nictune_port_rx_bytes_total", **port)] == 9_100_400_000_000
+    assert got[_key("nictune_pfc_rx_pause_frames_total", priority="3", **port)] == 12
+    assert not [name for name, _ in got if "netdev" in name]

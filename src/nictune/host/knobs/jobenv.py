@@ -40,8 +40,12 @@ environment.  So:
       tasks (unless slurm.conf's UsePAM runs pam_env), containers,
       services or sessions already open.  The file is the system's: the
       rest of it is someone else's, never read into a report, never
-      replaced (adopt is not needed and changes nothing); only the block
-      is nictune's, and a rollback removes or restores the block alone.
+      replaced; only the block is nictune's, and a rollback removes or
+      restores the block alone.  adopt is not needed, but in a network
+      namespace: there nictune writes the namespace's own
+      /etc/netns/NS/environment, which ip netns exec binds over the whole
+      of the host's file (envfile.py), hiding its lines from the
+      namespace's programs, so creating it takes adopt: true.
       pam_env takes the last assignment of a name, and the block is
       written last, so its values win over the file's own lines.
 
