@@ -65,6 +65,7 @@ and enroot_mounts carries that file into containers.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Dict
 
@@ -337,6 +338,8 @@ host:
                 continue
             if others and not others.endswith("\n"):
                 others += "\n"
+            if place.creatable:  # /etc/netns/NAME (envfile.py: the namespace's own file)
+                self.host.io.makedirs(os.path.dirname(place.file), mode=0o755)
             write_owned(place.file, others + (block or ""), place.shown,
                         keep_inode=bool(place.netns), io=self.host.io)
 
