@@ -156,6 +156,25 @@ def test_a_mount_line_that_is_not_one_plain_path_each_way_is_refused(mounts):
         load_profile_text(text, "mounts.yaml")
 
 
+@pytest.mark.parametrize("source, target, word", [
+    ("/etc/shadow", "/etc/shadow", "nictune never binds /etc/shadow"),
+    ("/etc/ssh/ssh_host_ed25519_key", "/k", "nictune never binds"),
+    ("/proc/self/environ", "/x", "the kernel's"),
+    ("/etc/nccl.conf", "/dev/x", "the kernel's"),
+])
+def test_the_hosts_secrets_and_the_kernels_files_are_never_bound_into_containers(
+        root, source, target, word):
+    report = run(root, "apply", {"enroot_mounts": {"mounts": {target: source}}})
+    assert report["exit_code"] != 0 and word in json.dumps(report)
+    assert os.listdir(root / "etc/enroot/mounts.d") == []
+
+
+def test_auto_is_refused_where_a_job_would_read_the_word(root):
+    report = run(root, "plan", {"enroot_environ": {"env": {"NCCL_IB_GID_INDEX": "auto"}}})
+    assert report["exit_code"] != 0
+    assert "NCCL_IB_GID_INDEX: auto is resolved only in the libraries' own files" in json.dumps(report)
+
+
 # -- /etc/environment: nictune's lines only -------------------------------------------------
 
 SYSTEM = 'PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"\nSITE_TOKEN=hunter2\n'

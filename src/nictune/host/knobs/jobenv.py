@@ -69,10 +69,12 @@ import os
 import re
 from typing import Dict
 
+from nictune.host.errors import InvalidInput
 from nictune.host.files import UnsafeFile, read_owned, remove_owned, write_owned
-from nictune.host.knobs.envfile import SHEBANG, OwnedFileFamily, Syntax
+from nictune.host.knobs.envfile import AUTO, SHEBANG, OwnedFileFamily, Syntax
 from nictune.host.model import Unsupported
-from nictune.host.validate import JOB_ENV_NAME, MOUNT_PATH, SHELL_VALUE, check_path
+from nictune.host.validate import (JOB_ENV_NAME, KERNEL_DIRS, MOUNT_PATH, SHELL_VALUE, check_path,
+                                   reader_of, within)
 
 # What each output reaches, said in the plan's note of its file.
 REACHES = {
@@ -174,6 +176,14 @@ class MountsSyntax(Syntax):
     def line(self, name: str, text: str) -> str:
         check_path(name, "container path")
         check_path(text, f"host file bound at {name}")
+        for path in (name, text):
+            if any(within(path, d) for d in KERNEL_DIRS):
+                raise InvalidInput(f"invalid mount {text} -> {name}: {path} is the kernel's "
+                                   "(/proc, /sys, /dev, /run), never bound by nictune")
+        why = reader_of(text)
+        if why:  # /etc/shadow, /etc/ssh...: never handed to every job's container
+            raise InvalidInput(f"invalid mount {text} -> {name}: nictune never binds {text} into "
+                               f"containers ({why})")
         return f"{text} {name} none {MOUNT_OPTIONS}\n"
 
     def parse(self, text: str) -> Dict[str, str]:
@@ -199,6 +209,12 @@ class _JobOutput(OwnedFileFamily):
     absent_hint: str = ""  # what a missing directory says about the host
 
     def resolve(self, env):
+        autos = [name for name, value in env.items() if value == AUTO]
+        if autos:  # written as is, the library would read the word "auto"
+            raise InvalidInput(
+                f"{', '.join(autos)}: auto is resolved only in the libraries' own files (host.nccl, "
+                f"host.ucx, host.nvshmem), on every plan; host.{self.section} gives jobs values "
+                "as written, so write the value (or bind host.nccl's file with enroot_mounts)")
         return env, REACHES[self.section]
 
     def _absent(self, key, place):
