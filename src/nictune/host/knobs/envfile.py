@@ -1,6 +1,9 @@
 """Files nictune owns whole, one family each: NCCL's nccl.conf (nccl.py),
-UCX's ucx.conf (ucx.py), Open MPI's openmpi-mca-params.conf (mpi.py) and
-the profile.d file that exports NVSHMEM's variables (nvshmem.py).
+UCX's ucx.conf (ucx.py), Open MPI's openmpi-mca-params.conf (mpi.py),
+the profile.d file that exports NVSHMEM's variables (nvshmem.py), and the
+outputs that carry settings to jobs (jobenv.py: a Slurm TaskProlog,
+enroot's environ.d and mounts.d files, and nictune's own block of
+/etc/environment, the one family that owns lines rather than a file).
 
 Each is a list of NAME -> VALUE settings in the syntax of its reader (a
 Syntax: how nictune renders the file, and how the program that reads it
