@@ -203,7 +203,8 @@ class MountsSyntax(Syntax):
 class _JobOutput(OwnedFileFamily):
     """An owned file that reaches jobs: its plan note says which."""
 
-    position_note = "with the other owned files, before any device setting: a file cannot cut the management path"
+    position_note = ("with the other owned files, before any device setting: a file cannot cut "
+                     "the management path")
     max_value_length = 256
 
     absent_hint: str = ""  # what a missing directory says about the host
