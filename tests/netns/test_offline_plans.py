@@ -280,6 +280,11 @@ CASES = {
     "ucx": golden("rdma-library-files"),
     "mpi": golden("rdma-library-files"),
     "nvshmem": golden("rdma-library-files"),
+    # A Slurm node with enroot: the directories the job outputs go in.
+    "slurm_task_prolog": golden("job-outputs"),
+    "enroot_environ": golden("job-outputs"),
+    "enroot_mounts": golden("job-outputs"),
+    "environment": golden("job-outputs"),
     "macsec": macsec_case,
     "ipsec": ipsec_case,
     "ovs": ovs_case,

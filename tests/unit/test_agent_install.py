@@ -71,8 +71,11 @@ def test_the_unit_lets_the_agent_write_every_owned_file_the_profile_may_name_by_
     # Every family's default path: an owned file is replaced by rename (and
     # its directory made when missing), so the directory above it must be writable.
     paths = [knobs.load(s).default_path for s in agent_install.OWNED_SECTIONS]
-    assert sorted(paths) == ["/etc/nccl.conf", "/etc/openmpi/openmpi-mca-params.conf",
-                             "/etc/profile.d/nvshmem.sh", "/etc/ucx/ucx.conf"]
+    assert sorted(paths) == ["/etc/enroot/environ.d/90-nictune.env",
+                             "/etc/enroot/mounts.d/90-nictune.fstab", "/etc/environment",
+                             "/etc/nccl.conf", "/etc/openmpi/openmpi-mca-params.conf",
+                             "/etc/profile.d/nvshmem.sh", "/etc/slurm/nictune-task-prolog.sh",
+                             "/etc/ucx/ucx.conf"]
     for path in paths:
         parent = os.path.dirname(os.path.dirname(path)) if path.count("/") > 2 else os.path.dirname(path)
         assert any(within(parent, w) for w in writable), path

@@ -77,7 +77,15 @@ def maia(tmp_path):
 
 # -- apply ------------------------------------------------------------------
 
+def with_enroot(run: "Run") -> "Run":
+    """The host with enroot installed: the shipped profile binds /etc/nccl.conf
+    into its containers (on a host without it, that key is skipped)."""
+    os.makedirs(run.host.path("etc/enroot/mounts.d"))
+    return run
+
+
 def test_apply_writes_verifies_and_commits(cx7):
+    with_enroot(cx7)
     out = cx7.apply(CX7)
     assert out.error is None and exit_code(out) == 0
     assert set(statuses(out).values()) == {m.APPLIED, m.OK}
@@ -89,6 +97,8 @@ def test_apply_writes_verifies_and_commits(cx7):
     assert cx7.kernel.read_file(f"proc/sys/net/ipv4/conf/{P0}/arp_announce") == "2"
     nccl = cx7.kernel.read_file("etc/nccl.conf")
     assert nccl.startswith("# Managed by nictune") and "NCCL_IB_TC=106\n" in nccl
+    assert "/etc/nccl.conf /etc/nccl.conf none " in cx7.kernel.read_file(
+        "etc/enroot/mounts.d/90-nictune.fstab")
 
     record = cx7.journal()
     assert record["status"] == "committed" and record["profile"] == CX7.path
@@ -101,6 +111,7 @@ def test_apply_writes_verifies_and_commits(cx7):
 
 
 def test_second_apply_is_a_no_op(cx7):
+    with_enroot(cx7)
     assert cx7.apply(CX7).error is None
     journal_before = cx7.journal()
     writes = len(cx7.kernel.writes)

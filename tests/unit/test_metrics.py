@@ -131,28 +131,40 @@ MLX5_STATS = {
     "rx_discards_phy": 9, "rx_out_of_buffer": 11, "link_down_events_phy": 1,
     "rx_global_pause": 5, "rx_global_pause_duration": 10,
     "rx_packets": 1000, "rx3_packets": 10, "ch0_poll": 99,  # not congestion: left out
+    # The netdev's byte counters (en_main.c mlx5e_get_stats: the software
+    # rings in NIC mode) are node_exporter's to export, and blind to RDMA.
+    "rx_bytes": 10_000, "tx_bytes": 20_000, "rx_vport_unicast_bytes": 30_000,
+    # en_stats.c vport_stats_desc and pport_802_3_stats_desc
+    "rx_vport_rdma_unicast_bytes": 7_000_000_000, "tx_vport_rdma_unicast_bytes": 6_000_000_000,
+    "rx_vport_rdma_unicast_packets": 1_700_000, "rx_bytes_phy": 7_100_000_000,
+    "tx_bytes_phy": 6_100_000_000, "rx_packets_phy": 1_800_000,
 }
 
 
 def test_mlx5_ethtool_statistics_map_to_conventional_series():
     got = parsed(metrics.render(metrics.ethtool_samples("rail0", MLX5_STATS)))
-    p3 = dict(interface="rail0", priority="3")
+    p3 = dict(device="rail0", priority="3")
     assert got == {
         _key("nictune_pfc_rx_pause_frames_total", **p3): 120,
         _key("nictune_pfc_tx_pause_frames_total", **p3): 7,
-        _key("nictune_pfc_rx_pause_frames_total", interface="rail0", priority="0"): 0,
+        _key("nictune_pfc_rx_pause_frames_total", device="rail0", priority="0"): 0,
         # microseconds (counters.rst, en_stats.c pport_per_prio_pfc_stats_desc) -> seconds
         _key("nictune_pfc_rx_pause_duration_seconds_total", **p3): 2.5,
         _key("nictune_pfc_tx_pause_duration_seconds_total", **p3): 0.0015,
         _key("nictune_pfc_rx_pause_transitions_total", **p3): 60,
         _key("nictune_prio_rx_discards_total", **p3): 4,
-        _key("nictune_pause_storm_warning_events_total", interface="rail0"): 2,
-        _key("nictune_pause_storm_error_events_total", interface="rail0"): 1,
-        _key("nictune_port_rx_discards_total", interface="rail0"): 9,
-        _key("nictune_rx_out_of_buffer_total", interface="rail0"): 11,
-        _key("nictune_link_down_events_total", interface="rail0"): 1,
-        _key("nictune_global_rx_pause_frames_total", interface="rail0"): 5,
-        _key("nictune_global_rx_pause_duration_seconds_total", interface="rail0"): 1e-05,
+        _key("nictune_pause_storm_warning_events_total", device="rail0"): 2,
+        _key("nictune_pause_storm_error_events_total", device="rail0"): 1,
+        _key("nictune_port_rx_discards_total", device="rail0"): 9,
+        _key("nictune_rx_out_of_buffer_total", device="rail0"): 11,
+        _key("nictune_link_down_events_total", device="rail0"): 1,
+        _key("nictune_global_rx_pause_frames_total", device="rail0"): 5,
+        _key("nictune_global_rx_pause_duration_seconds_total", device="rail0"): 1e-05,
+        # Throughput that RoCE traffic moves (the netdev's rx_bytes does not)
+        _key("nictune_rdma_rx_unicast_bytes_total", device="rail0"): 7_000_000_000,
+        _key("nictune_rdma_tx_unicast_bytes_total", device="rail0"): 6_000_000_000,
+        _key("nictune_port_rx_bytes_total", device="rail0"): 7_100_000_000,
+        _key("nictune_port_tx_bytes_total", device="rail0"): 6_100_000_000,
     }
 
 
@@ -166,6 +178,10 @@ def _fixture_root(tmp_path: Path) -> Path:
     (stats / "rx_bytes").write_text("123456789\n")
     (stats / "tx_packets").write_text("42\n")
     (stats / "rx_dropped").write_text("3\n")
+    pci = root / "sys/bus/pci/drivers/mlx5_core"
+    pci.mkdir(parents=True)
+    (root / "sys/class/net/rail0/device").mkdir()
+    (root / "sys/class/net/rail0/device/driver").symlink_to(pci)
     port = root / "sys/class/infiniband/mlx5_0/ports/1"
     (port / "gid_attrs/ndevs").mkdir(parents=True)
     (port / "gid_attrs/ndevs/0").write_text("rail0\n")
@@ -189,13 +205,13 @@ def _fixture_root(tmp_path: Path) -> Path:
 def test_collect_reads_netdev_rdma_tcp_and_ktls_counters_of_a_tree(tmp_path):
     root = _fixture_root(tmp_path)
     got = parsed(metrics.collect({"reapplies": 1}, Host(str(root))))
-    r = dict(interface="rail0")
+    r = dict(device="rail0")
     assert got == {
         _key("nictune_reapplies_total"): 1,
         _key("nictune_tcp_retransmitted_segments_total"): 37,
-        _key("nictune_netdev_rx_bytes_total", **r): 123456789,
-        _key("nictune_netdev_rx_dropped_total", **r): 3,
-        _key("nictune_netdev_tx_packets_total", **r): 42,
+        # The netdev statistics are node_exporter's (node_network_*{device}):
+        # not repeated, only the interface and its driver are named.
+        _key("nictune_device_info", driver="mlx5_core", **r): 1,
         _key("nictune_roce_ecn_marked_packets_total", **r): 17,
         _key("nictune_roce_cnp_sent_total", **r): 16,
         _key("nictune_roce_cnp_handled_total", **r): 15,
@@ -210,7 +226,8 @@ def test_collect_reads_netdev_rdma_tcp_and_ktls_counters_of_a_tree(tmp_path):
 def test_status_interfaces_limit_what_is_read(tmp_path):
     root = _fixture_root(tmp_path)
     got = parsed(metrics.collect({"interfaces": ["other"]}, Host(str(root))))
-    assert not any(dict(labels).get("interface") == "rail0" for _, labels in got)
+    assert not any(dict(labels).get("device") == "rail0" for _, labels in got)
+
 
 
 def test_tcp_retransmits_needs_the_header_and_values_lines():
@@ -352,7 +369,8 @@ def test_the_dashboard_plots_per_host_and_rail():
             continue
         assert 'instance=~"$instance"' in expr, where
         rail_metric = any(n not in _PER_HOST for n in metric_names(expr))
-        assert ('interface=~"$rail"' in expr) == rail_metric, (where, expr)
+        assert ('device=~"$rail"' in expr) == rail_metric, (where, expr)
+        assert "interface" not in expr, (where, expr)  # node_exporter's label is device
 
 
 _PER_HOST = {"nictune_drift", "nictune_drift_events_total", "nictune_drift_restores_total",
@@ -406,8 +424,8 @@ def test_an_interface_name_that_is_not_utf8_is_a_lossless_utf8_label(tmp_path):
     status = {"keys": {"link:nt\udcff\udcfe:mtu": {"drifted": True}}}
     body = metrics.collect(status, Host(str(root))).encode("utf-8")  # strict: what is served
     got = parsed(body.decode("utf-8"))
-    assert got[_key("nictune_netdev_rx_packets_total", interface="nt:xff:xfe")] == 5
-    assert got[_key("nictune_netdev_rx_bytes_total", interface="rail0")] == 123456789
+    assert got[_key("nictune_device_info", device="nt:xff:xfe", driver="")] == 1
+    assert got[_key("nictune_device_info", device="rail0", driver="mlx5_core")] == 1
     assert got[_key("nictune_drift", family="link", target="nt:xff:xfe", name="mtu")] == 1
 
 
@@ -428,7 +446,7 @@ def test_http_answers_a_scrape_with_a_non_utf8_interface(tmp_path):
     try:
         with _OPENER.open("http://%s:%d/metrics" % exporter.address, timeout=10) as r:
             got = parsed(r.read().decode("utf-8"))
-        assert got[_key("nictune_netdev_rx_packets_total", interface="nt:xff:xfe")] == 5
+        assert got[_key("nictune_device_info", device="nt:xff:xfe", driver="")] == 1
     finally:
         exporter.stop()
 
@@ -457,3 +475,70 @@ def test_the_textfile_writer_outlives_a_failure_and_logs_it_once(tmp_path):
     assert failures["left"] == 0 and exporter.textfile_error is None
     assert len(lines) == 2, lines  # the failure once (not six times), then its end
     assert "not written (UnicodeEncodeError" in lines[0] and "written again" in lines[1]
+
+
+# -- what operators join and plot ------------------------------------------------
+
+class _Mlx5Counters:
+    """A counter source (Host.counter_source) answering ethtool -S with
+    MLX5_STATS: the names en_stats.c gives (FAKE values)."""
+
+    def ethtool_stats(self, ifname):
+        return dict(MLX5_STATS)
+
+
+def test_collect_exports_rdma_and_port_bytes_labelled_device(tmp_path):
+    host = Host(str(_fixture_root(tmp_path)))
+    host.counter_source = _Mlx5Counters()
+    got = parsed(metrics.collect({}, host))
+    assert got[_key("nictune_rdma_rx_unicast_bytes_total", device="rail0")] == 7_000_000_000
+    assert got[_key("nictune_port_tx_bytes_total", device="rail0")] == 6_100_000_000
+    per_interface = [dict(labels) for _, labels in got if labels]
+    assert len(per_interface) > 10
+    # node_exporter names an interface `device`: the same label joins the two
+    assert all("interface" not in labels for labels in per_interface)
+
+
+def test_nothing_repeats_what_node_exporter_exports():
+    # node_exporter's netdev collector has every /sys/class/net/X/statistics
+    # file (node_network_receive_bytes_total{device}, ...); on mlx5 the
+    # netdev's rx_dropped is rx_out_of_buffer (en_main.c mlx5e_get_stats).
+    assert "nictune_rx_out_of_buffer_total" in metrics.CATALOG
+    assert not [n for n in metrics.CATALOG if n.startswith("nictune_netdev_")]
+    got = metrics.ethtool_samples("rail0", {"rx_bytes": 1, "tx_bytes": 1, "rx_packets": 1,
+                                            "rx_dropped": 1, "tx_packets": 1})
+    assert got == []
+
+
+def test_the_throughput_panel_plots_rdma_and_port_bytes():
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = {where: [] for where, _ in _dashboard_queries(dashboard)}
+    for where, expr in _dashboard_queries(dashboard):
+        exprs[where].append(expr)
+    shown = set().union(*(metric_names(e) for e in exprs["Throughput"]))
+    assert shown == {"nictune_rdma_rx_unicast_bytes_total", "nictune_rdma_tx_unicast_bytes_total",
+                     "nictune_port_rx_bytes_total", "nictune_port_tx_bytes_total"}
+    everything = [e for group in exprs.values() for e in group]
+    assert len(everything) > 20 and not [e for e in everything if "nictune_netdev_" in e]
+
+
+def test_the_recorded_connectx7_host_shows_roce_throughput_the_netdev_misses(tmp_path):
+    # The fake kernel of the recorded cx7-host (tests/fakes.py FakeCounters),
+    # its ethtool -S under en_stats.c's names: during an NCCL job the
+    # netdev's own bytes (the software rings, en_main.c mlx5e_get_stats)
+    # barely move while the vport's RDMA bytes and the port's do.
+    from fakes import FakeHost, load_state
+
+    state = load_state("cx7-host")
+    state["ethtool_stats"] = {"enp23s0f0np0": {
+        "rx_bytes": 52_000, "tx_bytes": 48_000,
+        "rx_vport_rdma_unicast_bytes": 9_100_000_000_000, "tx_vport_rdma_unicast_bytes": 8_700_000_000_000,
+        "rx_bytes_phy": 9_100_400_000_000, "tx_bytes_phy": 8_700_300_000_000, "rx_prio3_pause": 12}}
+    host = FakeHost(state, tmp_path / "root")
+    got = parsed(metrics.collect({"interfaces": ["enp23s0f0np0"]}, host))
+    port = dict(device="enp23s0f0np0")
+    assert got[_key("nictune_rdma_rx_unicast_bytes_total", **port)] == 9_100_000_000_000
+    assert got[_key("nictune_rdma_tx_unicast_bytes_total", **port)] == 8_700_000_000_000
+    assert got[_key("nictune_port_rx_bytes_total", **port)] == 9_100_400_000_000
+    assert got[_key("nictune_pfc_rx_pause_frames_total", priority="3", **port)] == 12
+    assert not [name for name, _ in got if "netdev" in name]

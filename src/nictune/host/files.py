@@ -126,10 +126,12 @@ def read_capped(read, fd: int, cap: int) -> Optional[bytes]:
     return b"".join(chunks) if size <= cap else None
 
 
-def write_owned(path: str, text: str, shown: str, keep_inode: bool = False, io=None) -> None:
+def write_owned(path: str, text: str, shown: str, keep_inode: bool = False, io=None,
+                new_mode: int = NEW_FILE_MODE) -> None:
     """Replace an owned file with `text`, keeping its mode and owner (a new
-    file is 0644, and root's when root writes it).  keep_inode: rewrite an
-    existing file in place (it is the source of bind mounts)."""
+    file is new_mode, 0644 unless said, and root's when root writes it).
+    keep_inode: rewrite an existing file in place (it is the source of
+    bind mounts)."""
     io = _io(io)
     data = text.encode()
     st = existing(path, shown, io)
@@ -139,7 +141,7 @@ def write_owned(path: str, text: str, shown: str, keep_inode: bool = False, io=N
     if st is not None:
         mode, owner = stat.S_IMODE(st.st_mode), (st.st_uid, st.st_gid)
     else:
-        mode, owner = NEW_FILE_MODE, ((0, 0) if os.geteuid() == 0 else None)
+        mode, owner = new_mode, ((0, 0) if os.geteuid() == 0 else None)
     _replace(io, path, data, mode, owner, busy_in_place=True, shown=shown)
 
 

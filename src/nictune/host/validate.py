@@ -53,6 +53,17 @@ MCA_NAME = r"^[a-z][a-z0-9_]{0,127}$"
 # them is ever interpreted, even outside the quotes nictune puts them in.
 NVSHMEM_NAME = r"^NVSHMEM_[A-Z0-9_]{1,60}$"
 SHELL_VALUE = r"^[A-Za-z0-9_.,:/+=@%^-]{0,256}$"
+# The variables nictune delivers to jobs (knobs/jobenv.py: a Slurm TaskProlog,
+# enroot's environ.d, /etc/environment): those of the libraries it tunes
+# and nothing else (never PATH, LD_*, HOME...), which every job on the node
+# would get.  Open MPI's and PMIx's MCA names are lower case after the
+# prefix.  Values take SHELL_VALUE: the TaskProlog's lines pass through a
+# shell (in single quotes) and slurmd, pam_env and enroot take them
+# literally.
+JOB_ENV_NAME = r"^(NCCL_[A-Z0-9_]{1,64}|CUDA_[A-Z0-9_]{1,64}|UCX_[A-Z0-9_]{1,60}|NVSHMEM_[A-Z0-9_]{1,60}|UCC_[A-Z0-9_]{1,60}|OMPI_MCA_[a-z][a-z0-9_]{0,63}|PMIX_MCA_[a-z][a-z0-9_]{0,63})$"
+# A file enroot binds into its containers (knobs/jobenv.py, mounts.d): a
+# plain absolute path, no blank (an fstab field) and no ',' (an option).
+MOUNT_PATH = r"^/[A-Za-z0-9_./+-]{1,255}$"
 MAC = r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$"
 PCI_ID = r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{4}$"
 DRIVER = r"^[A-Za-z0-9_-]{1,32}$"
@@ -176,6 +187,8 @@ READERS = (
       "/etc/NetworkManager", "/etc/netplan", "/etc/dhcp", "/etc/ppp", "/etc/acpi", "/etc/kernel",
       "/etc/initramfs-tools", "/etc/dracut*", "/etc/grub*", "/boot", "/etc/rsyslog*",
       "/etc/logrotate*", "/etc/netns", "/var/lib/systemd")),
+    ("Slurm's daemons or enroot run what it names, for every job on the node",
+     ("/etc/slurm", "/etc/slurm-llnl", "/etc/enroot")),
     ("package managers and other tools run commands it names",
      ("/etc/apt", "/etc/yum*", "/etc/dnf", "/etc/zypp", "/etc/gitconfig", "/etc/vim",
       "/etc/needrestart", "/etc/containers", "/etc/docker")),

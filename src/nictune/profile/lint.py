@@ -85,6 +85,8 @@ HOST_TCS = (
 HOST_TC_DEFAULT = {"UCX_IB_TRAFFIC_CLASS": (106, "UCX's auto selects 106 on RoCE v2"),
                    "NVSHMEM_IB_TRAFFIC_CLASS": (0, "NVSHMEM sends with traffic class 0 (DSCP 0)")}
 ENTRY_TCS = (("roce.tos", "tos"), ("roce.verbs_tos", "verbs_tos"))
+# The sections that hand variables to jobs (host/knobs/jobenv.py).
+JOB_ENV_SECTIONS = ("slurm_task_prolog", "enroot_environ", "environment")
 
 # Drivers whose ports come up with link-level (global, 802.3x) pause on.
 # mlx5 keeps global pause (pptx/pprx) and PFC (pfctx/pfcrx) in one port
@@ -212,6 +214,14 @@ class _Linter:
             value = _number(_get(self.doc, *keys))
             if value is not None:
                 self.host_tcs[tc_name] = (value, self.p.source(*keys))
+        # The same variables delivered to jobs (host/knobs/jobenv.py) beat the
+        # libraries' files: each is one more traffic class to agree with.
+        for section in JOB_ENV_SECTIONS:
+            for tc_name, _keys in HOST_TCS:
+                keys = ("host", section, "env", tc_name)
+                value = _number(_get(self.doc, *keys))
+                if value is not None:
+                    self.host_tcs[f"{tc_name} (host.{section})"] = (value, self.p.source(*keys))
         self.ect_reported: set = set()  # host values already found Not-ECT
 
     def add(self, code: str, severity: str, message: str, *locations: str) -> None:

@@ -41,6 +41,10 @@ REGISTRY = (
     "ucx.UcxFamily",
     "mpi.MpiFamily",
     "nvshmem.NvshmemFamily",
+    "jobenv.SlurmTaskPrologFamily",
+    "jobenv.EnrootEnvironFamily",
+    "jobenv.EnrootMountsFamily",
+    "jobenv.EnvironmentFamily",
     "ovs.OvsFamily",
     "macsec.MacsecFamily",
     "ipsec.IpsecFamily",
@@ -67,13 +71,17 @@ CATALOG = {
     "ucx": ("ucx", "UcxFamily", (), ("ucx",)),
     "mpi": ("mpi", "MpiFamily", (), ("mpi",)),
     "nvshmem": ("nvshmem", "NvshmemFamily", (), ("nvshmem",)),
+    "slurm_task_prolog": ("jobenv", "SlurmTaskPrologFamily", (), ("slurm_task_prolog",)),
+    "enroot_environ": ("jobenv", "EnrootEnvironFamily", (), ("enroot_environ",)),
+    "enroot_mounts": ("jobenv", "EnrootMountsFamily", (), ("enroot_mounts",)),
+    "environment": ("jobenv", "EnvironmentFamily", (), ("environment",)),
     "ovs": ("ovs", "OvsFamily", (), ("ovs",)),
     "macsec": ("macsec", "MacsecFamily", ("macsec",), ()),
     "ipsec": ("ipsec", "IpsecFamily", ("ipsec",), ()),
     "expect": ("expect", "ExpectFamily", ("expect",), ()),
 }
 # The host: sections of the families that own a file (knobs/envfile.py).
-OWNED_FILE_SECTIONS = ("nccl", "ucx", "mpi", "nvshmem")
+OWNED_FILE_SECTIONS = ("nccl", "ucx", "mpi", "nvshmem", "slurm_task_prolog", "enroot_environ", "enroot_mounts", "environment")
 # END derived by profile/catalog.py.
 
 

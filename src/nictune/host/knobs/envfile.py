@@ -1,6 +1,9 @@
 """Files nictune owns whole, one family each: NCCL's nccl.conf (nccl.py),
-UCX's ucx.conf (ucx.py), Open MPI's openmpi-mca-params.conf (mpi.py) and
-the profile.d file that exports NVSHMEM's variables (nvshmem.py).
+UCX's ucx.conf (ucx.py), Open MPI's openmpi-mca-params.conf (mpi.py),
+the profile.d file that exports NVSHMEM's variables (nvshmem.py), and the
+outputs that carry settings to jobs (jobenv.py: a Slurm TaskProlog,
+enroot's environ.d and mounts.d files, and nictune's own block of
+/etc/environment, the one family that owns lines rather than a file).
 
 Each is a list of NAME -> VALUE settings in the syntax of its reader (a
 Syntax: how nictune renders the file, and how the program that reads it
@@ -83,7 +86,11 @@ from nictune.host.validate import (KERNEL_DIRS, NOT_NORMALISED, OWNED_DIR, OWNED
 
 # What nictune wrote before each file named its family (see "Whose file").
 LEGACY_HEADER = "# Managed by nictune: edit the profile, not this file.\n"
-_HEADER = re.compile(r"# Managed by nictune(?: \(([a-z]{1,16})\))?: edit the profile, not this file\.\n")
+# A file the kernel executes (a Slurm TaskProlog) starts with its "#!" line,
+# then the header.
+SHEBANG = "#!/bin/sh\n"
+_HEADER = re.compile(r"(?:#!/bin/sh\n)?"
+                     r"# Managed by nictune(?: \(([a-z_]{1,24})\))?: edit the profile, not this file\.\n")
 AUTO = "auto"
 
 
@@ -145,6 +152,7 @@ class Syntax:
 
     what: str = "variable"      # "NCCL variable", for error messages
     family: str = ""            # whose header render() writes
+    preamble: str = ""          # what comes before the header (SHEBANG)
     name_pattern: str = ""
     value_pattern: str = ""
 
@@ -160,7 +168,7 @@ class Syntax:
         return header_of(self.family)
 
     def render(self, env: dict) -> str:
-        lines = [self.header]
+        lines = [self.preamble, self.header]
         for name, value in env.items():
             check(self.name_pattern, name, f"{self.what} name")
             text = check(self.value_pattern, value_text(value), f"value of {name}")
@@ -243,6 +251,7 @@ class OwnedFileFamily(Family):
     values_description: ClassVar[str] = ""
     auto_properties: ClassVar[Dict[str, dict]] = {}  # schema of the names that take `auto`
     max_value_length: ClassVar[int] = 900
+    new_file_mode: ClassVar[int] = 0o644  # a file apply creates (an existing one keeps its own)
 
     def __init__(self, host):
         super().__init__(host)
@@ -582,7 +591,7 @@ class OwnedFileFamily(Family):
             # A namespace's own file is the source of bind mounts: other mount
             # namespaces (a shell, an sshd in it) see it only if it keeps its inode.
             write_owned(place.file, text, place.shown, keep_inode=bool(place.netns),
-                        io=self.host.io)
+                        io=self.host.io, new_mode=self.new_file_mode)
 
     def tidy(self, keys: list) -> list:
         """Remove the temporary files interrupted writes left beside these

@@ -15,9 +15,11 @@ an interactive login (Slurm passes the submitting shell's environment on).
 What does not: systemd services, cron jobs, containers, non-login shells
 (`ssh host command`, so mpirun's remote daemons started over ssh), and any
 program whose environment was set before the file changed: a running job
-keeps its environment, and a new login is needed to see a change.  Where
-that matters, pass the variables with the launcher (mpirun -x, srun
---export) or the job's environment.  The plan says so.
+keeps its environment, and a new login is needed to see a change.  A
+Slurm task gets the submitting shell's environment and never sources the
+compute node's profile.d.  The outputs that do reach jobs are in
+knobs/jobenv.py (a Slurm TaskProlog, enroot's environ.d, /etc/environment);
+the launcher (mpirun -x, srun --export) is the other way.  The plan says so.
 
 Values are checked against SHELL_VALUE (no blanks, quotes or shell
 metacharacters) and single-quoted besides, so the file never runs
@@ -48,8 +50,9 @@ DEFAULT_PATH = "/etc/profile.d/nvshmem.sh"
 _EXPORT = re.compile(r"export[ \t]+([A-Za-z_][A-Za-z0-9_]*)="
                      r"(?:'([^']*)'|\"([^\"$`\\]*)\"|([A-Za-z0-9_.,:/+=@%^-]*))[ \t]*")
 READERS = ("read by login shells (/etc/profile) and what they start, not by services, cron, "
-           "`ssh host command` or running jobs: pass them with the launcher (mpirun -x, "
-           "srun --export) where those start NVSHMEM programs")
+           "`ssh host command`, Slurm tasks, containers or running jobs: host.slurm_task_prolog, "
+           "host.enroot_environ and host.environment reach those (or pass them with the launcher: "
+           "mpirun -x, srun --export)")
 
 
 class ShellSyntax(Syntax):

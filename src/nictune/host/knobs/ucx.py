@@ -1,10 +1,17 @@
 """UCX's configuration file, ucx.conf, owned whole by nictune (host.ucx;
 the rules all owned files share are in knobs/envfile.py).
 
-Without it, RDMA traffic of UCX users (Open MPI's pml ucx, OpenSHMEM,
-NIXL) rides traffic class 0, whatever NCCL_IB_TC says: UCX takes its
-traffic class from UCX_IB_TRAFFIC_CLASS (src/uct/ib/base/ib_iface.c,
-"TRAFFIC_CLASS", default auto: the port's global traffic class if any).
+UCX users (Open MPI's pml ucx, OpenSHMEM, NIXL) take their traffic class
+from UCX_IB_TRAFFIC_CLASS (src/uct/ib/base/ib_iface.c "TRAFFIC_CLASS"),
+never from NCCL_IB_TC.  Its default, auto, is 106 on a RoCE v2 GID
+(UCT_IB_DEFAULT_ROCEV2_DSCP, ib_device.h: DSCP 26 with ECT(0)) and 0
+otherwise (ib_iface.c, the iface's init).  So without the file UCX already
+rides 106 on RoCE v2, the class the shipped profiles make lossless; the
+file matters where the fabric's lossless class is another one, and to pin
+the value against a site's or an image's ucx.conf.  Inside a container UCX
+reads the image's own ucx.conf (NGC images carry HPC-X under /opt/hpcx),
+never the host's: host.enroot_environ (knobs/jobenv.py) carries UCX_
+variables there, and the environment beats every ucx.conf.
 
 Where UCX reads it.  src/ucs/config/parser.c ucs_config_parse_config_files:
 $(sysconfdir)/ucx/ucx.conf (UCX_CONFIG_DIR, set by configure: /etc/ucx

@@ -28,7 +28,7 @@ status file instead (daemon.py's agent-status.json, or a test's).
 
 Naming (https://prometheus.io/docs/practices/naming/): the nictune_ prefix,
 _total on counters, base units (pause durations in seconds, byte counts in
-bytes), what a series is about in labels (interface, priority) and never a
+bytes), what a series is about in labels (device, priority) and never a
 value in a label: a drifted key is nictune_drift{family,target,name} 1,
 not a label holding its value (a value may be a secret, and each change
 would make a new series).  Sources the host lacks (no mlx5 ethtool
@@ -117,6 +117,20 @@ _ETHTOOL = (
     (r"rx_out_of_buffer", "nictune_rx_out_of_buffer_total",
      "Times a receive queue had no software buffer (en_stats.c q_stats_desc).", 1),
     (r"link_down_events_phy", "nictune_link_down_events_total", "Times the link went down.", 1),
+    # Throughput.  The netdev's rx_bytes/tx_bytes are no measure of a rail:
+    # in NIC mode mlx5 fills them from its software ring counters, which
+    # never see RDMA (en_main.c mlx5e_get_stats, mlx5e_fold_sw_stats64), and
+    # on a switchdev uplink from the port's (all of its traffic).  The vport
+    # RDMA counters are the RoCE bytes of this function (en_stats.c
+    # vport_stats_desc: QUERY_VPORT_COUNTER received/transmitted_ib_unicast
+    # octets), the _phy ones the port's, everything on the wire (en_stats.c
+    # pport_802_3_stats_desc: PPCNT a_octets_received_ok/_transmitted_ok).
+    (r"(?P<dir>rx|tx)_vport_rdma_unicast_bytes", "nictune_rdma_{dir}_unicast_bytes_total",
+     "RDMA (RoCE) unicast bytes {dirword} by the function's vport "
+     "(en_stats.c vport_stats_desc {dir}_vport_rdma_unicast_bytes).", 1),
+    (r"(?P<dir>rx|tx)_bytes_phy", "nictune_port_{dir}_bytes_total",
+     "Bytes {dirword} on the physical port, every kind of traffic "
+     "(en_stats.c pport_802_3_stats_desc {dir}_bytes_phy).", 1),
 )
 _DIRWORD = {"rx": "received", "tx": "sent"}
 
@@ -133,14 +147,15 @@ _RDMA = {
     "rx_icrc_encapsulated": ("nictune_roce_icrc_errors_total", "RoCE packets with a bad ICRC."),
 }
 
-# /sys/class/net/X/statistics (Documentation/ABI/testing/sysfs-class-net-
-# statistics): every file is a counter; bytes are already the base unit.
-NETDEV_STATISTICS = (
-    "collisions", "multicast", "rx_bytes", "rx_compressed", "rx_crc_errors", "rx_dropped",
-    "rx_errors", "rx_fifo_errors", "rx_frame_errors", "rx_length_errors", "rx_missed_errors",
-    "rx_nohandler", "rx_otherhost_dropped", "rx_over_errors", "rx_packets", "tx_aborted_errors",
-    "tx_bytes", "tx_carrier_errors", "tx_compressed", "tx_dropped", "tx_errors", "tx_fifo_errors",
-    "tx_heartbeat_errors", "tx_packets", "tx_window_errors")
+# What is left out: /sys/class/net/X/statistics.  node_exporter's netdev
+# collector exports every one of them (node_network_receive_bytes_total
+# {device}, ...), and on mlx5 none says more than what is here: rx_bytes
+# and tx_bytes miss RDMA (above), rx_dropped (rx_missed_errors since
+# "net/mlx5e: Use rx_missed_errors instead of rx_dropped") is
+# rx_out_of_buffer again (en_main.c mlx5e_get_stats).  Each interface is
+# named by the label `device`, node_exporter's, so the two join
+# (`on (instance, device)`).
+DEVICE = "device"
 
 
 def _snake(camel: str) -> str:
@@ -159,12 +174,12 @@ def _tls_metric(counter: str) -> tuple:
 def _build_catalog() -> None:
     for pattern, metric, text, _scale in _ETHTOOL:
         for d in ("rx", "tx") if "{dir}" in metric else ("",):
-            CATALOG[metric.format(dir=d)] = (COUNTER, text.format(dirword=_DIRWORD.get(d, "")))
+            CATALOG[metric.format(dir=d)] = (COUNTER, text.format(dir=d, dirword=_DIRWORD.get(d, "")))
     for metric, text in _RDMA.values():
         CATALOG[metric] = (COUNTER, text)
-    for stat in NETDEV_STATISTICS:
-        CATALOG[f"nictune_netdev_{stat}_total"] = (
-            COUNTER, f"/sys/class/net/<interface>/statistics/{stat}.")
+    CATALOG["nictune_device_info"] = (
+        GAUGE, "1 for each interface whose counters the agent reads; driver: its kernel driver "
+               "(/sys/class/net/<device>/device/driver; empty for a virtual one).")
     for counter in TLS_COUNTERS:
         metric, kind = _tls_metric(counter)
         CATALOG[metric] = (kind, f"{counter} of /proc/net/tls_stat (this network namespace's kTLS).")
@@ -295,7 +310,7 @@ def ethtool_samples(ifname: str, stats: dict) -> list:
             if not m:
                 continue
             groups = m.groupdict()
-            labels = {"interface": ifname}
+            labels = {DEVICE: ifname}
             if "priority" in groups:
                 labels["priority"] = groups["priority"]
             out.append((metric.format(dir=groups.get("dir", "")), labels,
@@ -321,18 +336,19 @@ def rdma_samples(host: Host, ifname: str, ports: dict) -> list:
     for counter, (metric, _text) in _RDMA.items():
         value = _number(os.path.join(base, counter))
         if value is not None:
-            out.append((metric, {"interface": ifname}, value))
+            out.append((metric, {DEVICE: ifname}, value))
     return out
 
 
-def netdev_samples(host: Host, ifname: str) -> list:
-    base = host.path("sys/class/net", ifname, "statistics")
-    out = []
-    for stat in NETDEV_STATISTICS:
-        value = _number(os.path.join(base, stat))
-        if value is not None:
-            out.append((f"nictune_netdev_{stat}_total", {"interface": ifname}, value))
-    return out
+def device_samples(host: Host, ifname: str) -> list:
+    """The interface's info series: it is watched, and by which driver."""
+    if not os.path.isdir(host.path("sys/class/net", ifname)):
+        return []  # named by the status but not (or no longer) here
+    try:
+        driver = os.path.basename(os.readlink(host.path("sys/class/net", ifname, "device", "driver")))
+    except OSError:  # a virtual interface (veth, bond) has no device
+        driver = ""
+    return [("nictune_device_info", {DEVICE: ifname, "driver": driver}, 1)]
 
 
 def tcp_retransmits(text: str):
@@ -392,7 +408,7 @@ def collect(status: dict, host=None) -> str:
             stats = {}
         samples += ethtool_samples(ifname, stats)
         samples += rdma_samples(host, ifname, ports)
-        samples += netdev_samples(host, ifname)
+        samples += device_samples(host, ifname)
     samples += namespace_samples(host)
     return render(samples)
 
