@@ -114,8 +114,8 @@ MLX5 = NicClass(
         "tls_rx": "mlx5e_ktls (ConnectX-6 Dx and later, with the firmware capability)",
         "esp": "mlx5e_ipsec: crypto and packet offload (ConnectX-6 Dx and later)",
         "esp_tx_csum": "mlx5e_ipsec (ConnectX-6 Dx and later)",
-        "macsec": "en_accel/macsec.c macsec_offload_ops (mlx5e_macsec_build_netdev), offload mac "
-                  "only; ConnectX-7 onwards, with the firmware capability (not ConnectX-6 Dx)",
+        "macsec": "mlx5e_macsec_build_netdev (en_accel/macsec.c macsec_offload_ops): offload "
+                  "mac only; ConnectX-7 onwards, with the firmware capability (not ConnectX-6 Dx)",
     },
     why_not={
         "ecn": "the upstream mlx5 driver has no /sys/class/net/<if>/ecn (ECN/DCQCN per-priority "
