@@ -698,6 +698,8 @@ class FakeMacsec:
     def set_offload(self, index: int, mode: str) -> None:
         entry = self.k.macsec[index]
         self._refuse_offload(entry["link"].link, mode)
+        if entry["link"].up and entry["link"].offload != mode:  # macsec_update_offload
+            raise NetlinkError(errno.EBUSY, "Device or resource busy")
         entry["link"].offload = entry["secy"].offload = mode
 
     def add_rxsc(self, index: int, sci: bytes) -> None:

@@ -61,6 +61,10 @@ def test_an_xpn_sa_carries_a_64_bit_pn_its_ssci_and_its_salt():
                                xpn=(0x01020304, bytes.fromhex(SALT))))
     assert got["MACSEC_SA_ATTR_PN"] == pn.to_bytes(8, sys.byteorder)
     assert got["MACSEC_SA_ATTR_SSCI"] == 0x01020304
+    # Big-endian on the wire, as iproute2's `ssci` (get_be32) sends it.
+    msg = nl.sa_message(nl.CMD_ADD_TXSA, 7, 1, pn, b"id", key, xpn=(0x01020304, bytes(12)))
+    msg.encode()
+    assert (8).to_bytes(2, sys.byteorder) + b"\x01\x02\x03\x04" in bytes(msg.data)
     assert got["MACSEC_SA_ATTR_SALT"] == bytes.fromhex(SALT)
     # Without XPN: 4 bytes, no SSCI or salt, and a PN past 32 bits refused.
     got = _attrs(nl.sa_message(nl.CMD_ADD_TXSA, 7, 1, 9, b"id", key))
@@ -176,6 +180,15 @@ def test_an_mka_link_gets_its_offload_mode_and_is_checked_never_given_an_sa(tmp_
     assert host.macsec().sent == []  # no SA written, no key read
     assert not os.path.exists(tmp_path / "state" / fam.PN_MARKS)
 
+    # Once the daemon has brought the link up the kernel refuses an offload
+    # change (EBUSY): the offload is then compared only, never written.
+    host.macsec().set_offload(host.macsec().links()[0].index, "off")
+    host.macsec().set_up(host.macsec().links()[0].index)
+    out = engine.apply(doc, sources, None)
+    (c,) = [c for c in out.changes if c.key.name == "macsec0/offload"]
+    assert (c.status, c.before) == (m.DRIFT, "off") and "macsec_update_offload: EBUSY" in c.note, c
+    assert host.macsec().links()[0].offload == "off"
+
     # wpa_supplicant.conf changed the cipher: drift in verify, never written.
     host.macsec().k.macsec.clear()
     _wpa_link(host, cipher="gcm-aes-128")
@@ -240,6 +253,10 @@ def test_static_keys_without_xpn_are_refused_by_plan_and_lint(tmp_path):
             f"    macsec: {{offload: mac, tx_sa: {{an: 0, key_file: /etc/k}}}}\n")
     (f,) = lint(load_profile_text(text, "p.yaml"))
     assert (f.code, f.severity) == ("macsec-static-key-nonce-reuse", "error") and "p.yaml:5" in str(f)
+    text = (f"nictune: 1\ninterfaces:\n  rail:\n    match: {{driver: mlx5_core}}\n"
+            f"    macsec:\n      keys: mka\n      tx_sa: {{an: 0, key_file: /etc/k}}\n")
+    (f,) = lint(load_profile_text(text, "p.yaml"))
+    assert (f.code, f.severity) == ("macsec-mka-with-sas", "error") and "p.yaml:7" in str(f)
     doc, sources = _static_profile(tmp_path, sa_extra="")
     with pytest.raises(InvalidInput, match="an SA of an XPN cipher needs ssci and salt"):
         Engine(host, str(tmp_path / "state")).plan(doc, sources)

@@ -312,6 +312,12 @@ class _Linter:
         """Static keys only with an XPN cipher (knobs/macsec.py says why)."""
         from ..host.knobs.macsec import XPN_CIPHERS
 
+        given = [k for k in ("tx_sa", "rx", "port") if k in sec]
+        if sec.get("keys") == "mka" and given:
+            self.add("macsec-mka-with-sas", ERROR,
+                     f"interfaces.{name}: macsec keys: mka with {', '.join(given)}: the MKA "
+                     "daemon owns the SAs and the SCI of its link; nictune writes none",
+                     *(self.p.source("interfaces", name, "macsec", k) for k in given))
         static = sec.get("keys", "static") == "static" and ("tx_sa" in sec or sec.get("rx"))
         cipher = sec.get("cipher", "gcm-aes-128")
         if static and cipher not in XPN_CIPHERS:

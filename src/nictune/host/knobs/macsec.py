@@ -9,7 +9,7 @@ and checks its settings, and never writes an SA:
         macsec:
           keys: mka                 # the link is the MKA daemon's
           name: macsec0             # optional: the one macsec link on the interface
-          offload: mac              # set (and put in wpa_supplicant.conf: macsec_offload=2)
+          offload: mac              # wpa_supplicant.conf macsec_offload=2 (2.11 onwards); set while down
           cipher: gcm-aes-128       # checked: wpa_supplicant's macsec_csindex
           encrypt: true             # checked: macsec_integ_only=0
           validate: strict          # checked
@@ -17,7 +17,9 @@ and checks its settings, and never writes an SA:
 Keys of an MKA link: <link>/keys ("mka": no SA carries nictune's KEYID),
 <link>/cipher, /icv_len, /encrypt, /validate (only those the profile gives)
 are compared and never written (checked_only: a difference is drift, to
-be fixed in wpa_supplicant.conf); <link>/offload is written.
+be fixed in wpa_supplicant.conf); <link>/offload is written while the link
+is down (before the daemon brings it up), and only compared once it is up
+(the kernel refuses the change then: EBUSY).
 
 Static keys (a lab feature): nictune makes the link, its TX SA and its RX
 SCs/SAs from key files.  A static key is installed again on every re-apply
@@ -305,6 +307,7 @@ interfaces:
         self._adopted: dict = {}  # target -> link name, for links nictune leaves to MKA
         self._mka: dict = {}      # target -> link name, for keys: mka entries
         self._static: list = []   # (target, link) with static keys, for the plan's warning
+        self._up: dict = {}       # link name -> up, as read saw it
 
     # -- expand ------------------------------------------------------------------
     def _state(self):
@@ -449,6 +452,7 @@ interfaces:
             if link is None:
                 out[k] = None
                 continue
+            self._up[name] = link.up
             out[k] = _value_of(what, link, secys.get(link.index))
         return out
 
@@ -471,7 +475,13 @@ interfaces:
                 pass
 
     def checked_only(self, key):
-        return key.target in self._mka and split_name(key.name)[1] in MKA_CHECKED
+        name, what = split_name(key.name)
+        if key.target not in self._mka:
+            return False
+        # drivers/net/macsec.c macsec_update_offload: EBUSY while the link
+        # runs, and an MKA link runs once the daemon has it: then only
+        # wpa_supplicant.conf (macsec_offload, 2.11 onwards) can change it.
+        return what in MKA_CHECKED or (what == "offload" and self._up.get(name, False))
 
     def check(self, key, want):
         what = split_name(key.name)[1]
@@ -496,6 +506,11 @@ interfaces:
 
     def note(self, key):
         what = split_name(key.name)[1]
+        if key.target in self._mka and what == "offload" and self.checked_only(key):
+            return ("the MKA daemon's link is up, and the kernel changes a macsec link's offload "
+                    "only while it is down (drivers/net/macsec.c macsec_update_offload: EBUSY): "
+                    "compared, never written; set macsec_offload in wpa_supplicant.conf "
+                    "(0 off, 1 phy, 2 mac; wpa_supplicant 2.11 onwards)")
         if key.target in self._mka and what in MKA_CHECKED:
             return (f"the MKA daemon's link: compared, never written; set it in "
                     f"wpa_supplicant.conf ({MKA_CONF.get(what, 'its network block')})")

@@ -20,6 +20,9 @@ add/offload/show` sent (tests/recorded/macsec/requests.json):
   (MACSEC_XPN_PN_LEN) and need SSCI (u32) and SALT (12 bytes) in every SA
   (drivers/net/macsec.c macsec_add_txsa/macsec_add_rxsa: EINVAL without
   them); SA_CONFIG is then { AN, PN u64, SSCI, SALT, KEYID, KEY, ACTIVE }.
+  SSCI is big-endian (ssci_t goes into the nonce as it is; iproute2 reads
+  it with get_be32 and prints ntohl of it): 1 given to `ip macsec ... ssci
+  1` and 1 given here are the same SSCI.
   A dump's PN is 4 or 8 bytes (dump_secy: pn_len by secy->xpn), read by
   its length.
 
@@ -252,7 +255,7 @@ class macsecmsg(genlmsg):
             (3, "MACSEC_SA_ATTR_PN", "cdata"),
             (4, "MACSEC_SA_ATTR_KEY", "cdata"),
             (5, "MACSEC_SA_ATTR_KEYID", "cdata"),
-            (8, "MACSEC_SA_ATTR_SSCI", "uint32"),
+            (8, "MACSEC_SA_ATTR_SSCI", "be32"),
             (9, "MACSEC_SA_ATTR_SALT", "cdata"),
         )
 
@@ -264,7 +267,7 @@ class macsecmsg(genlmsg):
             (2, "MACSEC_SA_ATTR_ACTIVE", "uint8"),
             (3, "MACSEC_SA_ATTR_PN", "cdata"),
             (5, "MACSEC_SA_ATTR_KEYID", "cdata"),
-            (8, "MACSEC_SA_ATTR_SSCI", "uint32"),
+            (8, "MACSEC_SA_ATTR_SSCI", "be32"),
         )
 
     class sa_list(nla):
