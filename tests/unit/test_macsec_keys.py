@@ -324,3 +324,21 @@ def test_a_key_whose_pns_are_spent_is_refused(tmp_path):
     assert out.error and "has used its PNs: rotate the key" in json.dumps(
         [c.as_dict() for c in out.changes]), out.error
     assert host.macsec().links() == []  # rolled back
+
+
+def test_marks_only_rise_and_concurrent_savers_lose_nothing(tmp_path):
+    """A verify's read-back and an apply's reservation may save at once
+    (verify holds no apply lock): each merges under the marks' own lock."""
+    import threading
+
+    state = str(tmp_path / "state")
+    assert fam.save_marks(state, {"1a2b3c4d": {"tx": 50}}) == {"1a2b3c4d": {"tx": 50}}
+    assert fam.save_marks(state, {"1a2b3c4d": {"tx": 7, "rx": 3}}) == {"1a2b3c4d": {"tx": 50, "rx": 3}}
+    threads = [threading.Thread(target=fam.save_marks, args=(state, {f"{i:08x}": {"tx": i}}))
+               for i in range(1, 33)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    marks = fam.load_marks(state)
+    assert len(marks) == 33 and all(marks[f"{i:08x}"] == {"tx": i} for i in range(1, 33))

@@ -98,7 +98,7 @@ from __future__ import annotations
 from typing import Optional
 
 from nictune.host.transports import keyfile
-from nictune.host.transaction.pnmarks import PN_MARKS, load_marks, raise_mark, save_marks
+from nictune.host.transaction.pnmarks import PN_MARKS, load_marks, raise_mark, save_marks  # noqa: F401
 
 from nictune.host.facts import nicclass
 from nictune.host.errors import InvalidInput, NictuneError

@@ -6,6 +6,7 @@ Marks only rise: every save merges with what is there."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 
@@ -13,6 +14,7 @@ from nictune.host.errors import InvalidInput
 from nictune.host.transaction.journal import _open_dir, _replace
 
 PN_MARKS = "macsec-pn.json"
+PN_MARKS_LOCK = "macsec-pn.lock"
 
 
 def raise_mark(marks: dict, fp: str, direction: str, pn: int) -> None:
@@ -43,14 +45,22 @@ def load_marks(state_dir: str) -> dict:
 
 
 def save_marks(state_dir: str, new: dict) -> dict:
-    """Merge `new` into the kept marks (each only ever rises); the result."""
-    marks = load_marks(state_dir)
-    for fp, directions in new.items():
-        for direction, pn in directions.items():
-            raise_mark(marks, fp, direction, pn)
+    """Merge `new` into the kept marks (each only ever rises); the result.
+    Under a lock of its own: a verify's read-back (which holds no apply
+    lock) must not write back an older mark over an apply's reservation."""
     fd = _open_dir(state_dir, "state directory", create=True)
     try:
-        _replace(fd, PN_MARKS, json.dumps({"version": 1, "marks": marks}, sort_keys=True))
+        lock = os.open(PN_MARKS_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                       0o600, dir_fd=fd)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            marks = load_marks(state_dir)
+            for fp, directions in new.items():
+                for direction, pn in directions.items():
+                    raise_mark(marks, fp, direction, pn)
+            _replace(fd, PN_MARKS, json.dumps({"version": 1, "marks": marks}, sort_keys=True))
+        finally:
+            os.close(lock)  # drops the lock
     finally:
         os.close(fd)
     return marks
