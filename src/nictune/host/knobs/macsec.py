@@ -308,6 +308,7 @@ interfaces:
         self._mka: dict = {}      # target -> link name, for keys: mka entries
         self._static: list = []   # (target, link) with static keys, for the plan's warning
         self._up: dict = {}       # link name -> up, as read saw it
+        self._missing: set = set()  # keys: mka targets with no macsec link yet
 
     # -- expand ------------------------------------------------------------------
     def _state(self):
@@ -381,7 +382,10 @@ interfaces:
             if field in sec:
                 raise InvalidInput(f"{source('macsec', field)}: macsec.{field}: with keys: mka "
                                    "the MKA daemon owns the SAs and the SCI; remove it")
-        name = sec.get("name") or self._mka_link(target, source) or MKA_PLACEHOLDER
+        name = sec.get("name") or self._mka_link(target, source)
+        if name is None:  # the daemon has made none yet: reported, never made here
+            self._missing.add(target)
+            name = MKA_PLACEHOLDER
         self._mka[target] = name
         self._adopted[target] = name
         out = [Desired(Key(self.name, target, f"{name}/keys"), Want("mka"), source("macsec", "keys"))]
@@ -485,7 +489,7 @@ interfaces:
 
     def check(self, key, want):
         what = split_name(key.name)[1]
-        if key.target in self._mka and split_name(key.name)[0] == MKA_PLACEHOLDER:
+        if key.target in self._missing:
             return (f"no macsec link on {key.target}: the MKA daemon makes it (wpa_supplicant "
                     "-D macsec_linux with macsec_policy=1); start it, then apply again")
         if what == "offload" and want.value != "off":
