@@ -911,3 +911,114 @@ def cx7_eswitch_state(mode: str = "legacy", **extra) -> dict:
                         for n, port in enumerate(("enp23s0f0np0", "enp23s0f1np1"))}
     state.update(extra)
     return state
+# -- MACsec (drivers/net/macsec.c, with the NIC classes' driver rules) ---------
+
+
+class FakeMacsec:
+    """The MACsec handle of a FakeHost (host/transports/netlink/macsec.Macsec's
+    methods), as strict as the kernel where nictune relies on it: offload
+    asked of a parent whose driver's rule refuses it is EOPNOTSUPP with that
+    rule's text (nicclass.macsec_offload_refused: the rule plan and lint
+    ask); an SA on an XPN link needs SSCI and salt and takes a 64-bit PN, a
+    non-XPN one a 32-bit PN (macsec_add_txsa: EINVAL).  The kernel never
+    returns keys: neither does this (it keeps KEYIDs only)."""
+
+    def __init__(self, host: "FakeHost"):
+        self.host = host
+        self.k = host.kernel
+        if not hasattr(self.k, "macsec"):
+            self.k.macsec = {}  # ifindex -> {"link": MacsecLink, "secy": SecY}
+        self.sent: list = []  # (command, ifindex, an, pn, xpn given) of every SA written
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def _refuse_offload(self, parent: int, mode: Optional[str]) -> None:
+        from nictune.host.facts.nicclass import macsec_offload_refused
+
+        driver = next((i.driver for i in self.host.interfaces() if i.index == parent), None)
+        found = macsec_offload_refused(driver, mode)
+        if found is not None:
+            raise NetlinkError(errno.EOPNOTSUPP, f"{found.why} ({found.source})")
+
+    def links(self) -> list:
+        return [copy.deepcopy(e["link"]) for e in self.k.macsec.values()]
+
+    def secys(self) -> dict:
+        return {i: copy.deepcopy(e["secy"]) for i, e in self.k.macsec.items()}
+
+    def add_link(self, parent: int, name: str, *, sci=None, encrypt=None, offload=None,
+                 cipher=None, icv_len=None, port=None) -> None:
+        from nictune.host.transports.netlink.macsec import MacsecLink, SecY, sci_text
+
+        self._refuse_offload(parent, offload)
+        if any(e["link"].name == name for e in self.k.macsec.values()):
+            raise NetlinkError(errno.EEXIST, "File exists")
+        index = 1000 + len(self.k.macsec)
+        cipher = cipher or "gcm-aes-128"
+        link = MacsecLink(index=index, name=name, link=parent, up=False, mtu=None,
+                          sci=sci_text(sci) if sci else None,
+                          port=int.from_bytes(sci[6:8], "big") if sci else port,
+                          cipher=cipher, icv_len=icv_len or 16,
+                          encrypt=bool(encrypt), offload=offload or "off")
+        secy = SecY(ifindex=index, sci=link.sci, cipher=cipher, icv_len=link.icv_len,
+                    encrypt=link.encrypt, validate="strict", encoding_sa=0, offload=link.offload)
+        self.k.macsec[index] = {"link": link, "secy": secy}
+
+    def del_link(self, index: int) -> None:
+        self.k.macsec.pop(index)
+
+    def set_up(self, index: int) -> None:
+        self.k.macsec[index]["link"].up = True
+
+    def set_offload(self, index: int, mode: str) -> None:
+        entry = self.k.macsec[index]
+        self._refuse_offload(entry["link"].link, mode)
+        if entry["link"].up and entry["link"].offload != mode:  # macsec_update_offload
+            raise NetlinkError(errno.EBUSY, "Device or resource busy")
+        entry["link"].offload = entry["secy"].offload = mode
+
+    def add_rxsc(self, index: int, sci: bytes) -> None:
+        from nictune.host.transports.netlink.macsec import RxSc
+
+        self.k.macsec[index]["secy"].rx_scs.append(RxSc(sci=sci.hex(), active=True))
+
+    def add_sa(self, index: int, an: int, pn: int, keyid: bytes, key: bytearray,
+               rx_sci: Optional[bytes] = None, xpn: Optional[tuple] = None) -> None:
+        from nictune.host.transports.netlink.macsec import KEY_LENGTHS, XPN, Sa, key_id
+
+        secy = self.k.macsec[index]["secy"]
+        is_xpn = secy.cipher in XPN
+        if len(key) != KEY_LENGTHS[secy.cipher] or (xpn is not None) != is_xpn or not (
+                1 <= pn <= (2 ** 64 - 1 if is_xpn else 2 ** 32 - 1)):
+            raise NetlinkError(errno.EINVAL, "Invalid argument")
+        self.sent.append(("rx" if rx_sci else "tx", index, an, pn, xpn is not None))
+        sa = Sa(an=an, active=True, pn=pn, keyid=key_id(keyid).hex(),
+                ssci=xpn[0] if xpn else None)
+        if rx_sci is None:
+            secy.tx_sas.append(sa)
+        else:
+            sc = next(c for c in secy.rx_scs if c.sci == rx_sci.hex())
+            sc.sas.append(sa)
+
+    def send_traffic(self, index: int, packets: int) -> None:
+        """What traffic does to the SAs: every active SA's next PN moves on."""
+        secy = self.k.macsec[index]["secy"]
+        for sa in secy.tx_sas + [s for sc in secy.rx_scs for s in sc.sas]:
+            sa.pn += packets
+
+
+def _fake_host_macsec(self) -> FakeMacsec:
+    # One handle per host, so that a test sees what the family wrote.
+    if not hasattr(self, "_macsec"):
+        self._macsec = FakeMacsec(self)
+    return self._macsec
+
+
+FakeHost.macsec = _fake_host_macsec

@@ -234,9 +234,11 @@ interfaces:
     match: {{name: eth0}}
     macsec:
       name: ms0
-      tx_sa: {{an: 0, pn: 1, key_file: {keys[0]}}}
+      cipher: gcm-aes-xpn-128
+      tx_sa: {{an: 0, pn: 1, ssci: 1, salt: 000102030405060708090a0b, key_file: {keys[0]}}}
       rx:
-        - {{address: "02:00:00:00:00:02", port: 1, sa: {{an: 0, key_file: {keys[1]}}}}}
+        - {{address: "02:00:00:00:00:02", port: 1,
+           sa: {{an: 0, ssci: 2, salt: 0b0a09080706050403020100, key_file: {keys[1]}}}}}
 """)
 
 

@@ -122,7 +122,8 @@ def test_macsec_key_files_are_read_through_the_port(tmp_path):
     key = tmp_path / "tx.key"
     key.write_text("00112233445566778899aabbccddeeff\n")
     os.chmod(key, 0o600)
-    section = {"macsec": {"tx_sa": {"an": 0, "pn": 1, "key_file": str(key)}}}
+    section = {"macsec": {"cipher": "gcm-aes-xpn-128", "tx_sa": {
+        "an": 0, "pn": 1, "ssci": 1, "salt": "00" * 12, "key_file": str(key)}}}
 
     def expand(host):
         return [(d.key, d.want.value) for d in

@@ -39,7 +39,12 @@ def test_macsec_offload_on_mana_is_an_error():
     (f,) = findings(driver="mana")
     assert f[:2] == ("macsec-offload-unsupported", "error")
     assert "macsec offload mac on mana: not supported by mana" in f[2]
-    (f,) = findings(driver="[mlx5_core, mana]", macsec="{offload: phy}")
-    assert f[0] == "macsec-offload-unsupported"
+    # mlx5 refuses phy too (nicclass.MLX5_MACSEC_PHY); mana refuses any offload.
+    found = findings(driver="[mlx5_core, mana]", macsec="{offload: phy}")
+    assert [f[0] for f in found] == ["macsec-offload-unsupported"] * 2
+    assert "on mlx5_core: not supported by mlx5_core: mlx5 offloads MACsec at the MAC only" in found[0][2]
+    assert "on mana: not supported by mana" in found[1][2]
+    (f,) = findings(driver="[mlx5_core, mana]", macsec="{offload: mac}")
+    assert "on mana" in f[2]
     assert findings(driver="mana", macsec="{offload: 'off'}") == []
     assert findings(driver="mana", macsec="{encrypt: true}") == []

@@ -62,7 +62,7 @@ def test_a_peer_is_named_by_its_sci_or_address_and_port():
         fam.MacsecFamily._sci({"address": "02:00:00:00:00:02"}, "p:1")
 
 
-def test_an_sa_is_written_with_the_key_the_host_port_reads_and_only_if_unchanged():
+def test_an_sa_is_written_with_the_key_the_host_port_reads_and_only_if_unchanged(tmp_path):
     """The SA write path without a kernel: the key comes through Host.io (a
     recording or a probe sees it), is checked against the plan's fingerprint,
     and reaches the handle with nictune's keyid; the VM tier writes it for real."""
@@ -76,10 +76,12 @@ def test_an_sa_is_written_with_the_key_the_host_port_reads_and_only_if_unchanged
     written = []
     handle = SimpleNamespace(add_sa=lambda *args, **kw: written.append((args, kw)))
     family = fam.MacsecFamily(SimpleNamespace(io=SimpleNamespace(key_load=key_load)))
-    planned = {"path": "/etc/nictune/tx.key", "fp": "1a2b3c4d", "an": 0, "pn": 1}
+    family.state_dir = str(tmp_path / "state")  # the engine sets it: the PN marks live there
+    xpn = (1, bytes(12))
+    planned = {"path": "/etc/nictune/tx.key", "fp": "1a2b3c4d", "an": 0, "pn": 1, "xpn": xpn}
     family._add_sa(handle, 7, planned, 32, None)
     assert loaded == [("/etc/nictune/tx.key", 32)]
-    assert written == [((7, 0, 1, fam._keyid("1a2b3c4d"), key), {"rx_sci": None})]
+    assert written == [((7, 0, 1, fam._keyid("1a2b3c4d"), key), {"rx_sci": None, "xpn": xpn})]
     assert key == bytearray(32)  # wiped once written
     with pytest.raises(InvalidInput, match="changed since the plan"):
         family._add_sa(handle, 7, dict(planned, fp="ffffffff"), 32, None)

@@ -41,17 +41,6 @@ def test_every_shipped_profile_loads_and_lints_clean(path):
     assert lint_file(path) == []
 
 
-def key_files(doc: dict, tmp_path) -> None:
-    """The profile's MACsec key files, made (root, 0600) under tmp_path."""
-    sec = doc["interfaces"]["macsec-rail"]["macsec"]
-    for sa in (sec["tx_sa"], *(peer["sa"] for peer in sec["rx"])):
-        path = tmp_path / os.path.basename(sa["key_file"])
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-        os.write(fd, b"11" * 32 + b"\n")
-        os.close(fd)
-        sa["key_file"] = str(path)
-
-
 def test_the_inline_crypto_profile_plans_on_a_capable_connectx7(tmp_path):
     host = FakeHost("cx7-host", tmp_path / "root")
     for dev in host.kernel.features.values():  # as a crypto-enabled ConnectX-7 reports them
@@ -62,7 +51,10 @@ def test_the_inline_crypto_profile_plans_on_a_capable_connectx7(tmp_path):
         f.write("".join("%-32s\t%d\n" % (n, 0)
                         for n in ("TlsCurrTxSw", "TlsCurrRxSw", "TlsCurrTxDevice", "TlsDecryptError")))
     profile = load_profile(CRYPTO)
-    key_files(profile.doc, tmp_path)
+    # The MACsec link as wpa_supplicant makes it (macsec_csindex=1, no SA yet).
+    rail = next(i for i in host.interfaces() if i.name == "enp23s0f1np1")
+    host.macsec().add_link(rail.index, "macsec0", sci=bytes(6) + b"\x00\x01", encrypt=True,
+                           cipher="gcm-aes-256", icv_len=16)
     out = Engine(host, str(tmp_path / "state")).plan(profile.doc, profile.sources)
     got = {(c.key.target, c.key.family, c.key.name): c.status for c in out.changes}
     # Idle is not drift: every expectation holds with no kTLS socket open.
@@ -75,8 +67,25 @@ def test_the_inline_crypto_profile_plans_on_a_capable_connectx7(tmp_path):
         assert got[(port, "expect", "counters.TlsCurrTxSw")] == m.OK
         # NETLINK_XFRM is the running kernel's only: not a fixture's.
         assert got[(port, "expect", "ipsec_offload")] == m.UNSUPPORTED
-    assert got[("enp23s0f1np1", "macsec", "ms1/link")] == m.PENDING
-    assert ("enp23s0f0np0", "macsec", "ms1/link") not in got
+    macsec = {k[2]: v for k, v in got.items() if k[1] == "macsec"}
+    assert macsec == {"macsec0/keys": m.OK, "macsec0/cipher": m.OK, "macsec0/encrypt": m.OK,
+                      "macsec0/validate": m.OK, "macsec0/offload": m.PENDING}, macsec
+    assert not any("static MACsec keys" in w for w in out.warnings), out.warnings
+
+
+def test_no_shipped_profile_installs_a_macsec_key():
+    """MKA owns the keys of every shipped MACsec link: no tx_sa, no rx."""
+    found = 0
+    for name in sorted(os.listdir(os.path.join(REPO, "profiles"))):
+        if not name.endswith(".yaml"):
+            continue
+        for entry in (load_profile(os.path.join(REPO, "profiles", name)).doc.get("interfaces")
+                      or {}).values():
+            sec = entry.get("macsec")
+            if sec is not None:
+                found += 1
+                assert sec.get("keys") == "mka" and "tx_sa" not in sec and "rx" not in sec, name
+    assert found >= 1
 
 
 def test_maia_mana_says_mana_has_none_of_it_and_the_families_agree():

@@ -333,11 +333,36 @@ class _Linter:
             drivers = _as_list(driver_sel) if driver_sel is not None else []
             for driver in drivers:
                 why = MacsecFamily.nic_support(driver, "macsec.offload")
-                if why and why.startswith("not supported"):
+                why = why if why and why.startswith("not supported") else (
+                    MacsecFamily.offload_refused(driver, offload))  # nicclass's driver rule
+                if why:
                     self.add("macsec-offload-unsupported", ERROR,
                              f"interfaces.{name}: macsec offload {offload} on {driver}: {why}",
                              self.p.source("interfaces", name, "macsec", "offload"),
                              self.p.source("interfaces", name, "match", "driver"))
+
+        self.macsec_key_rules(name, sec)
+
+    def macsec_key_rules(self, name: str, sec: dict) -> None:
+        """Static keys only with an XPN cipher (knobs/macsec.py says why)."""
+        from ..host.knobs.macsec import XPN_CIPHERS
+
+        given = [k for k in ("tx_sa", "rx", "port") if k in sec]
+        if sec.get("keys") == "mka" and given:
+            self.add("macsec-mka-with-sas", ERROR,
+                     f"interfaces.{name}: macsec keys: mka with {', '.join(given)}: the MKA "
+                     "daemon owns the SAs and the SCI of its link; nictune writes none",
+                     *(self.p.source("interfaces", name, "macsec", k) for k in given))
+        static = sec.get("keys", "static") == "static" and ("tx_sa" in sec or sec.get("rx"))
+        cipher = sec.get("cipher", "gcm-aes-128")
+        if static and cipher not in XPN_CIPHERS:
+            self.add("macsec-static-key-nonce-reuse", ERROR,
+                     f"interfaces.{name}: static MACsec keys with {cipher}: every re-install "
+                     "repeats (SCI, PN) nonces under the key and a 32-bit PN runs out in minutes "
+                     "at 400 Gb/s; use keys: mka (wpa_supplicant owns the keys), or for a lab "
+                     "gcm-aes-xpn-128/256 (nictune keeps a PN mark per key)",
+                     self.p.source("interfaces", name, "macsec", "cipher")
+                     if "cipher" in sec else self.p.source("interfaces", name, "macsec"))
 
     # -- ASAP2 and inline crypto: tc offload, crypto bits, their overhead ------
     def offload_rules(self, name: str, entry: dict, entries: dict) -> None:

@@ -28,7 +28,8 @@ Inline crypto (`crypto`, knobs/crypto.py): mlx5 sets NETIF_F_HW_TLS_TX/RX in
   NETIF_F_HW_ESP_TX_CSUM in en_accel/ipsec.c (mlx5e_ipsec_build_netdev:
   crypto and packet offload), NETIF_F_HW_MACSEC in en_accel/macsec.c, each
   when the device's firmware reports the capability (ConnectX-6 Dx and later;
-  MACsec on ConnectX-7).  mana sets none of them and has no tlsdev_ops,
+  MACsec full offload ConnectX-7 onwards, at the MAC only: see the MACsec
+  rules at the end of this file).  mana sets none of them and has no tlsdev_ops,
   xfrmdev_ops or macsec_ops.
 """
 
@@ -148,7 +149,8 @@ MLX5 = NicClass(
         "tls_rx": "mlx5e_ktls (ConnectX-6 Dx and later, with the firmware capability)",
         "esp": "mlx5e_ipsec: crypto and packet offload (ConnectX-6 Dx and later)",
         "esp_tx_csum": "mlx5e_ipsec (ConnectX-6 Dx and later)",
-        "macsec": "mlx5e_macsec_ops (ConnectX-7, with the firmware capability)",
+        "macsec": "mlx5e_macsec_build_netdev (en_accel/macsec.c macsec_offload_ops): offload "
+                  "mac only; ConnectX-7 onwards, with the firmware capability (not ConnectX-6 Dx)",
     },
     why_not={
         "ecn": "the upstream mlx5 driver has no /sys/class/net/<if>/ecn (ECN/DCQCN per-priority "
@@ -588,4 +590,27 @@ def ipsec_sa_refused(driver: Optional[str], offload: str, esn: bool) -> Optional
     (what the device's firmware offers is left to the kernel to answer)."""
     if offload == "crypto" and esn:
         return _IPSEC_NO_ESN_OFFLOAD.get(driver)
-    return None
+# -- MACsec offload ------------------------------------------------------------
+# drivers/net/macsec.c macsec_check_offload: offload phy needs
+# real_dev->phydev->macsec_ops, offload mac needs NETIF_F_HW_MACSEC and
+# real_dev->macsec_ops; anything else is EOPNOTSUPP (macsec_newlink,
+# macsec_update_offload).  mlx5 drives its PHY in firmware (no phylib
+# phydev) and sets only the netdev's macsec_ops
+# (en_accel/macsec.c mlx5e_macsec_build_netdev: netdev->macsec_ops =
+# &macsec_offload_ops), when mlx5e_is_macsec_device: ConnectX-7 onwards
+# (NVIDIA's "MACsec Full Offload" document: GCM-AES and GCM-AES-XPN,
+# 128 and 256 bits, ConnectX-7 onwards).
+MLX5_MACSEC_PHY = rule(
+    driver="mlx5_core", key="macsec.offload", effect="refused", when="offload: phy",
+    why="mlx5 offloads MACsec at the MAC only (macsec_offload_ops on the netdev, ConnectX-7 "
+        "onwards); it has no PHY MACsec operations, so the kernel answers EOPNOTSUPP to offload "
+        "phy: use offload: mac",
+    source="en_accel/macsec.c mlx5e_macsec_build_netdev; drivers/net/macsec.c "
+           "macsec_check_offload",
+    holds=lambda facts: facts.get("value") == "phy")
+
+
+def macsec_offload_refused(driver: Optional[str], mode: Optional[str]) -> Optional[DriverRule]:
+    """The rule by which this driver refuses MACsec offload `mode`, or None
+    (plan, lint and tests/fakes.py's MACsec handle all ask this)."""
+    return refusal(driver, "macsec.offload", {"value": mode})

@@ -77,6 +77,9 @@ class Family:
     # a mapping of free-form keys (features, sysctl) stands for all of them.
     settings: ClassVar[Tuple[str, ...]] = ()
     read_only: ClassVar[bool] = False  # facts to check (expect:), never written
+    # The state directory of the command (set by the engine): for what a
+    # family must remember across commands (knobs/macsec.py: PN marks).
+    state_dir: Optional[str] = None
     # None when a plan from a recorded `show` (host/replay/snapshot.py) is the live
     # plan; else why it is not.  tests/netns/test_offline_plans.py reads it
     # and fails when a family said to plan offline does not, or the reverse.
@@ -167,6 +170,16 @@ class Family:
     def note(self, key: Key) -> str:
         """Something a reviewer should know about this key, shown in plans."""
         return ""
+
+    def checked_only(self, key: Key) -> bool:
+        """Whether this key is only compared, never written (as every key of
+        a read_only family): a difference is drift.  Asked after read."""
+        return self.read_only
+
+    def warnings(self) -> list:
+        """Plan-wide warnings this family raises after expand and read (a
+        static MACsec key), shown above the plan and in --json."""
+        return []
 
     def disruptive(self, key: Key, before: Any, after: Any) -> str:
         """Why changing `key` from `before` to `after` interrupts traffic

@@ -248,7 +248,7 @@ def diff(fams: Families, desire: Desire, current: dict, read_only: bool = False)
             status = m.OK
             if fams.rehearse and not fam.read_only:
                 _rehearse(fam, key, d.want)
-        elif reason is None and fam.read_only:
+        elif reason is None and (fam.read_only or fam.checked_only(key)):
             status = m.DRIFT  # an expectation: reported, never written
         else:
             reason = reason or fam.check(key, d.want)
@@ -370,6 +370,8 @@ class Engine:
         those named (knobs.families_for), or all of them."""
         self.host.forget(facts=True)
         self.fams = Families(self.host, names)
+        for fam in self.fams.ordered:  # what a family keeps across commands (macsec PN marks)
+            fam.state_dir = self.journal.dir
         self._own_health = None
 
     def _plan(self, doc: dict, sources: dict, read_only: bool = False) -> tuple:
@@ -385,6 +387,7 @@ class Engine:
         _report_unsupported(out, desire)
         if command == "plan":
             out.warnings += aside.warnings([c for c in changes if c.status == m.PENDING])
+        out.warnings += [w for fam in self.fams.ordered for w in fam.warnings()]
         if command == "verify":
             for c in changes:
                 if c.status == m.PENDING:
@@ -414,6 +417,7 @@ class Engine:
                                  "nothing written")
             desire, changes = self._plan(doc, sources)
             out = Outcome("apply", changes, list(desire.warnings) + self.journal.warnings)
+            out.warnings += [w for fam in self.fams.ordered for w in fam.warnings()]
             _report_unsupported(out, desire)
             if only is not None:
                 for c in changes:

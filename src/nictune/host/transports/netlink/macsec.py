@@ -15,7 +15,16 @@ add/offload/show` sent (tests/recorded/macsec/requests.json):
   CIPHER_SUITE (u64), ICV_LEN (u8) } }, nests without NLA_F_NESTED;
 - genl (version 1): MACSEC_ATTR_IFINDEX first, then RXSC_CONFIG { SCI },
   then SA_CONFIG { AN u8, PN u32, KEYID 16 bytes, KEY, ACTIVE u8 }, or
-  OFFLOAD { TYPE u8 }.  Only the non-XPN suites (32-bit PN) are offered.
+  OFFLOAD { TYPE u8 }.  The extended-packet-number suites (gcm-aes-xpn-128,
+  gcm-aes-xpn-256: MACSEC_CIPHER_ID_GCM_AES_XPN_128/256) take a 64-bit PN
+  (MACSEC_XPN_PN_LEN) and need SSCI (u32) and SALT (12 bytes) in every SA
+  (drivers/net/macsec.c macsec_add_txsa/macsec_add_rxsa: EINVAL without
+  them); SA_CONFIG is then { AN, PN u64, SSCI, SALT, KEYID, KEY, ACTIVE }.
+  SSCI is big-endian (ssci_t goes into the nonce as it is; iproute2 reads
+  it with get_be32 and prints ntohl of it): 1 given to `ip macsec ... ssci
+  1` and 1 given here are the same SSCI.
+  A dump's PN is 4 or 8 bytes (dump_secy: pn_len by secy->xpn), read by
+  its length.
 
 Keys.  The only attribute that carries key bytes is MACSEC_SA_ATTR_KEY in
 an ADD_TXSA / ADD_RXSA request.  The encoder takes the key as a bytearray
@@ -29,6 +38,7 @@ decoder's SA class maps only those: nothing here reads a key back.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -53,11 +63,16 @@ CMD_ADD_TXSA, CMD_DEL_TXSA, CMD_UPD_TXSA = 4, 5, 6
 CMD_ADD_RXSA, CMD_DEL_RXSA, CMD_UPD_RXSA = 7, 8, 9
 CMD_UPD_OFFLOAD = 10
 
-CIPHERS = {"gcm-aes-128": 0x0080C20001000001, "gcm-aes-256": 0x0080C20001000002}
+# include/uapi/linux/if_macsec.h MACSEC_CIPHER_ID_*
+CIPHERS = {"gcm-aes-128": 0x0080C20001000001, "gcm-aes-256": 0x0080C20001000002,
+           "gcm-aes-xpn-128": 0x0080C20001000003, "gcm-aes-xpn-256": 0x0080C20001000004}
+XPN = ("gcm-aes-xpn-128", "gcm-aes-xpn-256")
+SALT_LEN = 12  # MACSEC_SALT_LEN
+PN_MAX = {False: 0xFFFFFFFF, True: 0xFFFFFFFFFFFFFFFF}  # by XPN
 # What the kernel reports (macsec_fill_info, dump_secy): gcm-aes-128 as the
 # deprecated MACSEC_DEFAULT_CIPHER_ID, whatever was asked (seen on 6.12).
 SUITE_NAMES = {**{v: k for k, v in CIPHERS.items()}, 0x0080020001000001: "gcm-aes-128"}
-KEY_LENGTHS = {"gcm-aes-128": 16, "gcm-aes-256": 32}
+KEY_LENGTHS = {"gcm-aes-128": 16, "gcm-aes-256": 32, "gcm-aes-xpn-128": 16, "gcm-aes-xpn-256": 32}
 OFFLOAD = {"off": 0, "phy": 1, "mac": 2}  # enum macsec_offload
 VALIDATE = {0: "disabled", 1: "check", 2: "strict"}
 KEYID_LEN = 16
@@ -233,21 +248,26 @@ class macsecmsg(genlmsg):
     )
 
     class sa(nla):
+        # PN goes as bytes in host order: 4 (u32), or 8 (u64) on an XPN link.
         nla_map = (
             (1, "MACSEC_SA_ATTR_AN", "uint8"),
             (2, "MACSEC_SA_ATTR_ACTIVE", "uint8"),
-            (3, "MACSEC_SA_ATTR_PN", "uint32"),
+            (3, "MACSEC_SA_ATTR_PN", "cdata"),
             (4, "MACSEC_SA_ATTR_KEY", "cdata"),
             (5, "MACSEC_SA_ATTR_KEYID", "cdata"),
+            (8, "MACSEC_SA_ATTR_SSCI", "be32"),
+            (9, "MACSEC_SA_ATTR_SALT", "cdata"),
         )
 
     class sa_dumped(nla):
-        # What a dump carries; no KEY entry, so nothing could decode one.
+        # What a dump carries; no KEY or SALT entry, so nothing could decode
+        # one.  PN is 4 bytes, or 8 on an XPN link: cdata, read by length.
         nla_map = (
             (1, "MACSEC_SA_ATTR_AN", "uint8"),
             (2, "MACSEC_SA_ATTR_ACTIVE", "uint8"),
-            (3, "MACSEC_SA_ATTR_PN", "uint32"),
+            (3, "MACSEC_SA_ATTR_PN", "cdata"),
             (5, "MACSEC_SA_ATTR_KEYID", "cdata"),
+            (8, "MACSEC_SA_ATTR_SSCI", "be32"),
         )
 
     class sa_list(nla):
@@ -309,23 +329,33 @@ def key_id(raw: bytes) -> bytes:
 
 
 def sa_message(cmd: int, ifindex: int, an: int, pn: int, keyid: bytes, key: bytearray,
-               rx_sci: Optional[bytes] = None, active: bool = True) -> macsecmsg:
+               rx_sci: Optional[bytes] = None, active: bool = True,
+               xpn: Optional[tuple] = None) -> macsecmsg:
     """ADD_TXSA (rx_sci None) or ADD_RXSA, as `ip macsec add <if> tx sa <an>
-    pn <pn> on key <id> <key>` / `... rx sci <sci> sa <an> ...` lay it out."""
+    pn <pn> on key <id> <key>` / `... rx sci <sci> sa <an> ...` lay it out.
+    On an XPN link `xpn` is (ssci, salt): the PN goes as 64 bits, then SSCI
+    and SALT (`... xpn <pn> ssci <ssci> salt <salt> on key ...`)."""
     if not 0 <= an <= 3:
         raise ValueError(f"MACsec association number must be 0..3, got {an!r}")
-    if not 1 <= pn <= 0xFFFFFFFF:
-        raise ValueError(f"MACsec packet number must be 1..4294967295, got {pn!r}")
+    most = PN_MAX[xpn is not None]
+    if not isinstance(pn, int) or not 1 <= pn <= most:
+        raise ValueError(f"MACsec packet number must be 1..{most}, got {pn!r}")
+    sa: list = [("MACSEC_SA_ATTR_AN", an),
+                ("MACSEC_SA_ATTR_PN", pn.to_bytes(8 if xpn else 4, sys.byteorder))]
+    if xpn is not None:
+        ssci, salt = xpn
+        if not isinstance(ssci, int) or not 0 <= ssci <= 0xFFFFFFFF:
+            raise ValueError(f"MACsec SSCI must be a 32-bit number, got {ssci!r}")
+        if len(salt) != SALT_LEN:
+            raise ValueError(f"a MACsec XPN salt is {SALT_LEN} bytes, got {len(salt)}")
+        sa += [("MACSEC_SA_ATTR_SSCI", ssci), ("MACSEC_SA_ATTR_SALT", bytes(salt))]
+    sa += [("MACSEC_SA_ATTR_KEYID", key_id(keyid)),
+           ("MACSEC_SA_ATTR_KEY", key),
+           ("MACSEC_SA_ATTR_ACTIVE", int(active))]
     attrs: list = [("MACSEC_ATTR_IFINDEX", ifindex)]
     if rx_sci is not None:
         attrs.append(("MACSEC_ATTR_RXSC_CONFIG", {"attrs": [("MACSEC_RXSC_ATTR_SCI", rx_sci)]}))
-    attrs.append(("MACSEC_ATTR_SA_CONFIG", {"attrs": [
-        ("MACSEC_SA_ATTR_AN", an),
-        ("MACSEC_SA_ATTR_PN", pn),
-        ("MACSEC_SA_ATTR_KEYID", key_id(keyid)),
-        ("MACSEC_SA_ATTR_KEY", key),
-        ("MACSEC_SA_ATTR_ACTIVE", int(active)),
-    ]}))
+    attrs.append(("MACSEC_ATTR_SA_CONFIG", {"attrs": sa}))
     return _genl(cmd, attrs)
 
 
@@ -356,6 +386,7 @@ class Sa:
     active: bool
     pn: Optional[int]
     keyid: str  # hex, never the key
+    ssci: Optional[int] = None  # XPN links only
 
 
 @dataclass
@@ -385,10 +416,12 @@ def _sas(nest) -> List[Sa]:
         return out
     for item in nest.get_attrs("SA"):
         kid = item.get_attr("MACSEC_SA_ATTR_KEYID")
+        pn = item.get_attr("MACSEC_SA_ATTR_PN")
         out.append(Sa(an=item.get_attr("MACSEC_SA_ATTR_AN"),
                       active=bool(item.get_attr("MACSEC_SA_ATTR_ACTIVE")),
-                      pn=item.get_attr("MACSEC_SA_ATTR_PN"),
-                      keyid=bytes(kid).hex() if kid else ""))
+                      pn=int.from_bytes(bytes(pn), sys.byteorder) if pn else None,
+                      keyid=bytes(kid).hex() if kid else "",
+                      ssci=item.get_attr("MACSEC_SA_ATTR_SSCI")))
     return out
 
 
@@ -514,11 +547,12 @@ class Macsec:
         self._send(rxsc_message(ifindex, sci))
 
     def add_sa(self, ifindex: int, an: int, pn: int, keyid: bytes, key: bytearray,
-               rx_sci: Optional[bytes] = None) -> None:
-        """ADD_TXSA, or ADD_RXSA when rx_sci is given.  The key buffer is the
-        caller's; the datagram that carried it is overwritten here."""
+               rx_sci: Optional[bytes] = None, xpn: Optional[tuple] = None) -> None:
+        """ADD_TXSA, or ADD_RXSA when rx_sci is given; xpn: (ssci, salt) on
+        an XPN link.  The key buffer is the caller's; the datagram that
+        carried it is overwritten here."""
         msg = sa_message(CMD_ADD_RXSA if rx_sci is not None else CMD_ADD_TXSA,
-                         ifindex, an, pn, keyid, key, rx_sci)
+                         ifindex, an, pn, keyid, key, rx_sci, xpn=xpn)
         try:
             self._send(msg)
         finally:
