@@ -68,10 +68,12 @@ vlan/qos/trust/spoofchk writes on mlx5 in switchdev are EOPNOTSUPP (VLAN 0
 is taken and dropped), netdevsim refuses rates there, an mlx5 eswitch
 entering switchdev turns hw-tc-offload on on its ports, and an mlx5 uplink
 in switchdev with offloaded tc filters keeps hw-tc-offload on when asked
-to turn it off (FEATURES_SET reports it unchanged).  Every write also
-meets the rules of nicclass.RULES that refuse and carry their decision
-(DriverRule.holds: FakeKernel._refuse_by_rules, OP_KEYS): the same objects
-plan consults.  Tests inject further refusals with FakeKernel.fail().
+to turn it off (FEATURES_SET reports it unchanged: set_features asks that
+rule itself, with the uplink's tc_flows, since the driver answers it in
+the reply and not by an errno).  Every write meets the rules of
+nicclass.RULES that refuse, each by its decision (DriverRule.holds:
+FakeKernel._refuse_by_rules, OP_KEYS): the same objects plan consults.
+Tests inject further refusals with FakeKernel.fail().
 """
 
 from __future__ import annotations
@@ -292,13 +294,17 @@ class FakeKernel:
         self.faults.append(fault)
         return fault
 
-    def _write(self, op: str, ifname: str, values: dict) -> None:
+    def _write(self, op: str, ifname: str, values: dict, by_rules: bool = True) -> None:
+        """Record a write, after the test's hooks and faults and (unless the
+        handle meets them itself, in the driver's order: by_rules=False)
+        the driver rules."""
         for hook in self.on_write:
             hook(op, ifname, values)
         for fault in self.faults:
             if fault.hit(op, ifname, values):
                 raise fault.error
-        self._refuse_by_rules(op, ifname, values)
+        if by_rules:
+            self._refuse_by_rules(op, ifname, values)
         self.writes.append((op, ifname, copy.deepcopy(values)))
 
     def facts(self, ifname: str) -> dict:
@@ -744,7 +750,8 @@ _VF_WRITE_ORDER = ("mac", "vlan", "rate", "spoofchk", "link_state", "trust")
 class FakeVfs:
     """VF settings (netlink/vf.py Vfs) of the recorded eswitches' PFs, as
     sriov_numvfs made them; refusals by the PF's driver rules in its
-    eswitch mode (nicclass.vf_write_refused)."""
+    eswitch mode (FakeKernel._refuse_by_rules, one attribute group at a
+    time in rtnetlink's order)."""
 
     def __init__(self, kernel: FakeKernel):
         self.k = kernel
@@ -769,7 +776,7 @@ class FakeVfs:
         if now is None:
             raise NetlinkError(errno.EINVAL)
         driver, mode = self.k.driver_of(link.name), self.k.mode_of(link.name)
-        self.k._write("set_vf", link.name, {"vf": vf, **asdict(cfg)})
+        self.k._write("set_vf", link.name, {"vf": vf, **asdict(cfg)}, by_rules=False)
         for what in _VF_WRITE_ORDER:
             attrs = {"vlan": ("vlan", "qos"), "rate": ("min_tx_rate", "max_tx_rate")}.get(what, (what,))
             values = {a: getattr(cfg, a) for a in attrs}
@@ -777,10 +784,7 @@ class FakeVfs:
                 continue
             if what == "vlan" and nicclass.vf_vlan_ignored(driver, cfg.vlan, mode):
                 continue  # mlx5 takes VLAN 0 (any qos) in switchdev and does nothing with it
-            for attr, value in values.items():
-                found = nicclass.vf_write_refused(driver, attr, value, mode)
-                if found is not None:
-                    raise NetlinkError(errno.EOPNOTSUPP, found.why)
+            self.k._refuse_by_rules("set_vf", link.name, {"vf": vf, **values})
             for attr, value in values.items():
                 setattr(now, attr, value or 0 if attr in ("vlan", "qos", "min_tx_rate",
                                                           "max_tx_rate") else value)

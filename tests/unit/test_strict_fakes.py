@@ -84,8 +84,29 @@ def test_the_asap2_profile_as_shipped_before_the_switchdev_rules_fails(tmp_path)
     assert nicclass.MLX5_VF_TRUST_SWITCHDEV.why in "\n".join(problems)
 
 
+def test_the_generic_rule_check_itself_catches_the_asap2_profile_before(monkeypatch, tmp_path):
+    """The switchdev rules decide through holds(facts) like every other rule:
+    the sweep's own refusal() finds each refused VF write of the old profile
+    (the plan's eswitch mode in facts["planned"]), with plan's refusal text
+    left out of the run."""
+    import strict_fakes
+
+    monkeypatch.setattr(strict_fakes, "_refused_in_plan", lambda changes, reported: [])
+    problems, _ = strict_run(load_profile(ASAP2_BEFORE), mlx5_state(), tmp_path)
+    counts = {r.key: sum(f"mlx5_core refuses it while {r.when}: {r.why}" in p for p in problems)
+              for r in (nicclass.MLX5_VF_VLAN_SWITCHDEV, nicclass.MLX5_VF_TRUST_SWITCHDEV,
+                        nicclass.MLX5_VF_SPOOFCHK_SWITCHDEV)}
+    # 2 PFs: VFs 0-3 with a VLAN and spoofchk, VFs 0-1 with trust.
+    assert counts == {"sriov.vfs.<n>.vlan": 8, "sriov.vfs.<n>.trust": 4, "sriov.vfs.<n>.spoofchk": 8}
+    assert len(problems) == 20
+
+
 def mac_in_switchdev(facts: dict) -> bool:
-    return "switchdev" in (facts.get("eswitch"), facts.get("planned", {}).get("eswitch.mode"))
+    # port_up: a fact the fakes give and plan's VF check does not ask (it asks
+    # the registry with the eswitch mode and the value only), so that plan
+    # does not consult this rule while the sweep and the fake's apply do.
+    return bool(facts.get("port_up")) and "switchdev" in (
+        facts.get("eswitch"), facts.get("planned", {}).get("eswitch.mode"))
 
 
 SCRATCH_VF_MAC = DriverRule(
