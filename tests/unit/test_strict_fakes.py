@@ -15,13 +15,14 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fakes import overlay
 from nictune.control.rollout.playbook import load_playbook
 from nictune.host.facts import nicclass
 from nictune.host.facts.nicclass import DriverRule
 from nictune.profile.loader import load_profile, load_profile_text
-from shipped import REPO, VF, profile_blocks
+from shipped import REPO, VF, entry_blocks, play_blocks, profile_blocks
 from strict_fakes import (DOC_PAGES, FAKE_HOSTS, PLAYBOOK_FILES, PROFILE_FILES, mana_state, mlx5_state,
                           nic_classes, shipped_artifacts, strict_run)
 
@@ -50,10 +51,17 @@ def test_every_shipped_file_and_example_is_run():
         assert by_file.get(path) == 1, path
     for path in PLAYBOOK_FILES:
         assert by_file.get(path) == len(load_playbook(path)) >= 1, path
+    plays = {str(p): sum(len(yaml.safe_load(b)) for b in play_blocks(p.read_text())) for p in DOC_PAGES}
+    entries = {str(p): len(entry_blocks(p.read_text())) * len(FAKE_HOSTS) for p in DOC_PAGES}
     for page in DOC_PAGES:
-        assert by_file.get(str(page), 0) == len(profile_blocks(page.read_text())), page
-    examples = sum(len(profile_blocks(p.read_text())) for p in DOC_PAGES)
-    assert examples >= 25
+        assert by_file.get(str(page), 0) == (len(profile_blocks(page.read_text())) + plays[str(page)]
+                                             + entries[str(page)]), page
+    # playbooks/README.md's example play and docs/howto/ipsec.md's entry, besides the profile blocks.
+    assert plays[os.path.join(REPO, "playbooks", "README.md")] >= 1
+    assert entries[os.path.join(REPO, "docs", "howto", "ipsec.md")] >= 1
+    examples = sum(len(profile_blocks(p.read_text())) for p in DOC_PAGES) + sum(plays.values()) + sum(
+        entries.values())
+    assert examples >= 28
     assert len(ARTIFACTS) == len(PROFILE_FILES) + sum(len(load_playbook(p)) for p in PLAYBOOK_FILES) + examples
     # Each NIC class's fake runs something, and the ASAP2 profile runs on mlx5's.
     assert {cls for _, cls in RUNS} == set(FAKE_HOSTS) and len(RUNS) >= len(ARTIFACTS)
