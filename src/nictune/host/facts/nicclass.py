@@ -74,11 +74,15 @@ class DriverRule:
     source: str   # file and function ("esw/legacy.c mlx5_eswitch_set_vport_trust")
     # The decision: holds(facts) -> bool, whether the rule applies to a port
     # whose facts are these (a dict: "port_up", "buffers", "raw_qp",
-    # "eswitch", "value" (what the key is set to), "planned" (profile key ->
-    # what the plan sets on the port); None where a fact cannot be read).
+    # "eswitch", "role" (port_role), "offloaded_flows", an IPsec SA's
+    # "offload" and "esn_offload", "value" (what the key is set to),
+    # "planned" (profile key -> what the plan sets on the port, the eswitch
+    # mode included); None where a fact cannot be read).
     # Plan passes what it can read, the test fakes pass their state: both ask
-    # the same function.  None: no generic fact decides it (the rule's own
-    # module does), so refusal() and rules_holding() never apply it.
+    # the same function (a section's own helper, such as vf_write_refused,
+    # only passes the facts it knows to refusal()).  None: nothing decides
+    # it, so refusal() and rules_holding() never apply it
+    # (tests/unit/test_nicclass.py wants every declared rule decided).
     holds: Optional[Callable] = None
 
     def applies(self, facts: dict) -> bool:
