@@ -109,8 +109,10 @@ def test_the_section_wrappers_answer_through_the_registry():
         "eswitch": off, "value": True, "planned": {"eswitch.mode": on}}) is nicclass.MLX5_VF_SPOOFCHK_SWITCHDEV
     assert nicclass.hw_tc_kept("mlx5e_rep", None, on) is nicclass.MLX5_HW_TC_SWITCHDEV_ON
     assert nicclass.hw_tc_kept("mlx5_core", None, off) is None
-    assert nicclass.hw_tc_off_refused("mlx5_core", on, 3) is nicclass.MLX5_HW_TC_OFF_REFUSED
-    assert nicclass.hw_tc_off_refused("mlx5_core", on, 0) is None
+    flows = {"eswitch": on, "value": False, "offloaded_flows": 3}
+    assert nicclass.refusal("mlx5_core", "features.hw-tc-offload", flows) is nicclass.MLX5_HW_TC_OFF_REFUSED
+    assert nicclass.refusal("mlx5_core", "features.hw-tc-offload", dict(flows, offloaded_flows=0)) is None
+    assert nicclass.refusal("mlx5_core", "features.hw-tc-offload", dict(flows, value=True)) is None
     assert nicclass.ipsec_sa_refused("netdevsim", "crypto", True) is nicclass.IPSEC_ESN_NO_ADVANCE
     assert nicclass.ipsec_sa_refused("netdevsim", "packet", True) is None
     assert nicclass.ipsec_sa_refused("mlx5_core", "crypto", True) is None  # the firmware decides

@@ -23,7 +23,7 @@ from nictune.host.facts import nicclass
 from nictune.host.facts.nicclass import DriverRule
 from nictune.profile.loader import load_profile, load_profile_text
 from shipped import REPO, VF, entry_blocks, play_blocks, profile_blocks
-from strict_fakes import (DOC_PAGES, FAKE_HOSTS, PLAYBOOK_FILES, PROFILE_FILES, mana_state, mlx5_state,
+from strict_fakes import (CX7_PFS, DOC_PAGES, FAKE_HOSTS, PLAYBOOK_FILES, PROFILE_FILES, mana_state, mlx5_state,
                           nic_classes, shipped_artifacts, strict_run)
 
 pytestmark = pytest.mark.recorded
@@ -172,3 +172,23 @@ def test_an_artifact_asking_its_class_for_a_refused_setting_fails(tmp_path, raw_
         f"channels combined on {VF} (scratch.yaml:5) is refused on its own NIC class: ")
     assert rule.why in problems[0]
     assert (f"mana refuses it while {rule.when}" in problems[0]) is raw_qp
+
+
+def test_the_sweep_sees_hw_tc_offload_off_on_an_uplink_with_offloaded_flows(tmp_path):
+    """The fakes count their offloaded tc filters (facts["offloaded_flows"]),
+    so MLX5_HW_TC_OFF_REFUSED reaches the sweep and the fake's FEATURES_SET
+    by its holds: plan cannot count OVS's flows and predicts the change."""
+    state = mlx5_state()
+    for eswitch in state["eswitch"].values():
+        eswitch["mode"] = "switchdev"
+    for port in CX7_PFS:
+        state["features"][port]["active"]["hw-tc-offload"] = True
+    state["tc_flows"] = {CX7_PFS[0]: 5}
+    text = "nictune: 1\ninterfaces:\n  up:\n    match: {driver: mlx5_core}\n    features: {hw-tc-offload: false}\n"
+    problems, _ = strict_run(load_profile_text(text, "scratch.yaml"), state, tmp_path)
+    rule = nicclass.MLX5_HW_TC_OFF_REFUSED
+    assert problems == [
+        f"plan predicts features hw-tc-offload on {CX7_PFS[0]} (scratch.yaml:5) but mlx5_core refuses it while "
+        f"{rule.when}: {rule.why} ({rule.source})",
+        f"apply: features hw-tc-offload on {CX7_PFS[0]} (scratch.yaml:5) planned as a success, then: write "
+        f"refused: {CX7_PFS[0]}: the kernel did not change hw-tc-offload"]

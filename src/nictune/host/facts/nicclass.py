@@ -462,7 +462,7 @@ MLX5_HW_TC_OFF_REFUSED = rule(
     source="en_main.c set_feature_hw_tc",
     # facts["offloaded_flows"]: the uplink's offloaded tc filters (plan cannot
     # count them, so plan never refuses by this rule: the rollback keeps the
-    # bit instead, MLX5_HW_TC_SWITCHDEV_ON).
+    # bit instead, MLX5_HW_TC_SWITCHDEV_ON; the fakes count theirs).
     holds=lambda facts: facts.get("value") is False and in_switchdev(facts)
     and (facts.get("offloaded_flows") or 0) > 0)
 
@@ -499,14 +499,6 @@ def hw_tc_kept(driver: Optional[str], iface, eswitch_mode: Optional[str]) -> Opt
     found = rules_holding("mlx5_core", "features.hw-tc-offload",
                           {"eswitch": eswitch_mode, "role": port_role(iface)}, "automatic")
     return found[0] if found else None
-
-
-def hw_tc_off_refused(driver: Optional[str], eswitch_mode: Optional[str], offloaded_flows: int
-                      ) -> Optional[DriverRule]:
-    """MLX5_HW_TC_OFF_REFUSED when turning hw-tc-offload off on this uplink
-    fails: mlx5, switchdev, offloaded tc filters present."""
-    return refusal(driver, "features.hw-tc-offload",
-                   {"eswitch": eswitch_mode, "value": False, "offloaded_flows": offloaded_flows})
 
 
 # -- PFC headroom and port-buffer ownership (mlx5) ------------------------------
