@@ -68,10 +68,12 @@ vlan/qos/trust/spoofchk writes on mlx5 in switchdev are EOPNOTSUPP (VLAN 0
 is taken and dropped), netdevsim refuses rates there, an mlx5 eswitch
 entering switchdev turns hw-tc-offload on on its ports, and an mlx5 uplink
 in switchdev with offloaded tc filters keeps hw-tc-offload on when asked
-to turn it off (FEATURES_SET reports it unchanged).  Every write also
-meets the rules of nicclass.RULES that refuse and carry their decision
-(DriverRule.holds: FakeKernel._refuse_by_rules, OP_KEYS): the same objects
-plan consults.  Tests inject further refusals with FakeKernel.fail().
+to turn it off (FEATURES_SET reports it unchanged: the kernel answers a
+failed ndo_set_features in the reply's diff, not by an errno).  Every
+write meets the rules of nicclass.RULES that refuse, each by its decision
+(DriverRule.holds with FakeKernel.facts: FakeKernel._refuse_by_rules,
+OP_KEYS; set_features per bit): the same objects plan consults.
+Tests inject further refusals with FakeKernel.fail().
 """
 
 from __future__ import annotations
@@ -292,13 +294,17 @@ class FakeKernel:
         self.faults.append(fault)
         return fault
 
-    def _write(self, op: str, ifname: str, values: dict) -> None:
+    def _write(self, op: str, ifname: str, values: dict, by_rules: bool = True) -> None:
+        """Record a write, after the test's hooks and faults and (unless the
+        handle meets them itself, in the driver's order: by_rules=False)
+        the driver rules."""
         for hook in self.on_write:
             hook(op, ifname, values)
         for fault in self.faults:
             if fault.hit(op, ifname, values):
                 raise fault.error
-        self._refuse_by_rules(op, ifname, values)
+        if by_rules:
+            self._refuse_by_rules(op, ifname, values)
         self.writes.append((op, ifname, copy.deepcopy(values)))
 
     def facts(self, ifname: str) -> dict:
@@ -308,11 +314,17 @@ class FakeKernel:
         link = self.links.get(ifname)
         out = {"port_up": bool(link is not None and link.up),
                "buffers": self.buffers.get(ifname, {}).get("owner"),
-               "raw_qp": bool(self.quirks.get(ifname, {}).get("raw_qp"))}
+               "raw_qp": bool(self.quirks.get(ifname, {}).get("raw_qp")),
+               "offloaded_flows": self.tc_flows.get(ifname, 0)}
         if self.mode_of(ifname) is not None:
             out["eswitch"] = self.mode_of(ifname)
         out.update(self.state.get("facts", {}).get(ifname, {}))
         return out
+
+    def rule_refusing(self, key: str, ifname: str, value) -> Optional[nicclass.DriverRule]:
+        """The rule by which the port's driver refuses writing profile key
+        `key` = `value` on it, given this fake's facts, or None."""
+        return nicclass.refusal(self.driver_of(ifname), key, dict(self.facts(ifname), value=value))
 
     def _refuse_by_rules(self, op: str, ifname: str, values: dict) -> None:
         """Refuse a write as the driver does, by the same rule objects plan
@@ -320,8 +332,7 @@ class FakeKernel:
         covers a profile key this write sets and holds for the port's facts."""
         for key in OP_KEYS.get(op, lambda v: [])(values):
             value = values.get(key.rsplit(".", 1)[-1]) if isinstance(values, dict) else None
-            facts = dict(self.facts(ifname), value=value)
-            found = nicclass.refusal(self.driver_of(ifname), key, facts)
+            found = self.rule_refusing(key, ifname, value)
             if found is not None:
                 raise NetlinkError(_rule_errno(found), f"{found.why} ({found.source})")
 
@@ -434,12 +445,13 @@ class FakeEthtool:
                 raise ValueError(f"feature {name} wants a bool, got {value!r}")
             if name not in dev["active"]:
                 raise NetlinkError(errno.EINVAL, "bit name not found")
-        self.k._write("set_features", ifname, wanted)
+        # A driver rule refusing a bit fails ndo_set_features: FEATURES_SET
+        # leaves the bit and says so in its reply (no errno), so the rules are
+        # met here, per bit, rather than by _write.
+        self.k._write("set_features", ifname, wanted, by_rules=False)
         refused = {}
         for name, value in wanted.items():
-            if name == "hw-tc-offload" and value is False and dev["active"][name] and \
-                    nicclass.hw_tc_off_refused(self.k.driver_of(ifname), self.k.mode_of(ifname),
-                                               self.k.tc_flows.get(ifname, 0)):
+            if dev["active"][name] != value and self.k.rule_refusing(f"features.{name}", ifname, value):
                 refused[name] = value  # ndo_set_features failed: the bit stays, the reply says so
             elif name in dev["changeable"]:
                 dev["active"][name] = value
@@ -514,13 +526,14 @@ _WHAT = {"rings": "ring size", "channels": "channel count"}
 
 # The profile keys each fake write sets (FakeKernel._refuse_by_rules): a
 # fake handle that writes something new adds its op here, and every rule
-# declared in nicclass.RULES for those keys then applies to it.
+# declared in nicclass.RULES for those keys then applies to it.  Feature
+# bits are met per bit in FakeEthtool.set_features (FEATURES_SET answers
+# in its reply, not by an errno).
 OP_KEYS = {
     "set_rings": lambda values: [f"rings.{k}" for k in values],
     "set_channels": lambda values: [f"channels.{k}" for k in values],
     "set_coalesce": lambda values: [f"coalesce.{k}" for k in values],
     "set_pause": lambda values: [f"pause.{k}" for k in values],
-    "set_features": lambda values: [f"features.{k}" for k in values],
     "set_link": lambda values: [k for k in values if k in ("mtu", "txqlen")],
     "set_pfc": lambda values: ["roce.pfc", "roce.pfc_cable_length"],
     "set_ets": lambda values: ["roce.ets.prio_tc", "roce.ets.tc_bw", "roce.ets.tc_tsa"],
@@ -744,7 +757,8 @@ _VF_WRITE_ORDER = ("mac", "vlan", "rate", "spoofchk", "link_state", "trust")
 class FakeVfs:
     """VF settings (netlink/vf.py Vfs) of the recorded eswitches' PFs, as
     sriov_numvfs made them; refusals by the PF's driver rules in its
-    eswitch mode (nicclass.vf_write_refused)."""
+    eswitch mode (FakeKernel._refuse_by_rules, one attribute group at a
+    time in rtnetlink's order)."""
 
     def __init__(self, kernel: FakeKernel):
         self.k = kernel
@@ -769,7 +783,7 @@ class FakeVfs:
         if now is None:
             raise NetlinkError(errno.EINVAL)
         driver, mode = self.k.driver_of(link.name), self.k.mode_of(link.name)
-        self.k._write("set_vf", link.name, {"vf": vf, **asdict(cfg)})
+        self.k._write("set_vf", link.name, {"vf": vf, **asdict(cfg)}, by_rules=False)
         for what in _VF_WRITE_ORDER:
             attrs = {"vlan": ("vlan", "qos"), "rate": ("min_tx_rate", "max_tx_rate")}.get(what, (what,))
             values = {a: getattr(cfg, a) for a in attrs}
@@ -777,10 +791,7 @@ class FakeVfs:
                 continue
             if what == "vlan" and nicclass.vf_vlan_ignored(driver, cfg.vlan, mode):
                 continue  # mlx5 takes VLAN 0 (any qos) in switchdev and does nothing with it
-            for attr, value in values.items():
-                found = nicclass.vf_write_refused(driver, attr, value, mode)
-                if found is not None:
-                    raise NetlinkError(errno.EOPNOTSUPP, found.why)
+            self.k._refuse_by_rules("set_vf", link.name, {"vf": vf, **values})
             for attr, value in values.items():
                 setattr(now, attr, value or 0 if attr in ("vlan", "qos", "min_tx_rate",
                                                           "max_tx_rate") else value)

@@ -35,3 +35,31 @@ def profile_blocks(text: str) -> list:
         if isinstance(doc, dict) and doc and set(doc) <= set(SCHEMA["properties"]) and not block.startswith(" "):
             found.append(block)
     return found
+
+
+def play_blocks(text: str) -> list:
+    """The yaml blocks that are whole playbooks: a list of plays, each with
+    hosts and a profile (playbooks/README.md's example)."""
+    found = []
+    for block in BLOCK.findall(text):
+        doc = yaml.safe_load(block)
+        if isinstance(doc, list) and doc and all(
+                isinstance(p, dict) and {"hosts", "profile"} <= set(p) for p in doc):
+            found.append(block)
+    return found
+
+
+ENTRY_INDENT = "    "  # under "interfaces:" and an entry's name
+
+
+def entry_blocks(text: str) -> list:
+    """The yaml blocks that are an entry's settings without its match,
+    indented as under interfaces.<name> (docs/howto/ipsec.md's example)."""
+    keys = set(SCHEMA["$defs"]["entry"]["properties"]) - {"match"}
+    found = []
+    for block in BLOCK.findall(text):
+        doc = yaml.safe_load(block)
+        if (block.startswith(ENTRY_INDENT) and not block.startswith(ENTRY_INDENT + " ")
+                and isinstance(doc, dict) and doc and set(doc) <= keys):
+            found.append(block)
+    return found

@@ -3,9 +3,11 @@ of its NIC class.
 
 An artifact is a profile nictune ships: each profiles/*.yaml, the profile
 of each play of playbooks/*.yaml (play_profile, with the play's
-vars.nictune), and each README.md and docs/howto/*.md yaml block that is a
-profile (shipped.profile_blocks), and each family's example in the
-generated docs/reference/profile.md.  Its NIC classes are the
+vars.nictune), and each README.md, playbooks/README.md and docs/howto/*.md
+yaml block that is a profile (shipped.profile_blocks) or a playbook (each
+of its plays: shipped.play_blocks, profile paths relative to playbooks/)
+or an entry's settings without a match (shipped.entry_blocks: run as an
+entry matching each NIC class's driver in turn), and each family's example in the generated docs/reference/profile.md.  Its NIC classes are the
 drivers its entries match (match.driver, match.lower_driver) that have a
 fake host here; one that names none (host settings, veth labs) runs on
 every class's.
@@ -39,13 +41,14 @@ from pathlib import Path
 from typing import Callable, List
 
 from fakes import cx7_eswitch_state, load_state
-from nictune.control.rollout.playbook import load_playbook, play_profile
+from nictune.control.rollout.playbook import load_playbook, load_playbook_parsed, play_profile
 from nictune.host import model as m
 from nictune.host.facts import nicclass
 from nictune.host.knobs.crypto import CRYPTO_BITS
 from nictune.host.transaction.engine import Engine
 from nictune.profile.loader import Profile, load_profile, load_profile_text
-from shipped import REPO, profile_blocks
+from nictune.profile.yamlpos import parse_text
+from shipped import REPO, entry_blocks, play_blocks, profile_blocks
 
 GOLDEN = os.path.join(REPO, "tests", "golden")
 PROFILE_FILES = sorted(glob.glob(os.path.join(REPO, "profiles", "*.yaml")))
@@ -75,6 +78,16 @@ def shipped_artifacts() -> List[Artifact]:
             text = block if block.startswith("nictune:") else "nictune: 1\n" + block
             out.append(Artifact(f"{rel} block {n}", str(page), lambda text=text, rel=rel, n=n: load_profile_text(
                 text, f"{rel} (block {n})", base_dir=os.path.join(REPO, "profiles"))))
+        for n, block in enumerate(play_blocks(page.read_text())):
+            plays = load_playbook_parsed(parse_text(block, f"{rel} (playbook block {n})", "playbook"),
+                                         os.path.join(REPO, "playbooks", "README.md"))
+            out += [Artifact(f"{rel} playbook block {n} play {k}", str(page), lambda play=play: play_profile(play))
+                    for k, play in enumerate(plays)]
+        for n, block in enumerate(entry_blocks(page.read_text())):
+            for driver in FAKE_HOSTS:
+                text = f"nictune: 1\ninterfaces:\n  example:\n    match: {{driver: {driver}}}\n{block}"
+                out.append(Artifact(f"{rel} entry block {n} on {driver}", str(page),
+                                    lambda text=text, rel=rel, n=n: load_profile_text(text, f"{rel} (entry block {n})")))
     return out
 
 
@@ -124,22 +137,23 @@ def nic_classes(doc: dict) -> List[str]:
 
 # -- one run ---------------------------------------------------------------------
 
-def _key_files(node, where: Path) -> None:
+def _key_files(node, where: Path, size: int = 32) -> None:
     """Key files the profile names, made (0600) under `where`: the fake
-    host's keys are test keys, never the ones a real host keeps."""
+    host's keys are test keys, never the ones a real host keeps.  `size`
+    bytes: a MACsec key (32), an IPsec SA's AES-256 key and salt (36)."""
     if isinstance(node, dict):
         for key, value in node.items():
             if key == "key_file" and isinstance(value, str):
                 path = where / f"key{len(list(where.glob('key*')))}"
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-                os.write(fd, b"11" * 32 + b"\n")
+                os.write(fd, b"11" * size + b"\n")
                 os.close(fd)
                 node[key] = str(path)
             else:
-                _key_files(value, where)
+                _key_files(value, where, 36 if key == "ipsec" else size)
     elif isinstance(node, list):
         for value in node:
-            _key_files(value, where)
+            _key_files(value, where, size)
 
 
 def _profile_key(change) -> str:

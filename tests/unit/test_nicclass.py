@@ -86,3 +86,37 @@ def test_a_rule_without_a_decision_is_never_applied_generically(monkeypatch):
     monkeypatch.setattr(nicclass, "RULES", [undecided])
     assert nicclass.refusal("mlx5_core", "macsec.offload", {"value": "phy"}) is None
     assert nicclass.rules_holding("mlx5_core", "macsec.offload", {}) == []
+
+
+def test_every_rule_decides_through_holds():
+    # One mechanism: plan, lint and the fakes all ask refusal() / rules_holding(),
+    # so a rule without its decision would refuse (or round, or keep) nowhere.
+    refusing = [r for r in nicclass.RULES if r.effect == "refused"]
+    assert len(refusing) >= 10 and len(nicclass.RULES) > len(refusing)
+    assert [r for r in nicclass.RULES if r.holds is None] == []
+
+
+def test_the_section_wrappers_answer_through_the_registry():
+    on, off = nicclass.SWITCHDEV, "legacy"
+    assert nicclass.vf_write_refused("mlx5_core", "vlan", 100, on) is nicclass.MLX5_VF_VLAN_SWITCHDEV
+    assert nicclass.vf_write_refused("mlx5_core", "vlan", 0, on) is None
+    assert nicclass.vf_write_refused("mlx5_core", "trust", False, on) is nicclass.MLX5_VF_TRUST_SWITCHDEV
+    assert nicclass.vf_write_refused("mlx5_core", "trust", True, off) is None
+    assert nicclass.vf_write_refused("mlx5_core", "max_tx_rate", 10, on) is None
+    assert nicclass.vf_write_refused("netdevsim", "max_tx_rate", 10, on) is nicclass.NSIM_VF_RATE_SWITCHDEV[0]
+    # The plan's own eswitch mode counts over the current one.
+    assert nicclass.refusal("mlx5_core", "sriov.vfs.2.spoofchk", {
+        "eswitch": off, "value": True, "planned": {"eswitch.mode": on}}) is nicclass.MLX5_VF_SPOOFCHK_SWITCHDEV
+    assert nicclass.hw_tc_kept("mlx5e_rep", None, on) is nicclass.MLX5_HW_TC_SWITCHDEV_ON
+    assert nicclass.hw_tc_kept("mlx5_core", None, off) is None
+    flows = {"eswitch": on, "value": False, "offloaded_flows": 3}
+    assert nicclass.refusal("mlx5_core", "features.hw-tc-offload", flows) is nicclass.MLX5_HW_TC_OFF_REFUSED
+    assert nicclass.refusal("mlx5_core", "features.hw-tc-offload", dict(flows, offloaded_flows=0)) is None
+    assert nicclass.refusal("mlx5_core", "features.hw-tc-offload", dict(flows, value=True)) is None
+    assert nicclass.ipsec_sa_refused("netdevsim", "crypto", True) is nicclass.IPSEC_ESN_NO_ADVANCE
+    assert nicclass.ipsec_sa_refused("netdevsim", "packet", True) is None
+    assert nicclass.ipsec_sa_refused("mlx5_core", "crypto", True) is None  # the firmware decides
+    assert nicclass.refusal("mlx5_core", "ipsec.sas.esn", {"offload": "packet", "value": True,
+                                                          "esn_offload": False}) is nicclass.IPSEC_ESN_MLX5_CAP
+    assert nicclass.refusal("mlx5_core", "ipsec.sas.lifetime", {"offload": "packet", "value": {
+        "soft_packets": 5, "hard_packets": 5}}) is nicclass.IPSEC_MLX5_PACKET_LIMITS

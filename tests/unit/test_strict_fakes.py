@@ -15,14 +15,15 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fakes import overlay
 from nictune.control.rollout.playbook import load_playbook
 from nictune.host.facts import nicclass
 from nictune.host.facts.nicclass import DriverRule
 from nictune.profile.loader import load_profile, load_profile_text
-from shipped import REPO, VF, profile_blocks
-from strict_fakes import (DOC_PAGES, FAKE_HOSTS, PLAYBOOK_FILES, PROFILE_FILES, mana_state, mlx5_state,
+from shipped import REPO, VF, entry_blocks, play_blocks, profile_blocks
+from strict_fakes import (CX7_PFS, DOC_PAGES, FAKE_HOSTS, PLAYBOOK_FILES, PROFILE_FILES, mana_state, mlx5_state,
                           nic_classes, shipped_artifacts, strict_run)
 
 pytestmark = pytest.mark.recorded
@@ -50,10 +51,17 @@ def test_every_shipped_file_and_example_is_run():
         assert by_file.get(path) == 1, path
     for path in PLAYBOOK_FILES:
         assert by_file.get(path) == len(load_playbook(path)) >= 1, path
+    plays = {str(p): sum(len(yaml.safe_load(b)) for b in play_blocks(p.read_text())) for p in DOC_PAGES}
+    entries = {str(p): len(entry_blocks(p.read_text())) * len(FAKE_HOSTS) for p in DOC_PAGES}
     for page in DOC_PAGES:
-        assert by_file.get(str(page), 0) == len(profile_blocks(page.read_text())), page
-    examples = sum(len(profile_blocks(p.read_text())) for p in DOC_PAGES)
-    assert examples >= 25
+        assert by_file.get(str(page), 0) == (len(profile_blocks(page.read_text())) + plays[str(page)]
+                                             + entries[str(page)]), page
+    # playbooks/README.md's example play and docs/howto/ipsec.md's entry, besides the profile blocks.
+    assert plays[os.path.join(REPO, "playbooks", "README.md")] >= 1
+    assert entries[os.path.join(REPO, "docs", "howto", "ipsec.md")] >= 1
+    examples = sum(len(profile_blocks(p.read_text())) for p in DOC_PAGES) + sum(plays.values()) + sum(
+        entries.values())
+    assert examples >= 28
     assert len(ARTIFACTS) == len(PROFILE_FILES) + sum(len(load_playbook(p)) for p in PLAYBOOK_FILES) + examples
     # Each NIC class's fake runs something, and the ASAP2 profile runs on mlx5's.
     assert {cls for _, cls in RUNS} == set(FAKE_HOSTS) and len(RUNS) >= len(ARTIFACTS)
@@ -84,8 +92,29 @@ def test_the_asap2_profile_as_shipped_before_the_switchdev_rules_fails(tmp_path)
     assert nicclass.MLX5_VF_TRUST_SWITCHDEV.why in "\n".join(problems)
 
 
+def test_the_generic_rule_check_itself_catches_the_asap2_profile_before(monkeypatch, tmp_path):
+    """The switchdev rules decide through holds(facts) like every other rule:
+    the sweep's own refusal() finds each refused VF write of the old profile
+    (the plan's eswitch mode in facts["planned"]), with plan's refusal text
+    left out of the run."""
+    import strict_fakes
+
+    monkeypatch.setattr(strict_fakes, "_refused_in_plan", lambda changes, reported: [])
+    problems, _ = strict_run(load_profile(ASAP2_BEFORE), mlx5_state(), tmp_path)
+    counts = {r.key: sum(f"mlx5_core refuses it while {r.when}: {r.why}" in p for p in problems)
+              for r in (nicclass.MLX5_VF_VLAN_SWITCHDEV, nicclass.MLX5_VF_TRUST_SWITCHDEV,
+                        nicclass.MLX5_VF_SPOOFCHK_SWITCHDEV)}
+    # 2 PFs: VFs 0-3 with a VLAN and spoofchk, VFs 0-1 with trust.
+    assert counts == {"sriov.vfs.<n>.vlan": 8, "sriov.vfs.<n>.trust": 4, "sriov.vfs.<n>.spoofchk": 8}
+    assert len(problems) == 20
+
+
 def mac_in_switchdev(facts: dict) -> bool:
-    return "switchdev" in (facts.get("eswitch"), facts.get("planned", {}).get("eswitch.mode"))
+    # port_up: a fact the fakes give and plan's VF check does not ask (it asks
+    # the registry with the eswitch mode and the value only), so that plan
+    # does not consult this rule while the sweep and the fake's apply do.
+    return bool(facts.get("port_up")) and "switchdev" in (
+        facts.get("eswitch"), facts.get("planned", {}).get("eswitch.mode"))
 
 
 SCRATCH_VF_MAC = DriverRule(
@@ -143,3 +172,23 @@ def test_an_artifact_asking_its_class_for_a_refused_setting_fails(tmp_path, raw_
         f"channels combined on {VF} (scratch.yaml:5) is refused on its own NIC class: ")
     assert rule.why in problems[0]
     assert (f"mana refuses it while {rule.when}" in problems[0]) is raw_qp
+
+
+def test_the_sweep_sees_hw_tc_offload_off_on_an_uplink_with_offloaded_flows(tmp_path):
+    """The fakes count their offloaded tc filters (facts["offloaded_flows"]),
+    so MLX5_HW_TC_OFF_REFUSED reaches the sweep and the fake's FEATURES_SET
+    by its holds: plan cannot count OVS's flows and predicts the change."""
+    state = mlx5_state()
+    for eswitch in state["eswitch"].values():
+        eswitch["mode"] = "switchdev"
+    for port in CX7_PFS:
+        state["features"][port]["active"]["hw-tc-offload"] = True
+    state["tc_flows"] = {CX7_PFS[0]: 5}
+    text = "nictune: 1\ninterfaces:\n  up:\n    match: {driver: mlx5_core}\n    features: {hw-tc-offload: false}\n"
+    problems, _ = strict_run(load_profile_text(text, "scratch.yaml"), state, tmp_path)
+    rule = nicclass.MLX5_HW_TC_OFF_REFUSED
+    assert problems == [
+        f"plan predicts features hw-tc-offload on {CX7_PFS[0]} (scratch.yaml:5) but mlx5_core refuses it while "
+        f"{rule.when}: {rule.why} ({rule.source})",
+        f"apply: features hw-tc-offload on {CX7_PFS[0]} (scratch.yaml:5) planned as a success, then: write "
+        f"refused: {CX7_PFS[0]}: the kernel did not change hw-tc-offload"]

@@ -74,11 +74,15 @@ class DriverRule:
     source: str   # file and function ("esw/legacy.c mlx5_eswitch_set_vport_trust")
     # The decision: holds(facts) -> bool, whether the rule applies to a port
     # whose facts are these (a dict: "port_up", "buffers", "raw_qp",
-    # "eswitch", "value" (what the key is set to), "planned" (profile key ->
-    # what the plan sets on the port); None where a fact cannot be read).
+    # "eswitch", "role" (port_role), "offloaded_flows", an IPsec SA's
+    # "offload" and "esn_offload", "value" (what the key is set to),
+    # "planned" (profile key -> what the plan sets on the port, the eswitch
+    # mode included); None where a fact cannot be read).
     # Plan passes what it can read, the test fakes pass their state: both ask
-    # the same function.  None: no generic fact decides it (the rule's own
-    # module does), so refusal() and rules_holding() never apply it.
+    # the same function (a section's own helper, such as vf_write_refused,
+    # only passes the facts it knows to refusal()).  None: nothing decides
+    # it, so refusal() and rules_holding() never apply it
+    # (tests/unit/test_nicclass.py wants every declared rule decided).
     holds: Optional[Callable] = None
 
     def applies(self, facts: dict) -> bool:
@@ -384,6 +388,26 @@ SWITCHDEV = "switchdev"
 # What a representor of an mlx5 eswitch reports as its driver (en_rep.c
 # mlx5e_rep_get_drvinfo: "mlx5e_rep"); the uplink reports mlx5_core.
 MLX5_PORT_DRIVERS = ("mlx5_core", "mlx5e_rep")
+
+
+def eswitch_written_in(facts: dict) -> Optional[str]:
+    """The eswitch mode a port's writes meet: the one the plan sets
+    (facts["planned"]["eswitch.mode"]: eswitch sits before sriov and
+    features), else the current one (facts["eswitch"])."""
+    return (facts.get("planned") or {}).get("eswitch.mode", facts.get("eswitch"))
+
+
+def in_switchdev(facts: dict) -> bool:
+    return eswitch_written_in(facts) == SWITCHDEV
+
+
+def _switchdev_and(test: Callable) -> Callable:
+    """holds(facts): in switchdev, and `test` of the value written."""
+    return lambda facts: in_switchdev(facts) and test(facts.get("value"))
+
+
+_NON_ZERO = _switchdev_and(bool)        # VLAN 0 / qos 0 is what a new VF reads
+_ANY_VALUE = _switchdev_and(lambda value: value is not None)
 _VLAN_ELSEWHERE = ("in switchdev a VLAN belongs on the representor's OVS port (tag=) or in tc "
                    "vlan push/pop on the representor")
 
@@ -391,69 +415,68 @@ MLX5_VF_VLAN_SWITCHDEV = rule(
     driver="mlx5_core", key="sriov.vfs.<n>.vlan", effect="refused",
     when="eswitch in switchdev mode, VLAN other than 0",
     why="mlx5 answers EOPNOTSUPP: VF port VLANs are legacy-mode only; " + _VLAN_ELSEWHERE,
-    source="esw/legacy.c mlx5_eswitch_set_vport_vlan")
+    source="esw/legacy.c mlx5_eswitch_set_vport_vlan",
+    holds=_NON_ZERO)
 MLX5_VF_QOS_SWITCHDEV = rule(
     driver="mlx5_core", key="sriov.vfs.<n>.qos", effect="refused",
     when="eswitch in switchdev mode, qos other than 0",
     why="mlx5 answers EOPNOTSUPP with a VLAN, and with VLAN 0 accepts the request and drops "
         "the priority; " + _VLAN_ELSEWHERE + " (skbedit priority)",
-    source="esw/legacy.c mlx5_eswitch_set_vport_vlan")
+    source="esw/legacy.c mlx5_eswitch_set_vport_vlan",
+    holds=_NON_ZERO)
 MLX5_VF_TRUST_SWITCHDEV = rule(
     driver="mlx5_core", key="sriov.vfs.<n>.trust", effect="refused",
     when="eswitch in switchdev mode",
     why="mlx5 answers EOPNOTSUPP: VF trust is legacy-mode only; in switchdev what a VF may "
         "send and receive is decided by the flows on its representor",
-    source="esw/legacy.c mlx5_eswitch_set_vport_trust")
+    source="esw/legacy.c mlx5_eswitch_set_vport_trust",
+    holds=_ANY_VALUE)
 MLX5_VF_SPOOFCHK_SWITCHDEV = rule(
     driver="mlx5_core", key="sriov.vfs.<n>.spoofchk", effect="refused",
     when="eswitch in switchdev mode",
     why="mlx5 answers EOPNOTSUPP: spoof checking is legacy-mode only; in switchdev match the "
         "source MAC in the representor's flows (OVS, tc flower)",
-    source="esw/legacy.c mlx5_eswitch_set_vport_spoofchk")
+    source="esw/legacy.c mlx5_eswitch_set_vport_spoofchk",
+    holds=_ANY_VALUE)
 NSIM_VF_RATE_SWITCHDEV = tuple(rule(
     driver="netdevsim", key=f"sriov.vfs.<n>.{attr}", effect="refused",
     when="eswitch in switchdev mode",
     why="netdevsim answers EOPNOTSUPP (\"Please use devlink API\"); mlx5 takes VF rates in "
         "both modes",
-    source="drivers/net/netdevsim/netdev.c nsim_set_vf_rate")
+    source="drivers/net/netdevsim/netdev.c nsim_set_vf_rate",
+    holds=_ANY_VALUE)
     for attr in ("max_tx_rate", "min_tx_rate"))
 MLX5_HW_TC_SWITCHDEV_ON = rule(
     driver="mlx5_core", key="features.hw-tc-offload", effect="automatic",
     when="eswitch in switchdev mode: the uplink and every representor",
     why="mlx5 turns hw-tc-offload on by itself on the uplink when the eswitch enters switchdev "
         "and on every representor it creates: an expectation there, which a rollback leaves on",
-    source="en_rep.c mlx5e_uplink_rep_enable, mlx5e_build_rep_netdev")
+    source="en_rep.c mlx5e_uplink_rep_enable, mlx5e_build_rep_netdev",
+    # facts["role"]: port_role() of the netdev; a VF netdev is no switch port.
+    holds=lambda facts: in_switchdev(facts) and facts.get("role") != "vf")
 MLX5_HW_TC_OFF_REFUSED = rule(
     driver="mlx5_core", key="features.hw-tc-offload", effect="refused",
     when="off, on a switchdev uplink with offloaded tc filters (OVS's flows)",
     why="mlx5 answers EINVAL \"Active offloaded tc filters, can't turn hw_tc_offload off\" "
         "while the uplink has offloaded flows",
-    source="en_main.c set_feature_hw_tc")
+    source="en_main.c set_feature_hw_tc",
+    # facts["offloaded_flows"]: the uplink's offloaded tc filters (plan cannot
+    # count them, so plan never refuses by this rule: the rollback keeps the
+    # bit instead, MLX5_HW_TC_SWITCHDEV_ON; the fakes count theirs).
+    holds=lambda facts: facts.get("value") is False and in_switchdev(facts)
+    and (facts.get("offloaded_flows") or 0) > 0)
 
 SWITCHDEV_RULES = (MLX5_VF_VLAN_SWITCHDEV, MLX5_VF_QOS_SWITCHDEV, MLX5_VF_TRUST_SWITCHDEV,
                    MLX5_VF_SPOOFCHK_SWITCHDEV, *NSIM_VF_RATE_SWITCHDEV, MLX5_HW_TC_SWITCHDEV_ON,
                    MLX5_HW_TC_OFF_REFUSED)
 
-# attr -> (rule, whether writing `value` hits it), per driver, in switchdev.
-_VF_SWITCHDEV = {
-    ("mlx5_core", "vlan"): (MLX5_VF_VLAN_SWITCHDEV, lambda value: bool(value)),
-    ("mlx5_core", "qos"): (MLX5_VF_QOS_SWITCHDEV, lambda value: bool(value)),
-    ("mlx5_core", "trust"): (MLX5_VF_TRUST_SWITCHDEV, lambda value: value is not None),
-    ("mlx5_core", "spoofchk"): (MLX5_VF_SPOOFCHK_SWITCHDEV, lambda value: value is not None),
-    ("netdevsim", "max_tx_rate"): (NSIM_VF_RATE_SWITCHDEV[0], lambda value: value is not None),
-    ("netdevsim", "min_tx_rate"): (NSIM_VF_RATE_SWITCHDEV[1], lambda value: value is not None),
-}
-
 
 def vf_write_refused(driver: Optional[str], attr: str, value, eswitch_mode: Optional[str]
                      ) -> Optional[DriverRule]:
     """The rule by which the PF's driver refuses writing VF attribute `attr`
-    = `value` with its eswitch in `eswitch_mode`, or None.  Plan refuses the
-    key with it, and the test fakes refuse the write with it."""
-    if eswitch_mode != SWITCHDEV:
-        return None
-    found = _VF_SWITCHDEV.get((driver or "", attr))
-    return found[0] if found and found[1](value) else None
+    = `value` with its eswitch in `eswitch_mode`, or None.  Plan and lint
+    refuse the key with it; the test fakes ask refusal() with their state."""
+    return refusal(driver, f"sriov.vfs.<n>.{attr}", {"eswitch": eswitch_mode, "value": value})
 
 
 def vf_vlan_ignored(driver: Optional[str], vlan, eswitch_mode: Optional[str]) -> bool:
@@ -470,20 +493,14 @@ def hw_tc_kept(driver: Optional[str], iface, eswitch_mode: Optional[str]) -> Opt
     """MLX5_HW_TC_SWITCHDEV_ON when `iface` (machine.Interface; None: the
     uplink of `driver`) is an mlx5 uplink or representor whose eswitch is in
     switchdev: its hw-tc-offload is the driver's, not written off again."""
-    if eswitch_mode != SWITCHDEV or driver not in MLX5_PORT_DRIVERS:
+    if driver not in MLX5_PORT_DRIVERS:
         return None
-    if iface is not None and port_role(iface) == "vf":
-        return None  # a VF netdev is no switch port
-    return MLX5_HW_TC_SWITCHDEV_ON
+    # A representor reports mlx5e_rep; the rules are its PF driver's.
+    found = rules_holding("mlx5_core", "features.hw-tc-offload",
+                          {"eswitch": eswitch_mode, "role": port_role(iface)}, "automatic")
+    return found[0] if found else None
 
 
-def hw_tc_off_refused(driver: Optional[str], eswitch_mode: Optional[str], offloaded_flows: int
-                      ) -> Optional[DriverRule]:
-    """MLX5_HW_TC_OFF_REFUSED when turning hw-tc-offload off on this uplink
-    fails: mlx5, switchdev, offloaded tc filters present."""
-    if driver == "mlx5_core" and eswitch_mode == SWITCHDEV and offloaded_flows > 0:
-        return MLX5_HW_TC_OFF_REFUSED
-    return None
 # -- PFC headroom and port-buffer ownership (mlx5) ------------------------------
 # en_dcbnl.c mlx5e_dcbnl_ieee_setpfc stores the cable length (priv->dcbx.
 # cable_len; newer kernels keep it in the firmware, mlx5e_port_set_cable_len)
@@ -558,6 +575,17 @@ MANA_CHANNELS_VPORT_BUSY = rule(
     source="mana_ethtool.c mana_set_channels; mana_en.c mana_cfg_vport",
     holds=raw_qp_may_hold_vport)
 # -- IPsec static SAs (knobs/ipsec.py): what the xfrm offload paths refuse ---
+# Facts of an SA: "offload" (none, crypto, packet), "value" (what its key is
+# set to: esn's bool, lifetime's limits), "esn_offload" (whether the device's
+# firmware offers ESN offload; None: unknown, left to the kernel).
+
+
+def _soft_not_below_hard(lifetime) -> bool:
+    lifetime = lifetime if isinstance(lifetime, dict) else {}
+    return any(lifetime.get("soft_" + kind) is not None and lifetime.get("hard_" + kind) is not None
+               and lifetime["soft_" + kind] >= lifetime["hard_" + kind] for kind in ("packets", "bytes"))
+
+
 IPSEC_ESN_NO_ADVANCE = rule(
     driver="netdevsim", key="ipsec.sas.esn", effect="refused",
     when="crypto offload (offload: crypto) with esn: true (the default)",
@@ -565,31 +593,33 @@ IPSEC_ESN_NO_ADVANCE = rule(
         "xdo_dev_state_advance_esn (\"Device doesn't support offload with ESN\"); netdevsim "
         "has none: set esn: false there",
     source="net/xfrm/xfrm_device.c xfrm_dev_state_add; drivers/net/netdevsim/ipsec.c "
-           "nsim_xfrmdev_ops")
+           "nsim_xfrmdev_ops",
+    holds=lambda facts: facts.get("offload") == "crypto" and bool(facts.get("value")))
 IPSEC_ESN_MLX5_CAP = rule(
     driver="mlx5_core", key="ipsec.sas.esn", effect="refused",
     when="offloaded, on a device whose firmware lacks the ESN capability (MLX5_IPSEC_CAP_ESN)",
     why="mlx5 refuses to offload an ESN SA without the capability (\"Cannot offload ESN xfrm "
         "states\"), which the firmware reports (en_accel/ipsec_offload.c "
         "mlx5_ipsec_device_caps): left to the kernel to answer",
-    source="drivers/net/ethernet/mellanox/mlx5/core/en_accel/ipsec.c mlx5e_xfrm_validate_state")
+    source="drivers/net/ethernet/mellanox/mlx5/core/en_accel/ipsec.c mlx5e_xfrm_validate_state",
+    holds=lambda facts: facts.get("offload") in ("crypto", "packet") and bool(facts.get("value"))
+    and facts.get("esn_offload") is False)
 IPSEC_MLX5_PACKET_LIMITS = rule(
     driver="mlx5_core", key="ipsec.sas.lifetime", effect="refused",
     when="packet offload (offload: packet)",
     why="a soft limit not below its hard limit, or a replay window other than 32, 64, 128 or "
         "256 packets on an inbound SA, is refused; nictune's schema allows only those for "
         "every SA",
-    source="drivers/net/ethernet/mellanox/mlx5/core/en_accel/ipsec.c mlx5e_xfrm_validate_state")
-# Drivers whose xfrmdev_ops lack xdo_dev_state_advance_esn (crypto offload of
-# an ESN SA refused by the xfrm core): the rule above, as a table.
-_IPSEC_NO_ESN_OFFLOAD = {r.driver: r for r in (IPSEC_ESN_NO_ADVANCE,)}
+    source="drivers/net/ethernet/mellanox/mlx5/core/en_accel/ipsec.c mlx5e_xfrm_validate_state",
+    holds=lambda facts: facts.get("offload") == "packet" and _soft_not_below_hard(facts.get("value")))
 
 
 def ipsec_sa_refused(driver: Optional[str], offload: str, esn: bool) -> Optional[DriverRule]:
     """The driver rule that refuses this SA's offload, None when none does
     (what the device's firmware offers is left to the kernel to answer)."""
-    if offload == "crypto" and esn:
-        return _IPSEC_NO_ESN_OFFLOAD.get(driver)
+    return refusal(driver, "ipsec.sas.esn", {"offload": offload, "value": esn})
+
+
 # -- MACsec offload ------------------------------------------------------------
 # drivers/net/macsec.c macsec_check_offload: offload phy needs
 # real_dev->phydev->macsec_ops, offload mac needs NETIF_F_HW_MACSEC and

@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Dict
+from typing import Dict, Optional, Tuple
 
 from nictune.host.errors import InvalidInput
 from nictune.host.files import UnsafeFile, read_owned, remove_owned, write_owned
@@ -115,15 +115,20 @@ class JobEnvSyntax(Syntax):
     def line(self, name: str, text: str) -> str:
         return f"{name}={text}\n"
 
+    def setting(self, line: str) -> Optional[Tuple[str, str]]:
+        """(name, value) of a line that sets a variable, else None."""
+        name, sep, value = line.partition("=")
+        return (name, value) if sep and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else None
+
     def parse(self, text: str) -> Dict[str, str]:
         env: dict = {}
         for number, line in enumerate(text.split("\n"), 1):
             stripped = line.strip(" \t")
             if not stripped or stripped.startswith("#"):
                 continue
-            name, sep, value = stripped.partition("=")
-            if sep and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-                env[name] = value  # the last assignment wins (pam_env, enroot)
+            found = self.setting(stripped)
+            if found:
+                env[found[0]] = found[1]  # the last assignment wins (pam_env, enroot, slurmstepd)
             else:
                 key, line_text = _keyed_line(number, stripped)
                 env[key] = line_text
@@ -144,19 +149,9 @@ class TaskPrologSyntax(JobEnvSyntax):
     def line(self, name: str, text: str) -> str:
         return f"printf '%s\\n' 'export {name}={text}'\n"
 
-    def parse(self, text: str) -> Dict[str, str]:
-        env: dict = {}
-        for number, line in enumerate(text.split("\n"), 1):
-            stripped = line.strip(" \t")
-            if not stripped or stripped.startswith("#"):
-                continue
-            match = _PRINTF.fullmatch(stripped)
-            if match:
-                env[match.group(1)] = match.group(2)
-            else:
-                key, line_text = _keyed_line(number, stripped)
-                env[key] = line_text
-        return env
+    def setting(self, line: str) -> Optional[Tuple[str, str]]:
+        match = _PRINTF.fullmatch(line)
+        return (match.group(1), match.group(2)) if match else None
 
 
 # enroot's own options for the host files it binds (conf/mounts/20-config.fstab),

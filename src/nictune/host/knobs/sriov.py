@@ -1,7 +1,7 @@
 """SR-IOV on a PF: the number of VFs (sysfs) and each VF's attributes
 (rtnetlink IFLA_VFINFO_LIST, netlink/vf.py).
 
-    sriov: {numvfs: 4, vfs: {0: {mac: "02:00:00:00:00:10", vlan: 100, trust: true}}}
+    sriov: {numvfs: 4, vfs: {0: {mac: "02:00:00:00:00:10", vlan: 100, trust: true}}}  # legacy eswitch
 
 numvfs is /sys/class/net/<pf>/device/sriov_numvfs, checked against
 device/sriov_totalvfs when the device has one (netdevsim has none: its
