@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import secrets
 import shutil
 import subprocess
@@ -129,3 +130,11 @@ def run_gate(fleet, path: str, number: int = 1):
     [spec] = gatemod.load_play_gates(path)
     runner = gatemod.for_play(play, spec, inventory, SshOptions(ssh_config=fleet.ssh_config))
     return runner(number, [play.host(h) for h in inventory.select(play.hosts)])
+
+
+def script(path, body: str) -> str:
+    """An executable /bin/sh script at `path` (a stand-in tool a fleet test
+    puts on the hosts' PATH); its path as a string."""
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return str(path)

@@ -16,13 +16,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import stat
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from fleet_helpers import gate_playbook, nictune, run_gate, running_fleet, tcp_ecn
+from fleet_helpers import gate_playbook, nictune, run_gate, running_fleet, script, tcp_ecn
 
 
 pytestmark = pytest.mark.netns
@@ -37,12 +36,6 @@ def gpu_fleet(tmp_path_factory):
         pytest.skip("needs coreutils timeout")
     with running_fleet(tmp_path_factory, 2) as f:
         yield f
-
-
-def script(path, body: str) -> str:
-    path.write_text("#!/bin/sh\n" + body)
-    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return str(path)
 
 
 def fake_all_reduce_perf(tmp_path, hang: bool = False) -> str:

@@ -20,12 +20,11 @@ Avg bus bandwidth 70.742 GB/s).  The scheduler is not faked.
 from __future__ import annotations
 
 import os
-import stat
 import time
 
 import pytest
 import yaml
-from fleet_helpers import ECN_PROFILE, nictune, running_fleet, tcp_ecn
+from fleet_helpers import ECN_PROFILE, nictune, running_fleet, script, tcp_ecn
 from slurm_lab import running_slurm
 
 from nictune.lab.fleet import run_in
@@ -59,12 +58,6 @@ def controller_env(cluster, monkeypatch):
     for name in [w.split("=", 1)[1] for w in leftover.split() if w.startswith("ReservationName=")]:
         slurm.run("scontrol", "delete", f"reservationname={name}", check=False)
     slurm.run("scontrol", "update", f"nodename={','.join(slurm.nodes)}", "state=resume", check=False)
-
-
-def script(path, body: str) -> str:
-    path.write_text("#!/bin/sh\n" + body)
-    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return str(path)
 
 
 def fake_all_reduce_perf(tmp_path) -> str:

@@ -9,14 +9,13 @@ tests/fleet/test_gate_fleet.py."""
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
 from nictune.control.rollout import gate as g
 from nictune.control.rollout.gate.ipsec import IPSEC_ARGV, parse_sas
 from nictune.control.rollout.traffic import Result
-from .test_gate import TCP, FakeServer, addr, playbook
+from .test_gate import FakeSession, playbook
 
 # `ip -s xfrm state list nokeys` as iproute2 (ipxfrm.c xfrm_state_print)
 # printed nictune's static SAs on netdevsim in the VM tier, trimmed; iproute2
@@ -57,37 +56,31 @@ src 198.18.0.{me} dst 198.18.0.9
 """
 
 
-class Host:
+class Host(FakeSession):
     """A fake host whose SA packet counts grow by `step` per read (the
-    traffic runs between the reads), and whose /proc/net/tls_stat grows too."""
+    traffic runs between the reads), and whose /proc/net/tls_stat grows too;
+    addresses, routes, the rail's facts and iperf3 as test_gate's hosts."""
 
     def __init__(self, name, log, mode="crypto", step=5, software=False, tls_step=2):
-        self.name, self.log, self.mode, self.step = name, log, mode, step
+        super().__init__(name, log)
+        self.mode, self.step = mode, step
         self.software, self.tls_step, self.reads, self.tls_reads = software, tls_step, 0, 0
 
     def run(self, argv, seconds):
-        self.log.append((self.name, argv))
         me = self.name[-1]
-        if argv[:2] == ["ip", "-j"]:
-            return Result(argv, 0, addr(argv[-1], {"family": "inet", "local": "198.18.0." + me,
-                                                   "scope": "global"}), "")
         if argv == IPSEC_ARGV:
+            self.log.append((self.name, argv))
             n = self.reads * self.step
             self.reads += 1
             text = STATE.format(me=me, peer="9", bytes=n * 100, out=n, in_=n, mode=self.mode)
             return Result(argv, 0, text + (SOFTWARE.format(me=me) if self.software else ""), "")
-        if argv[:2] == ["sh", "-c"]:
+        if argv[:2] == ["sh", "-c"] and "tls_stat" in argv[2]:
+            self.log.append((self.name, argv))
             n = self.tls_reads * self.tls_step
             self.tls_reads += 1
             return Result(argv, 0, f"== ethtool\n     rx_discards_phy: 0\n== tls\nTlsCurrTxDevice  1\n"
                                    f"TlsTxDevice   {n}\nTlsTxSw 0\n", "")
-        return Result(argv, 0, json.dumps(TCP), "")
-
-    def start(self, argv, seconds):
-        return FakeServer()
-
-    def close(self):
-        pass
+        return super().run(argv, seconds)
 
 
 def spec(**kw):

@@ -113,6 +113,8 @@ WORDS = {
     DRIVER: "a driver name: 1-32 letters, digits, '_' or '-'",
     ABS_PATH: "an absolute, normalised path: '/' and then up to 255 letters, digits and _ . / + -, with no '.' or '..' parts, no '//' and no trailing '/'",
     OWNED_PATH: "an absolute, normalised path outside /proc, /sys, /dev and /run: '/' and then up to 255 letters, digits and _ . / + -, with no '.' or '..' parts, no '//' and no trailing '/'",
+    JOB_ENV_NAME: "a variable of the tuned libraries: NCCL_, CUDA_, UCX_, NVSHMEM_ or UCC_ and then capital letters, digits or '_', or OMPI_MCA_ or PMIX_MCA_ and then a lower-case name",
+    MOUNT_PATH: "an absolute path: '/' and then 1-255 letters, digits and _ . / + - (no blank, no ',')",
     OWNED_DIR: "an absolute, normalised directory outside /proc, /sys, /dev and /run, not '/' itself: '/' and then 1-255 letters, digits and _ . / + -, with no '.' or '..' parts, no '//' and no trailing '/'",
     VERSION_WANT: "a dotted version such as 28.39.1002, optionally after ==, >=, <=, > or <",
     COUNTER_NAME: "a counter name: 1-64 letters, digits, '_', '.' or '-'",

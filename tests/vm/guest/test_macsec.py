@@ -346,6 +346,7 @@ def test_a_link_wpa_supplicant_owns_is_checked_and_never_given_an_sa(ports, tmp_
             argv = (["ip", "netns", "exec", netns] if netns else []) + argv
             daemons.append(subprocess.Popen(argv, stdout=open(d / "log", "w"),
                                             stderr=subprocess.STDOUT))
+        assert len(daemons) == 2
         deadline = time.monotonic() + 240  # MKA's hello is 2 s; the guest is slow
         while time.monotonic() < deadline and not (_secured() and _secured(NETNS)):
             assert all(p.poll() is None for p in daemons), _logs(tmp_path)
