@@ -151,8 +151,11 @@ def test_a_bad_cpulist_is_refused_naming_the_key(tmp_path):
 
 
 class _Events:
-    def __init__(self, events):
+    """A link monitor's answer: its events, and the links it heard go down."""
+
+    def __init__(self, events, downs=()):
         self.events = events
+        self.downs = set(downs)
 
     def read(self):
         return self.events
@@ -186,3 +189,39 @@ def test_the_resident_agent_writes_placement_again_when_a_link_comes_back_up(tmp
     agent.cycle([_Events([("new", index, P0)])], due=True)
     assert affinity(host.root, 110) == "5"
     assert agent.status["keys"][f"irq:{P0}:irq.mlx5_comp2"]["drifted"]
+
+
+def test_a_down_and_an_up_heard_in_one_turn_are_a_link_come_up(tmp_path, monkeypatch):
+    from nictune.host.resident import daemon
+
+    host = _host(tmp_path)
+    state = str(tmp_path / "s")
+    profile = _profile("    irq: {cpus: '2-3'}\n")
+    assert Engine(host, state).apply(profile.doc, profile.sources, profile.path).error is None
+    monkeypatch.setattr(daemon, "boot_time", lambda: 0.0)
+    agent = daemon.Resident(state, log=lambda line: None, listen=False)
+    agent.host = host
+    agent.learn_links()
+    agent.cycle([], due=False)
+    with open(os.path.join(host.root, "proc/irq/111/smp_affinity_list"), "w") as f:
+        f.write("0-11\n")
+    index = host.kernel.links[P0].index
+    monitor = _Events([("new", index, P0), ("new", index, P0)], downs=[P0])
+    agent.cycle([monitor], due=False)
+    assert affinity(host.root, 111) == "3" and monitor.downs == set()
+
+
+def test_link_events_say_which_links_went_down():
+    import struct
+
+    from nictune.host.resident import daemon
+
+    def newlink(index: int, flags: int, name: bytes) -> bytes:
+        attr = struct.pack("=HH", 4 + len(name) + 1, 3) + name + b"\0"
+        attr += b"\0" * (-len(attr) % 4)
+        body = struct.pack("=BxHiII", 0, 1, index, flags, 0) + attr
+        return struct.pack("=IHHII", 16 + len(body), daemon.RTM_NEWLINK, 0, 0, 0) + body
+
+    downs: set = set()
+    events = daemon.parse_link_events(newlink(7, 0, b"rail0") + newlink(8, 1, b"rail1"), downs)
+    assert [e[2] for e in events] == ["rail0", "rail1"] and downs == {"rail0"}

@@ -124,6 +124,7 @@ DEFAULT_ON_DRIFT = "report"
 RTMGRP_LINK = 0x1
 RTM_NEWLINK = 16
 RTM_DELLINK = 17
+IFF_UP = 0x1  # include/uapi/linux/if.h
 _HDR = struct.Struct("=IHHII")
 # A burst of link events (many VFs at once) settles before the re-tune.
 SETTLE = 0.05
@@ -308,12 +309,17 @@ class LinkMonitor(Subscription):
 
     def __init__(self):
         super().__init__(socket.NETLINK_ROUTE, groups=RTMGRP_LINK)
+        # Names whose link was reported down (IFF_UP clear) since the agent
+        # last looked: a down and an up heard in one turn are a link come up.
+        self.downs: set = set()
 
     def parse(self, data: bytes) -> list:
-        return parse_link_events(data)
+        return parse_link_events(data, self.downs)
 
 
-def parse_link_events(data: bytes) -> list:
+def parse_link_events(data: bytes, downs: set | None = None) -> list:
+    """The events in `data`; the names of links reported without IFF_UP
+    are added to `downs` when given."""
     events = []
     off = 0
     while off + _HDR.size <= len(data):
@@ -325,6 +331,8 @@ def parse_link_events(data: bytes) -> list:
             msg.decode()
             events.append(("new" if kind == RTM_NEWLINK else "del", msg["index"],
                            msg.get_attr("IFLA_IFNAME") or ""))
+            if downs is not None and kind == RTM_NEWLINK and not msg["flags"] & IFF_UP:
+                downs.add(events[-1][2])
         off += (length + 3) & ~3
     return events
 
@@ -600,14 +608,16 @@ class Resident:
         self.ifindex = {link.name: link.index for link in links}
         self.link_up = {link.name: link.up for link in links}
 
-    def came_up(self, names: set) -> set:
+    def came_up(self, names: set, downs: set = frozenset()) -> set:
         """Those of `names` (links an event was about) that are up now and
-        were down when last seen: a driver's open requests its interrupts
-        again, or sets their affinity to its own default."""
+        were down when last seen or reported down since (`downs`): a
+        driver's open requests its interrupts again, or sets their affinity
+        to its own default."""
         if not names:
             return set()
         now = {link.name: link.up for link in self.host.rtnl().links()}
-        up = {name for name in names if now.get(name) and not self.link_up.get(name, True)}
+        up = {name for name in names
+              if now.get(name) and (name in downs or not self.link_up.get(name, True))}
         self.link_up.update(now)
         return up
 
@@ -659,7 +669,11 @@ class Resident:
             time.sleep(SETTLE)
             events = [e for mon in monitors for e in mon.read()]
             appeared, check = self.on_links(events)
-            up = self.came_up({name for event, _, name in events if event == "new" and name})
+            downs = set()
+            for mon in monitors:
+                downs |= getattr(mon, "downs", set())
+                getattr(mon, "downs", set()).clear()
+            up = self.came_up({name for event, _, name in events if event == "new" and name}, downs)
         # Every turn: an apply or a rollback that replaced the desired state
         # is followed from the next event on, not fought until the next poll.
         verified = False
