@@ -5,8 +5,8 @@ MSI-X vectors, a tap backend left down on the host).
 - plan resolves the queue vectors from the PCI function's msi_irqs/ and
   /proc/interrupts (virtio<n>-input.<q>, -output.<q>), as this test reads
   them itself; virtio-net's vectors are not kernel-managed (virtnet_find_vqs
-  passes no irq_affinity to virtio_find_vqs: debugfs shows no
-  IRQD_AFFINITY_MANAGED), so apply writes them and /proc/irq reads back;
+  passes no irq_affinity to virtio_find_vqs), so apply writes them, which
+  a managed IRQ would refuse with EIO, and /proc/irq reads back;
   rollback puts the kernel's placement back;
 - the resident agent, on_drift report: a placement changed while the link
   is down is written again when the link comes back up; a device unbound
@@ -31,7 +31,6 @@ from rxe import sh
 
 QUEUES = 4  # tests/vm/run.py MULTIQUEUE_NIC_QUEUES
 WAIT = 240.0  # guest Python is 20-30x slower than the host's: the agent's start takes a while
-DEBUGFS = "/sys/kernel/debug"
 
 
 def _virtio_net() -> tuple:
@@ -79,8 +78,6 @@ def wait_for(check, seconds: float) -> bool:
 
 @pytest.fixture(scope="module")
 def nic():
-    if not os.path.ismount(DEBUGFS):
-        sh("mount", "-t", "debugfs", "debugfs", DEBUGFS)
     name, pci = _virtio_net()
     sh("ip", "link", "set", name, "up")
     before = {vector: affinity(irq) for vector, irq in queue_irqs(pci).items()}
@@ -103,9 +100,9 @@ def test_the_queue_vectors_are_placed_read_back_and_rolled_back(nic, tmp_path):
     name, pci = nic
     irqs = queue_irqs(pci)
     assert len(irqs) == 2 * QUEUES, irqs
-    for irq in irqs.values():  # not managed: the writes below are the kernel's to take
-        with open(f"{DEBUGFS}/irq/irqs/{irq}") as f:
-            assert "IRQD_AFFINITY_MANAGED" not in f.read()
+    # Debian's kernel has no CONFIG_GENERIC_IRQ_DEBUGFS (no /sys/kernel/debug/irq/):
+    # that the vectors are not managed shows in the apply below, which a
+    # managed IRQ would refuse with EIO.
     kernel = {vector: affinity(irq) for vector, irq in irqs.items()}
     assert kernel["input.2"] != "1" and kernel["input.0"] != "1", kernel
     state = ["--state-dir", str(tmp_path / "state")]
