@@ -6,6 +6,7 @@ resident agent writing placement again when a link comes back up."""
 
 from __future__ import annotations
 
+import errno
 import os
 
 import pytest
@@ -225,3 +226,29 @@ def test_link_events_say_which_links_went_down():
     downs: set = set()
     events = daemon.parse_link_events(newlink(7, 0, b"rail0") + newlink(8, 1, b"rail1"), downs)
     assert [e[2] for e in events] == ["rail0", "rail1"] and downs == {"rail0"}
+
+
+def test_an_eio_on_the_write_is_reported_as_a_kernel_managed_irq_and_nothing_stays_half_written(
+        tmp_path, monkeypatch):
+    host = _host(tmp_path)
+    write = host.io.write_text
+
+    def managed(path, text):  # the kernel's answer for IRQ 109 (irq_can_set_affinity_usr)
+        if path.endswith("/proc/irq/109/smp_affinity_list"):
+            raise OSError(errno.EIO, "Input/output error")
+        write(path, text)
+
+    monkeypatch.setattr(host.io, "write_text", managed)
+    profile = _profile("    irq: {cpus: '2-3'}\n")
+    out = Engine(host, str(tmp_path / "s")).apply(profile.doc, profile.sources, profile.path)
+    assert out.error is not None
+    assert "IRQ 109 (mlx5_comp1) has kernel-managed affinity" in out.error["message"]
+    assert [affinity(host.root, COMP[q]) for q in range(12)] == [str(q) for q in range(12)]
+
+
+def test_irqbalance_options_are_read_from_its_command_line_and_environment():
+    found = irqmod.irqbalance_options(
+        ["/usr/sbin/irqbalance", "--foreground", "-i", "45", "--banirq=46", "--hintpolicy=exact",
+         "-l", "/usr/local/bin/irq-policy", ""], {"IRQBALANCE_BANNED_CPUS": "00000003"})
+    assert found == {"banned_irqs": {45, 46}, "policy_script": "/usr/local/bin/irq-policy",
+                     "banned_cpus": [0, 1], "hint_policy": "exact"}

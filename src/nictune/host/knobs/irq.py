@@ -48,7 +48,8 @@ What the kernel does with a write:
   IRQ, whether a running irqbalance will undo the write (not when the IRQ
   is banned with --banirq, or a --policyscript may ban it; a target CPU in
   IRQBALANCE_BANNED_CPULIST/IRQBALANCE_BANNED_CPUS is one it moves IRQs
-  off) and what to set.
+  off; --hintpolicy=exact, before irqbalance 1.2, follows the driver's
+  affinity_hint) and what to set.
 - The resident agent writes these keys again when a link comes back up,
   whatever on_drift says (reassert_on_link_up): drivers that free and
   request their IRQs on open (and any re-created device) start from the
@@ -439,7 +440,9 @@ interfaces:
         if found["policy_script"]:
             return (f"irqbalance (pid {pid}) runs policy script {found['policy_script']}: it "
                     f"keeps IRQ {irq} here only if the script says ban=true; else {fix}")
-        why = (f" (CPU {format_cpulist(banned)} is in its banned CPU list)" if banned else "")
+        why = (f" (CPU {format_cpulist(banned)} is in its banned CPU list)" if banned else
+               " (--hintpolicy=exact: back to the driver's affinity_hint)"
+               if found.get("hint_policy") == "exact" else "")
         return f"irqbalance (pid {pid}) will move IRQ {irq} again{why}: {fix}"
 
     # -- values -> host --------------------------------------------------------------------
@@ -530,12 +533,13 @@ def _environ(host, pid: str) -> dict:
 def irqbalance_options(argv: list, env: dict) -> dict:
     """What irqbalance's command line and environment tell it (irqbalance.c
     parse_command_line; cputree.c IRQBALANCE_BANNED_CPULIST, which wins over
-    the older hex IRQBALANCE_BANNED_CPUS)."""
-    banned, script = set(), None
+    the older hex IRQBALANCE_BANNED_CPUS; --hintpolicy, of irqbalance before
+    1.2, where exact follows each IRQ's affinity_hint, the driver's)."""
+    banned, script, hint = set(), None, None
     args = [a for a in argv if a]
     for i, arg in enumerate(args):
         value = None
-        for flag in ("--banirq", "-i", "--policyscript", "-l"):
+        for flag in ("--banirq", "-i", "--policyscript", "-l", "--hintpolicy", "-h"):
             if arg == flag and i + 1 < len(args):
                 value = (flag, args[i + 1])
             elif arg.startswith(flag + "=") and flag.startswith("--"):
@@ -544,6 +548,8 @@ def irqbalance_options(argv: list, env: dict) -> dict:
             banned.add(int(value[1]))
         elif value and value[0] in ("--policyscript", "-l"):
             script = value[1]
+        elif value and value[0] in ("--hintpolicy", "-h"):
+            hint = value[1]
     cpus: list = []
     try:
         if env.get("IRQBALANCE_BANNED_CPULIST"):
@@ -552,4 +558,4 @@ def irqbalance_options(argv: list, env: dict) -> dict:
             cpus = parse_mask(env["IRQBALANCE_BANNED_CPUS"])
     except ValueError:
         cpus = []
-    return {"banned_irqs": banned, "policy_script": script, "banned_cpus": cpus}
+    return {"banned_irqs": banned, "policy_script": script, "banned_cpus": cpus, "hint_policy": hint}
