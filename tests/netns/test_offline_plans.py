@@ -259,6 +259,13 @@ def fakes(text: str, host_class=FakeHost):
     return lambda request, tmp_path: on_fakes(tmp_path, text, host_class)
 
 
+def irq_case(request, tmp_path) -> tuple:
+    """The recorded ConnectX-7 host with a real mlx5 host's IRQs (tests/irq_tree.py)."""
+    from irq_tree import irq_state
+
+    return on_fakes(tmp_path, examples()["irq"], state=irq_state())
+
+
 # Families whose example does not suit the recorded ConnectX-7 host on the
 # fake kernel, and where each is planned instead.  Every other registered
 # family is planned from its example there.
@@ -287,6 +294,7 @@ CASES = {
     "enroot_environ": golden("job-outputs"),
     "enroot_mounts": golden("job-outputs"),
     "environment": golden("job-outputs"),
+    "irq": irq_case,
     "macsec": macsec_case,
     "ipsec": ipsec_case,
     "ovs": ovs_case,

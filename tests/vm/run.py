@@ -271,6 +271,20 @@ def guest_script(run_dir: str, pytest_args: List[str], netdevsim_env: dict,
     return path
 
 
+# A multi-queue virtio-net NIC for the IRQ placement tests (guest/test_irq.py):
+# a real PCI function with one MSI-X vector per queue and direction, plus
+# config and control (vectors = 2 * queues + 2).  Its backend is a tap QEMU
+# makes (the one netdev of QEMU 7.2 that takes queues=) with no script,
+# address or bridge: it stays down on the host, no frame leaves the VM, and
+# it goes away with QEMU.
+MULTIQUEUE_NIC_QUEUES = 4
+
+
+def multiqueue_nic_args(queues: int = MULTIQUEUE_NIC_QUEUES) -> List[str]:
+    return ["-netdev", f"tap,id=mq0,queues={queues},script=no,downscript=no,vhost=off",
+            "-device", f"virtio-net-pci,netdev=mq0,mq=on,vectors={2 * queues + 2}"]
+
+
 def qemu_argv(kernel: str, initrd: str, script: str, memory: str, cpus: int,
               keep: Optional[str] = None, init: Optional[str] = None) -> List[str]:
     """keep: the host directory shared read-write at GUEST_KEEP (None: none);
@@ -289,7 +303,8 @@ def qemu_argv(kernel: str, initrd: str, script: str, memory: str, cpus: int,
             "-fsdev", f"local,id=project,path={PROJECT},{share}",
             "-device", "virtio-9p-pci,fsdev=project,mount_tag=project"] + (
             ["-fsdev", f"local,id=keep,path={keep},{share}",
-             "-device", "virtio-9p-pci,fsdev=keep,mount_tag=keep"] if keep else [])
+             "-device", "virtio-9p-pci,fsdev=keep,mount_tag=keep"] if keep else []) + (
+            multiqueue_nic_args())
 
 
 def _die_with_parent() -> None:

@@ -88,6 +88,11 @@ class Family:
     # settings: docs/reference/profile.md prints it under the family, and
     # tests/unit/test_profile_reference.py validates it against the schema.
     example: ClassVar[str] = ""
+    # True for a family whose values the kernel resets when a link comes
+    # back up or is made again (IRQ placement: drivers request their
+    # interrupts again): the resident agent writes its keys of that link
+    # again then, whatever on_drift says (resident/daemon.py).
+    reassert_on_link_up: ClassVar[bool] = False
 
     def __init__(self, host: Host):
         self.host = host

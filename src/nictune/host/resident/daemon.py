@@ -13,8 +13,10 @@ systemd unit's ExecStart would (`python3 -m nictune.host.resident
   read-back, rollback on failure): the kernel's defaults are back;
 - listens to rtnetlink link notifications (RTMGRP_LINK): a matched
   interface that appears with a new ifindex (deleted and made again, a
-  driver reload) is re-tuned at once, whatever on_drift says, and any
-  other change of a link is verified at once;
+  driver reload) is re-tuned at once, whatever on_drift says; one that
+  comes back up (IFF_UP) has the keys of the families the kernel resets
+  then (IRQ placement, knobs/irq.py) written again, whatever on_drift
+  says; any other change of a link is verified at once;
 - listens to the ethtool generic netlink family's "monitor" group
   (netlink/ethmonitor.py): an ethtool setting changed by anyone (features,
   rings, channels, coalesce, pause), most of which make no rtnetlink
@@ -122,6 +124,7 @@ DEFAULT_ON_DRIFT = "report"
 RTMGRP_LINK = 0x1
 RTM_NEWLINK = 16
 RTM_DELLINK = 17
+IFF_UP = 0x1  # include/uapi/linux/if.h
 _HDR = struct.Struct("=IHHII")
 # A burst of link events (many VFs at once) settles before the re-tune.
 SETTLE = 0.05
@@ -306,12 +309,17 @@ class LinkMonitor(Subscription):
 
     def __init__(self):
         super().__init__(socket.NETLINK_ROUTE, groups=RTMGRP_LINK)
+        # Names whose link was reported down (IFF_UP clear) since the agent
+        # last looked: a down and an up heard in one turn are a link come up.
+        self.downs: set = set()
 
     def parse(self, data: bytes) -> list:
-        return parse_link_events(data)
+        return parse_link_events(data, self.downs)
 
 
-def parse_link_events(data: bytes) -> list:
+def parse_link_events(data: bytes, downs: set | None = None) -> list:
+    """The events in `data`; the names of links reported without IFF_UP
+    are added to `downs` when given."""
     events = []
     off = 0
     while off + _HDR.size <= len(data):
@@ -323,6 +331,8 @@ def parse_link_events(data: bytes) -> list:
             msg.decode()
             events.append(("new" if kind == RTM_NEWLINK else "del", msg["index"],
                            msg.get_attr("IFLA_IFNAME") or ""))
+            if downs is not None and kind == RTM_NEWLINK and not msg["flags"] & IFF_UP:
+                downs.add(events[-1][2])
         off += (length + 3) & ~3
     return events
 
@@ -404,6 +414,7 @@ class Resident:
         self.log = log or (lambda line: sys.stderr.write(f"nictune agent: {line}\n"))
         self.desired = None
         self.ifindex: dict = {}   # name -> ifindex, to tell a re-created link
+        self.link_up: dict = {}   # name -> IFF_UP when last seen, to tell a link come up
         self.drifted: set = set()  # keys differing since their drift was counted
         self.verify_at = float("inf")  # monotonic time of an event-driven verify
         self._verified = 0.0           # monotonic time of the last verify
@@ -593,7 +604,34 @@ class Resident:
             self.status["last_verify_ok"] = now
 
     def learn_links(self) -> None:
-        self.ifindex = {link.name: link.index for link in self.host.rtnl().links()}
+        links = self.host.rtnl().links()
+        self.ifindex = {link.name: link.index for link in links}
+        self.link_up = {link.name: link.up for link in links}
+
+    def came_up(self, names: set, downs: set = frozenset()) -> set:
+        """Those of `names` (links an event was about) that are up now and
+        were down when last seen or reported down since (`downs`): a
+        driver's open requests its interrupts again, or sets their affinity
+        to its own default."""
+        if not names:
+            return set()
+        now = {link.name: link.up for link in self.host.rtnl().links()}
+        up = {name for name in names
+              if now.get(name) and (name in downs or not self.link_up.get(name, True))}
+        self.link_up.update(now)
+        return up
+
+    def reassert(self, names: set) -> None:
+        """Write again, whatever on_drift says, the keys of the families the
+        kernel resets when a link comes up (Family.reassert_on_link_up:
+        IRQ placement) on the links `names`."""
+        from nictune.host import knobs
+
+        def resets(key) -> bool:
+            family = knobs.family_named(key.family)
+            return key.target in names and bool(family and family.reassert_on_link_up)
+
+        self.reapply("link up", only=resets, name_targets=True)
 
     def on_links(self, events: list) -> tuple:
         """(names that came with a new ifindex, whether to verify now)."""
@@ -626,10 +664,16 @@ class Resident:
         re-created link is re-tuned before anything else), then, when due or
         a link or an ethtool setting changed, a verify."""
         self.status["error"] = None
-        appeared, check = set(), False
+        appeared, check, up = set(), False, set()
         if monitors:
             time.sleep(SETTLE)
-            appeared, check = self.on_links([e for mon in monitors for e in mon.read()])
+            events = [e for mon in monitors for e in mon.read()]
+            appeared, check = self.on_links(events)
+            downs = set()
+            for mon in monitors:
+                downs |= getattr(mon, "downs", set())
+                getattr(mon, "downs", set()).clear()
+            up = self.came_up({name for event, _, name in events if event == "new" and name}, downs)
         # Every turn: an apply or a rollback that replaced the desired state
         # is followed from the next event on, not fought until the next poll.
         verified = False
@@ -642,6 +686,8 @@ class Resident:
         if appeared:
             self.reapply("appeared", only=lambda key: key.target in appeared,
                          name_targets=True)
+        if up - appeared:
+            self.reassert(up - appeared)
         if check:
             self.verify_at = min(self.verify_at, self._verified + MIN_GAP)
         if (due or time.monotonic() >= self.verify_at) and not verified:
