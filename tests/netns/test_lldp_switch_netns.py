@@ -10,7 +10,9 @@ lldpcli and lldptool on the same frames."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 import sys
 import textwrap
 
@@ -18,8 +20,11 @@ import pytest
 from typer.testing import CliRunner
 
 import lldp_lab
+import nictune
+from netns_helpers import wait_for
 from nictune.cli.app import app
 from nictune.host.facts import lldp
+from nictune.host.transports import lldpsock
 from recorded.tools import dcb_recorder as rec
 
 PROFILE = textwrap.dedent("""\
@@ -196,3 +201,41 @@ def _lldptool_view(text: dict) -> dict:
            int(field("ETS-CFG", "MAX_TCS")))
     dscp = {int(d): int(p) for p, d in re.findall(r"Prio:(\d)\s+dscp:\s*(\d+)", text["APP"])}
     return {"pfc": pfc, "ets": ets, "dscp": dscp}
+
+
+def test_the_resident_agent_listens_on_the_rails_and_verify_reads_its_frames(lab, tmp_path):
+    profile = tmp_path / "rails.yaml"
+    profile.write_text(PROFILE)
+    state = tmp_path / "state"
+    applied = CliRunner().invoke(app, ["apply", str(profile), "--netns", lab.host_ns, "--state-dir",
+                                       str(state), "--json"])
+    # 2: the rail had no neighbour yet (no listener ran, no wait): a
+    # switch-mismatch, reported, never written; the desired state is kept.
+    assert applied.exit_code == 2, applied.stdout
+    assert (state / "netns" / lab.host_ns / "desired.json").exists()
+    store = state / "netns" / lab.host_ns / lldpsock.STORE_FILE
+    root = os.path.dirname(os.path.dirname(nictune.__file__))
+    log = open(tmp_path / "agent.log", "w+")
+    agent = subprocess.Popen(
+        [sys.executable, "-c", "from nictune.cli.app import main; main()", "agent", "run", "--netns",
+         lab.host_ns, "--state-dir", str(state), "--interval", "60", "--metrics-address", ""],
+        env=dict(os.environ, PYTHONPATH=root), stdout=log, stderr=subprocess.STDOUT)
+    try:
+        def heard_dcbx() -> bool:
+            rails = lldpsock.load_store(str(store))
+            frames = [lldp.decode(bytes.fromhex(e["frame"])) for e in rails.get("rail0", [])]
+            return any(n.pfc for n in frames) and any(n.system_name for n in frames)
+        with lab.chatty():
+            assert wait_for(heard_dcbx, 15), open(tmp_path / "agent.log").read()
+        checks = verify(lab, tmp_path)  # no --lldp-wait: the agent's frames
+        assert "from listener" in checks["lldp"]["before"], checks["lldp"]
+        assert checks["pfc"]["before"] == [3] and mismatched(checks) == {}
+        assert os.stat(store).st_mode & 0o777 == 0o600
+    finally:
+        agent.terminate()
+        try:
+            agent.wait(10)
+        except subprocess.TimeoutExpired:
+            agent.kill()
+            agent.wait(5)
+        log.close()
