@@ -62,3 +62,19 @@ def test_a_switch_mismatch_exits_2_and_is_its_own_failure_and_series():
     assert 'nictune_audit_drift{host="gpu01",family="switch"' not in metrics
     agreeing = audit_formats.prometheus({**report, "hosts": [_host("ok")]}, 0.0)
     assert 'nictune_audit_switch_mismatch{host="gpu01",family="switch",target="rail0",key="pfc"} 0' in agreeing
+
+
+def test_the_probe_never_answers_for_the_switch_neighbour():
+    import pytest
+    from types import SimpleNamespace
+
+    from nictune.host.knobs.switch import SwitchFamily
+    from nictune.host.replay import probe_reads
+
+    learning = SimpleNamespace(io=SimpleNamespace(session=SimpleNamespace(why_not=[])))
+    SwitchFamily(learning)._live_only()  # a learning verify: the host keeps its agent
+    assert learning.io.session.why_not == ["the switch port's LLDP neighbour (switch: checks)"]
+    replay = SimpleNamespace(io=SimpleNamespace(session=SimpleNamespace(not_recorded=probe_reads.NotProbed)))
+    with pytest.raises(probe_reads.NotProbed):
+        SwitchFamily(replay)._live_only()
+    SwitchFamily(SimpleNamespace(io=object()))._live_only()  # live: nothing to say

@@ -127,8 +127,21 @@ interfaces:
         except Exception:  # noqa: BLE001 - no DCB on the device: one source fewer
             return None
 
+    def _live_only(self) -> None:
+        """The neighbour is heard on the host's wire, read from its daemons:
+        no recorded kernel answer holds it.  A verify learning for the
+        probe says so (the host keeps its agent); a replay refuses."""
+        session = getattr(self.host.io, "session", None)
+        if session is None:
+            return
+        if isinstance(getattr(session, "why_not", None), list):
+            session.why_not.append("the switch port's LLDP neighbour (switch: checks)")
+        elif hasattr(session, "not_recorded"):
+            raise session.not_recorded("the switch port's LLDP neighbour (switch: checks)")
+
     def read(self, keys):
         self._notes, self._unmet = {}, set()
+        self._live_only()
         self._find(sorted({k.target for k in keys}))
         out = {}
         for key in keys:
