@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from typer.testing import CliRunner
@@ -239,3 +240,43 @@ def test_the_resident_agent_listens_on_the_rails_and_verify_reads_its_frames(lab
             agent.kill()
             agent.wait(5)
         log.close()
+
+
+@pytest.fixture
+def dcbx_only(tmp_path, shim):
+    """A switch that runs lldpad alone (one LLDP agent, one frame kind)."""
+    lab = lldp_lab.SwitchLab(tmp_path, shim)
+    try:
+        lab.start_lldpad("switch")
+        lab.configure_dcbx()
+        yield lab
+    finally:
+        lab.close()
+
+
+def test_a_running_lldpd_on_the_host_is_a_source(dcbx_only, tmp_path, monkeypatch):
+    lab = dcbx_only
+    lab.start_host_lldpd()
+    monkeypatch.setenv("NICTUNE_LLDPD_SOCKET", lab.host_lldpd_socket)  # not /run/lldpd.socket
+    with lab.chatty():
+        time.sleep(2)
+    checks = verify(lab, tmp_path)  # no wait: lldpd has heard it
+    assert "from lldpd" in checks["lldp"]["before"], checks["lldp"]
+    # lldpd does not decode 802.1Qaz; nictune reads its unknown TLVs.
+    assert checks["pfc"]["before"] == [3] and checks["dscp_map"]["before"] == {"26": 3, "48": 6}
+    assert mismatched(checks) == {}
+    lab.configure_dcbx(pfc=(4,))
+    with lab.chatty():
+        time.sleep(2)
+    found = mismatched(verify(lab, tmp_path))
+    assert set(found) == {"pfc"} and "from lldpd" in found["pfc"] and "priorities 4" in found["pfc"]
+
+
+def test_a_running_lldpad_on_the_host_is_a_source(dcbx_only, tmp_path):
+    lab = dcbx_only
+    lab.start_lldpad("host")
+    with lab.chatty():
+        time.sleep(2)
+    checks = verify(lab, tmp_path)
+    assert "from lldpad" in checks["lldp"]["before"], checks["lldp"]
+    assert checks["pfc"]["before"] == [3] and mismatched(checks) == {}

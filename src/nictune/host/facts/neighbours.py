@@ -82,7 +82,7 @@ def from_store(rails: dict, ifname: str, now: float) -> list:
 
 # -- 2. lldpd, through lldpcli -------------------------------------------------------
 
-_LLDPD_ID_TYPES = {"mac": 4, "ifname": 5, "ifalias": 1, "local": 7, "ip": 5}
+_LLDPD_ID_TYPES = {"mac": 3, "ifname": 5, "ifalias": 1, "local": 7, "ip": 4}  # port id subtypes
 _LLDPD_CHASSIS_TYPES = {"mac": 4, "ifname": 6, "ifalias": 2, "local": 7, "ip": 5}
 
 
