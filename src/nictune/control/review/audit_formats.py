@@ -323,6 +323,8 @@ def prometheus(envelope: dict, now: float) -> str:
             "nictune_audit_drifted_keys", labels, str(len(drifted(host)))))
     lines: List[str] = []
     for metric, samples in families.items():
+        if metric == "nictune_audit_switch_mismatch" and not samples:
+            continue  # only with switch: checks (knobs/switch.py)
         lines.append(f"# HELP {metric} {_METRICS[metric]}")
         lines.append(f"# TYPE {metric} gauge")
         lines.extend(samples)
