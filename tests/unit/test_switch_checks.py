@@ -78,3 +78,21 @@ def test_the_probe_never_answers_for_the_switch_neighbour():
     with pytest.raises(probe_reads.NotProbed):
         SwitchFamily(replay)._live_only()
     SwitchFamily(SimpleNamespace(io=object()))._live_only()  # live: nothing to say
+
+
+def test_what_lldpcli_and_the_store_say_is_read_within_bounds(tmp_path):
+    from nictune.host.facts import neighbours
+
+    for hostile in ("[" * 100000, '{"lldp": [{"interface": [{"name": "rail0", "chassis": 5}]}]}',
+                    '{"lldp": [{"interface": [{"name": "rail0", "port": [{"id": [{"type": "mac", "value": "zz"}]}]}]}]}'):
+        try:
+            neighbours.parse_lldpcli(hostile, "rail0")
+        except (ValueError, TypeError, AttributeError, IndexError, KeyError, RecursionError, lldp.LldpError):
+            pass  # from_lldpd's refusals: the source is skipped, named in the note
+    store = tmp_path / "lldp.json"
+    for text in ("[" * 100000, "{}", '{"nictune_lldp": 1, "rails": []}', "x" * (lldpsock.MAX_STORE + 1)):
+        store.write_text(text)
+        assert lldpsock.load_store(str(store)) == {}
+    store.write_text('{"nictune_lldp": 1, "rails": {"rail0": [{"received": "x", "frame": "zz"}, 5, '
+                     '{"received": 1.0, "frame": "00"}]}}')
+    assert neighbours.from_store(lldpsock.load_store(str(store)), "rail0", 2.0) == []

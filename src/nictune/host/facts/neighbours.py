@@ -173,8 +173,8 @@ def from_lldpd(ifname: str) -> "Tuple[list, str]":
         return [], "lldpd: lldpcli's answer is too large"
     try:
         found = parse_lldpcli(run.stdout.decode("utf-8", "replace"), ifname)
-    except (ValueError, TypeError, AttributeError, IndexError, KeyError, lldp.LldpError) as e:
-        return [], f"lldpd: unreadable answer ({str(e)[:80]})"
+    except (ValueError, TypeError, AttributeError, IndexError, KeyError, RecursionError, lldp.LldpError) as e:
+        return [], f"lldpd: unreadable answer ({type(e).__name__}: {str(e)[:80]})"
     return found, "lldpd: " + ("a neighbour" if found else "no neighbour")
 
 

@@ -178,7 +178,7 @@ def load_store(path: str) -> dict:
         os.close(fd)
     try:
         doc = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     if not isinstance(doc, dict) or doc.get("nictune_lldp") != STORE_FORMAT or not isinstance(doc.get("rails"), dict):
         return {}
