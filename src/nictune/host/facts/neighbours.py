@@ -206,7 +206,7 @@ def from_lldpad(ifname: str) -> "Tuple[list, str]":
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
     try:
         sock.settimeout(LLDPAD_TIMEOUT)
-        sock.bind(f"\0/com/intel/lldpad/nictune-{os.getpid()}")
+        sock.bind("")  # an abstract address of the kernel's choosing, where lldpad answers
         sock.connect(LLDPAD_SOCKET)
         sock.send(lldpad_request(ifname).encode())
         reply = sock.recv(65536).decode("ascii", "replace")
