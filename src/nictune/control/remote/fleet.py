@@ -153,7 +153,8 @@ class PlayProfiles(Profiles):
 
 
 def jobs_for(command: str, hosts: list, profiles: Optional[Profiles], options: SshOptions,
-             show_file_content: bool = False, how_far: Optional[dict] = None) -> List[Job]:
+             show_file_content: bool = False, how_far: Optional[dict] = None,
+             lldp_wait: float = 0) -> List[Job]:
     """hosts: inventory hosts, as their play sees them if they come from one;
     how_far: a rollback's {"to"} or {"steps"} (build_request)."""
     jobs = []
@@ -162,7 +163,7 @@ def jobs_for(command: str, hosts: list, profiles: Optional[Profiles], options: S
             target = SshTarget(ssh_host(host), options)
             profile = profiles.for_host(host) if profiles else None
             jobs.append(Job(host.name, target, build_request(command, profile, show_file_content,
-                                                             how_far)))
+                                                             how_far, lldp_wait)))
         except InvalidInput as e:  # a bad nictune_state_dir...: its message names no host
             jobs.append(Job(host.name, None, None, errors.error(errors.INVALID_INPUT,
                                                                 f"{host.name}: {e}")))

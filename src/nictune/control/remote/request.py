@@ -8,7 +8,7 @@ from nictune import REQUEST_FORMAT
 
 
 def build_request(command: str, profile=None, show_file_content: bool = False,
-                  how_far: Optional[dict] = None) -> dict:
+                  how_far: Optional[dict] = None, lldp_wait: float = 0) -> dict:
     """show_file_content: reports carry the text of files nictune did not
     write (host/knobs/nccl.py), not a placeholder.  how_far: a rollback's
     {"to": APPLY_ID} or {"steps": N} (host/agent.py)."""
@@ -19,4 +19,6 @@ def build_request(command: str, profile=None, show_file_content: bool = False,
         request["profile"] = {"path": profile.path, "doc": profile.doc, "sources": profile.sources}
     if show_file_content:
         request["show_file_content"] = True
+    if lldp_wait:  # knobs/switch.py: how long a silent rail is listened to
+        request["lldp_wait"] = lldp_wait
     return request

@@ -50,6 +50,7 @@ REGISTRY = (
     "macsec.MacsecFamily",
     "ipsec.IpsecFamily",
     "expect.ExpectFamily",
+    "switch.SwitchFamily",
 )
 
 # BEGIN derived by profile/catalog.py from REGISTRY and the classes: do not edit.
@@ -81,6 +82,7 @@ CATALOG = {
     "macsec": ("macsec", "MacsecFamily", ("macsec",), ()),
     "ipsec": ("ipsec", "IpsecFamily", ("ipsec",), ()),
     "expect": ("expect", "ExpectFamily", ("expect",), ()),
+    "switch": ("switch", "SwitchFamily", ("switch",), ()),
 }
 # The host: sections of the families that own a file (knobs/envfile.py).
 OWNED_FILE_SECTIONS = ("nccl", "ucx", "mpi", "nvshmem", "slurm_task_prolog", "enroot_environ", "enroot_mounts", "environment")

@@ -80,6 +80,9 @@ class Family:
     # The state directory of the command (set by the engine): for what a
     # family must remember across commands (knobs/macsec.py: PN marks).
     state_dir: Optional[str] = None
+    # The status an unmet key of a read-only family gets: drift, or a word
+    # of its own (switch: "switch-mismatch", a disagreement no write fixes).
+    unmet_status: ClassVar[str] = "drift"
     # None when a plan from a recorded `show` (host/replay/snapshot.py) is the live
     # plan; else why it is not.  tests/netns/test_offline_plans.py reads it
     # and fails when a family said to plan offline does not, or the reverse.

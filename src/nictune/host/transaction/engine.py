@@ -248,8 +248,10 @@ def diff(fams: Families, desire: Desire, current: dict, read_only: bool = False)
             status = m.OK
             if fams.rehearse and not fam.read_only:
                 _rehearse(fam, key, d.want)
-        elif reason is None and (fam.read_only or fam.checked_only(key)):
-            status = m.DRIFT  # an expectation: reported, never written
+        elif reason is None and fam.read_only:
+            status = fam.unmet_status  # an expectation: reported, never written
+        elif reason is None and fam.checked_only(key):
+            status = m.DRIFT  # a key the family compares and never writes (knobs/macsec.py: MKA's)
         else:
             reason = reason or fam.check(key, d.want)
             status = m.PENDING if reason is None else (
