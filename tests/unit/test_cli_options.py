@@ -34,7 +34,7 @@ COMMAND_LINE = {
               "--confirm-timeout", "--force"],
     "verify": ["target", *FLEET_OPTS, *COMMON_OPTS, "--format", "-a", "--show-file-content", *SSH,
                "--probe"],
-    "audit": ["target", *FLEET_OPTS, "--junit", "--prometheus", *COMMON_OPTS, "--format",
+    "audit": ["target", *FLEET_OPTS, "--junit", "--prometheus", "--cabling", *COMMON_OPTS, "--format",
               "--save", "-a", "--show-file-content", *SSH, "--probe"],
     "rollback": [*FLEET_OPTS, *COMMON_OPTS, "--show-file-content", *SSH],
     "show": [*FLEET_OPTS, *COMMON_OPTS, "--save", *SSH],

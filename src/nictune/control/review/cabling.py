@@ -176,7 +176,8 @@ def neighbours_of(host_report: dict) -> Optional[Dict[str, Optional[Neighbour]]]
     if host_report.get("error"):
         return None
     out: Dict[str, Optional[Neighbour]] = {}
-    for rail, facts in (host_report.get("facts") or {}).items():
+    facts_of = host_report.get("facts")
+    for rail, facts in (facts_of.items() if isinstance(facts_of, dict) else ()):
         data = facts.get(NEIGHBOUR_FACT) if isinstance(facts, dict) else None
         try:
             out[rail] = None if data is None else from_dict(data)
