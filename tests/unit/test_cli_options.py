@@ -33,9 +33,9 @@ COMMAND_LINE = {
     "apply": ["target", *FLEET_OPTS, "--junit", *COMMON_OPTS, "-a", "--show-file-content", *SSH,
               "--confirm-timeout", "--force"],
     "verify": ["target", *FLEET_OPTS, *COMMON_OPTS, "--format", "-a", "--show-file-content", *SSH,
-               "--probe"],
+               "--probe", "--lldp-wait"],
     "audit": ["target", *FLEET_OPTS, "--junit", "--prometheus", "--cabling", *COMMON_OPTS, "--format",
-              "--save", "-a", "--show-file-content", *SSH, "--probe"],
+              "--save", "-a", "--show-file-content", *SSH, "--probe", "--lldp-wait"],
     "rollback": [*FLEET_OPTS, *COMMON_OPTS, "--show-file-content", *SSH],
     "show": [*FLEET_OPTS, *COMMON_OPTS, "--save", *SSH],
 }

@@ -98,7 +98,8 @@ def _read(target: str) -> Tuple[str, Union[Parsed, ProfileError]]:
 
 def _pool(command: str, hosts: list, profiles, opts: Options, out: Printer,
           play=None) -> List[dict]:
-    jobs = fleet.jobs_for(command, hosts, profiles, _ssh_options(opts), opts.show_file_content)
+    jobs = fleet.jobs_for(command, hosts, profiles, _ssh_options(opts), opts.show_file_content,
+                          opts.lldp_wait)
     if opts.save:
         for job in jobs:
             if job.request is not None:

@@ -13,7 +13,7 @@ import typer
 
 from nictune.cli.lint_cmds import LINTED, lint_gate
 from nictune.cli.options import (AUDIT_FILES, BASE, CABLING, COMMON, CONFIRM, CONTENT, FLEET, FORCE, FORMAT, JUNIT,
-                                 PROBE, SAVE, SHOW_ALL, SNAPSHOTS, SSH, TARGET, Format, Options,
+                                 LLDP_WAIT, PROBE, SAVE, SHOW_ALL, SNAPSHOTS, SSH, TARGET, Format, Options,
                                  with_options)
 from nictune.cli.output import Printer, envelope
 from nictune.cli.reporting import emit, load_profile, print_profile, save_snapshots
@@ -73,7 +73,7 @@ def _run(command: str, profile_path: Optional[str], opts: Options) -> None:
         profile = load_profile(profile_path) if profile_path else None
         if profile is not None and command in LINTED:
             findings = lint_gate(profile, opts.force)
-        request = build_request(command, profile, opts.show_file_content)
+        request = build_request(command, profile, opts.show_file_content, opts.lldp_wait)
         if opts.save:
             request["record"] = True  # host/replay/snapshot.py: the report brings a snapshot
         host_report = run_here(request, opts)
@@ -134,13 +134,13 @@ def apply(target: Optional[str], opts: Options) -> None:
     _dispatch("apply", target, opts)
 
 
-@with_options(TARGET, FLEET, COMMON, FORMAT, SHOW_ALL, CONTENT, SSH, PROBE)
+@with_options(TARGET, FLEET, COMMON, FORMAT, SHOW_ALL, CONTENT, SSH, PROBE, LLDP_WAIT)
 def verify(target: Optional[str], opts: Options) -> None:
     """Compare the host(s) with the profile.  Exit 2 on drift."""
     _dispatch("verify", target, opts)
 
 
-@with_options(TARGET, FLEET, AUDIT_FILES, CABLING, COMMON, FORMAT, SAVE, SHOW_ALL, CONTENT, SSH, PROBE)
+@with_options(TARGET, FLEET, AUDIT_FILES, CABLING, COMMON, FORMAT, SAVE, SHOW_ALL, CONTENT, SSH, PROBE, LLDP_WAIT)
 def audit(target: Optional[str], opts: Options) -> None:
     """Read-only drift report across a fleet: per host and key, expected and
     actual.  Exit 2 if any host drifted, 1 if any could not be audited."""

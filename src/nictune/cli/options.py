@@ -53,6 +53,11 @@ ConfirmOpt = Annotated[float, typer.Option(
     help="Remote apply: the host undoes it unless confirmed within this time (0: off).")]
 SshConfigOpt = Annotated[str, typer.Option("--ssh-config", metavar="FILE",
                                            help="OpenSSH client config to honour.")]
+LldpWaitOpt = Annotated[float, typer.Option(
+    "--lldp-wait", metavar="SECONDS", min=0, max=120,
+    help="verify/audit of a profile with switch: checks: on a rail where no LLDP neighbour is known "
+         "(no resident agent's listener, lldpd, lldpad or driver DCBX peer), wait up to SECONDS "
+         "for a frame.")]
 ProbeOpt = Annotated[bool, typer.Option(
     "--probe/--no-probe",
     help="verify/audit: once a host's agent has taught the controller what the verify reads, ask "
@@ -147,6 +152,7 @@ class Options:
     timeout: float = 120.0
     ssh_config: str = "~/.ssh/config"
     probe: bool = True
+    lldp_wait: float = 0.0
     # 0 here and APPLY_CONFIRM_TIMEOUT on the command line: only apply asks
     # hosts to wait for a confirmation, and only apply has the option.
     confirm_timeout: float = 0.0
@@ -199,6 +205,7 @@ CONTENT: Group = (_param("show_file_content", ContentOpt),)
 SSH: Group = (_param("accept_new", AcceptNewOpt), _param("connect_timeout", ConnectTimeoutOpt),
               _param("timeout", TimeoutOpt), _param("ssh_config", SshConfigOpt))
 PROBE: Group = (_param("probe", ProbeOpt),)
+LLDP_WAIT: Group = (_param("lldp_wait", LldpWaitOpt),)
 CONFIRM: Group = (_param("confirm_timeout", ConfirmOpt, APPLY_CONFIRM_TIMEOUT),)
 FORCE: Group = (_param("force", ForceOpt),)
 BASE: Group = (_param("base", BaseOpt), _param("base_file", BaseFileOpt))

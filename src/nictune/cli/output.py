@@ -22,7 +22,7 @@ from nictune.host.text import printable
 from nictune.control.render import counts as _counts, fleet_summary as _fleet_summary, groups as _groups
 from nictune.control.render import listing as _listing, note as _note, result as _result, value as _value
 
-STYLE = {"pending": "yellow", "drift": "yellow", "applied": "green", "ok": "dim",
+STYLE = {"pending": "yellow", "drift": "yellow", "switch-mismatch": "magenta", "applied": "green", "ok": "dim",
          "reverted": "cyan", "failed": "bold red", "unsupported": "red", "revert-failed": "bold red",
          "skipped": "dim", "not-applied": "dim", "kept": "cyan"}
 
@@ -321,9 +321,11 @@ def _summary(host: dict) -> str:
                     + _disruptive(host))
         return f"Nothing to change: {ok} setting(s) already as wanted."
     if command == "verify":
+        switch = (f" The switch port disagrees on {n('switch-mismatch')} check(s) (switch-mismatch)."
+                  if n("switch-mismatch") else "")
         if n("drift"):
-            return f"Drift: {n('drift')} setting(s) differ from the profile, {ok} as wanted."
-        return f"No drift: {ok} setting(s) as wanted."
+            return f"Drift: {n('drift')} setting(s) differ from the profile, {ok} as wanted." + switch
+        return f"No drift: {ok} setting(s) as wanted." + switch
     if command == "apply":
         if host.get("error"):
             return "Apply failed; see below."

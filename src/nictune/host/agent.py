@@ -82,6 +82,9 @@ def _validated(request) -> dict:
         raise InvalidInput("record must be true or false")
     if request.get("record") and request["command"] not in ("show", "plan", "verify"):
         raise InvalidInput("record goes with show, plan or verify: the commands that only read")
+    wait = request.get("lldp_wait", 0)
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 120:
+        raise InvalidInput(f"lldp_wait is seconds, 0 to 120, got {str(wait)[:40]!r}")
     if request.get("learn", False) not in (True, False) or (request.get("learn") and (
             request["command"] != "verify" or request.get("record"))):
         raise InvalidInput("learn is true or false, and goes with verify alone")
@@ -141,7 +144,9 @@ def _execute(request: dict, host: Host, confirm: Optional[dict] = None) -> Outco
     from nictune.host.transaction.engine import Engine
 
     host.netns = request.get("netns")
-    engine = Engine(host, request.get("state_dir") or DEFAULT_STATE_DIR)
+    host.state_dir = request.get("state_dir") or DEFAULT_STATE_DIR
+    host.lldp_wait = request.get("lldp_wait") or 0
+    engine = Engine(host, host.state_dir)
     engine.journal.confirm = confirm
     command = request["command"]
     if command == "rollback":
@@ -212,7 +217,8 @@ def verdict(command: str, statuses: list, error: Optional[dict]) -> dict:
     for status in statuses:
         counts[status] = counts.get(status, 0) + 1
     code = exit_code(error["kind"] if error else None)
-    if code == EXIT_OK and (counts.get(m.PENDING) or counts.get(m.DRIFT)):
+    if code == EXIT_OK and (counts.get(m.PENDING) or counts.get(m.DRIFT)
+                                or counts.get(m.SWITCH_MISMATCH)):
         code = EXIT_PENDING
     changed = bool(counts.get(m.APPLIED) or counts.get(m.REVERTED)
                    or command == "rollback" and statuses)

@@ -142,6 +142,11 @@ class Host:
         # The network namespace the agent was started in by `ip netns exec`,
         # as the request names it (None: not one): its /etc/netns/NAME files.
         self.netns: Optional[str] = None
+        # The state directory of the command (the resident agent's LLDP
+        # frames are there) and how long a verify may wait for an LLDP
+        # frame on a silent rail (--lldp-wait; knobs/switch.py).
+        self.state_dir: Optional[str] = None
+        self.lldp_wait: float = 0
         self._rtnl = None
         self._ethtool = None
         self._dcb = None

@@ -154,6 +154,7 @@ APPLIED = "applied"          # written and read back as wanted
 UNSUPPORTED = "unsupported"  # the device or kernel cannot take it
 SKIPPED = "skipped"          # unsupported, and on_unsupported said warn/skip
 DRIFT = "drift"              # verify: differs from the profile
+SWITCH_MISMATCH = "switch-mismatch"  # the rail's switch port disagrees (knobs/switch.py)
 FAILED = "failed"            # write refused or read-back differs
 REVERTED = "reverted"        # was applied, then restored to its before-value
 REVERT_FAILED = "revert-failed"

@@ -12,7 +12,10 @@
  *
  * Requests handle() takes never reach the kernel; the queued answers are
  * read back, one datagram each as the kernel sends them, by recvmsg/recvfrom
- * on a socket of SHIM_PROTOCOL.  All other traffic goes to the kernel.
+ * on the socket the request was sent on, and dropped when it is closed (as
+ * the kernel drops a closed socket's unread ACKs: a daemon such as lldpad
+ * opens a socket per request and reads only the reply, then reads events on
+ * another).  All other traffic goes to the kernel.
  */
 #ifndef SHIM_CORE_H
 #define SHIM_CORE_H
@@ -33,10 +36,13 @@
 struct datagram {
 	unsigned char *data;
 	size_t len;
+	int fd;
 };
 
-static struct datagram queue[QUEUE_MAX];
-static int queue_head, queue_len;
+static struct datagram queue[QUEUE_MAX];  /* in the order sent, any socket's */
+static int queue_len;
+static int sending_fd = -1;  /* the socket whose request handle() answers */
+static int (*real_close)(int);
 
 static ssize_t (*real_sendto)(int, const void *, size_t, int, const struct sockaddr *, socklen_t);
 static ssize_t (*real_sendmsg)(int, const struct msghdr *, int);
@@ -51,6 +57,7 @@ static void resolve(void)
 	real_sendmsg = dlsym(RTLD_NEXT, "sendmsg");
 	real_recvmsg = dlsym(RTLD_NEXT, "recvmsg");
 	real_recvfrom = dlsym(RTLD_NEXT, "recvfrom");
+	real_close = dlsym(RTLD_NEXT, "close");
 }
 
 /* Is fd a netlink socket of the protocol this shim stands in for? */
@@ -84,8 +91,25 @@ static void enqueue(unsigned char *data, size_t len)
 		fprintf(stderr, SHIM_NAME ": reply queue full\n");
 		abort();
 	}
-	queue[(queue_head + queue_len) % QUEUE_MAX] = (struct datagram){ data, len };
-	queue_len++;
+	queue[queue_len++] = (struct datagram){ data, len, sending_fd };
+}
+
+/* The index of fd's first queued datagram, or -1. */
+static int queued_for(int fd)
+{
+	int i;
+
+	for (i = 0; i < queue_len; i++)
+		if (queue[i].fd == fd)
+			return i;
+	return -1;
+}
+
+static void drop(int i)
+{
+	free(queue[i].data);
+	memmove(&queue[i], &queue[i + 1], (queue_len - i - 1) * sizeof(queue[0]));
+	queue_len--;
 }
 
 static void log_request(const struct nlmsghdr *nlh)
@@ -163,9 +187,9 @@ static void enqueue_ack(const struct nlmsghdr *req, uint32_t portid, int error)
 	enqueue(buf, len);
 }
 
-static size_t dequeue(struct iovec *iov, size_t iovlen, int flags, int *truncated)
+static size_t dequeue(int at, struct iovec *iov, size_t iovlen, int flags, int *truncated)
 {
-	struct datagram *d = &queue[queue_head];
+	struct datagram *d = &queue[at];
 	size_t off = 0, i;
 
 	for (i = 0; i < iovlen && off < d->len; i++) {
@@ -176,11 +200,8 @@ static size_t dequeue(struct iovec *iov, size_t iovlen, int flags, int *truncate
 	}
 	*truncated = off < d->len;
 	off = (flags & MSG_TRUNC) ? d->len : off;
-	if (!(flags & MSG_PEEK)) {
-		free(d->data);
-		queue_head = (queue_head + 1) % QUEUE_MAX;
-		queue_len--;
-	}
+	if (!(flags & MSG_PEEK))
+		drop(at);
 	return off;
 }
 
@@ -189,8 +210,13 @@ static int handle(int fd, const unsigned char *buf, size_t len);
 ssize_t sendto(int fd, const void *buf, size_t len, int flags,
 	       const struct sockaddr *addr, socklen_t alen)
 {
+	int handled;
+
 	resolve();
-	if (handle(fd, buf, len))
+	sending_fd = fd;
+	handled = handle(fd, buf, len);
+	sending_fd = -1;
+	if (handled)
 		return len;
 	return real_sendto(fd, buf, len, flags, addr, alen);
 }
@@ -214,7 +240,9 @@ ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 		memcpy(flat + off, msg->msg_iov[i].iov_base, msg->msg_iov[i].iov_len);
 		off += msg->msg_iov[i].iov_len;
 	}
+	sending_fd = fd;
 	handled = handle(fd, flat, len);
+	sending_fd = -1;
 	free(flat);
 	if (handled)
 		return len;
@@ -223,13 +251,14 @@ ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 
 ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
-	int truncated;
+	int truncated, at;
 	size_t n;
 
 	resolve();
-	if (!queue_len || !is_ours(fd))
+	at = queued_for(fd);
+	if (at < 0)
 		return real_recvmsg(fd, msg, flags);
-	n = dequeue(msg->msg_iov, msg->msg_iovlen, flags, &truncated);
+	n = dequeue(at, msg->msg_iov, msg->msg_iovlen, flags, &truncated);
 	if (msg->msg_name && msg->msg_namelen >= sizeof(struct sockaddr_nl)) {
 		struct sockaddr_nl *sa = msg->msg_name;
 
@@ -246,13 +275,14 @@ ssize_t recvfrom(int fd, void *buf, size_t len, int flags,
 		 struct sockaddr *addr, socklen_t *alen)
 {
 	struct iovec iov = { buf, len };
-	int truncated;
+	int truncated, at;
 	size_t n;
 
 	resolve();
-	if (!queue_len || !is_ours(fd))
+	at = queued_for(fd);
+	if (at < 0)
 		return real_recvfrom(fd, buf, len, flags, addr, alen);
-	n = dequeue(&iov, 1, flags, &truncated);
+	n = dequeue(at, &iov, 1, flags, &truncated);
 	if (addr && alen && *alen >= sizeof(struct sockaddr_nl)) {
 		memset(addr, 0, sizeof(struct sockaddr_nl));
 		((struct sockaddr_nl *)addr)->nl_family = AF_NETLINK;
@@ -264,6 +294,16 @@ ssize_t recvfrom(int fd, void *buf, size_t len, int flags,
 ssize_t recv(int fd, void *buf, size_t len, int flags)
 {
 	return recvfrom(fd, buf, len, flags, NULL, NULL);
+}
+
+int close(int fd)
+{
+	int at;
+
+	resolve();
+	while ((at = queued_for(fd)) >= 0)
+		drop(at);
+	return real_close(fd);
 }
 
 #endif /* SHIM_CORE_H */

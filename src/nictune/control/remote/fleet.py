@@ -153,14 +153,14 @@ class PlayProfiles(Profiles):
 
 
 def jobs_for(command: str, hosts: list, profiles: Optional[Profiles], options: SshOptions,
-             show_file_content: bool = False) -> List[Job]:
+             show_file_content: bool = False, lldp_wait: float = 0) -> List[Job]:
     """hosts: inventory hosts, as their play sees them if they come from one."""
     jobs = []
     for host in hosts:
         try:
             target = SshTarget(ssh_host(host), options)
             profile = profiles.for_host(host) if profiles else None
-            jobs.append(Job(host.name, target, build_request(command, profile, show_file_content)))
+            jobs.append(Job(host.name, target, build_request(command, profile, show_file_content, lldp_wait)))
         except InvalidInput as e:  # a bad nictune_state_dir...: its message names no host
             jobs.append(Job(host.name, None, None, errors.error(errors.INVALID_INPUT,
                                                                 f"{host.name}: {e}")))

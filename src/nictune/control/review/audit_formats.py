@@ -39,6 +39,7 @@ from nictune.host.files import write_atomic
 from nictune.host.text import printable
 
 DRIFTED = ("drift", "pending")
+MISMATCHED = "switch-mismatch"  # the rail's switch port disagrees (knobs/switch.py)
 
 # Characters XML 1.0 cannot carry at all, not even as &#N; references.
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -54,6 +55,10 @@ class ReportFileError(NictuneError):
 
 def drifted(host: dict) -> List[dict]:
     return [c for c in host.get("changes") or [] if c.get("status") in DRIFTED]
+
+
+def mismatched(host: dict) -> List[dict]:
+    return [c for c in host.get("changes") or [] if c.get("status") == MISMATCHED]
 
 
 def _key_words(change: dict) -> str:
@@ -105,6 +110,13 @@ def junit(envelope: dict) -> str:
                 failures += 1
                 ET.SubElement(case, "failure", type="drift", message=_xml_text(_failure_message(keys))).text = \
                     _failure_body(keys)
+            disagree = mismatched(host)
+            if disagree:
+                failures += 0 if keys else 1
+                ET.SubElement(case, "failure", type=MISMATCHED, message=_xml_text(
+                    f"{len(disagree)} switch port disagreement(s): " + "; ".join(
+                        _key_words(c) for c in disagree[:_MESSAGE_KEYS]))).text = "\n".join(
+                    _xml_text(f"{_key_words(c)}: {c.get('note', '')}") for c in disagree)
         cases.append(case)
     counts = {"tests": str(len(cases)), "failures": str(failures), "errors": str(errors)}
     root = ET.Element("testsuites", name=suite_name, **counts, time=f"{seconds:.3f}")
@@ -292,6 +304,7 @@ _METRICS = {
     "nictune_audit_up": "Whether nictune could audit the host (1) or not (0: unreachable, timed out, agent error).",
     "nictune_audit_drift": "Whether a setting differs from the profile (1) or is as wanted (0).",
     "nictune_audit_drifted_keys": "Number of settings on the host that differ from the profile.",
+    "nictune_audit_switch_mismatch": "Whether the rail's switch port disagrees with the profile on a check (1) or agrees (0).",
     "nictune_audit_last_run_timestamp_seconds": "When nictune last audited the host, in seconds since the Unix epoch.",
 }
 
@@ -327,6 +340,8 @@ def prometheus(envelope: dict, now: float) -> str:
             continue
         families["nictune_audit_up"].append(_sample("nictune_audit_up", labels, "1"))
         families["nictune_audit_drift"].extend(_drift_samples(name, host.get("changes") or []))
+        families["nictune_audit_switch_mismatch"].extend(_drift_samples(
+            name, host.get("changes") or [], (MISMATCHED,), "nictune_audit_switch_mismatch"))
         families["nictune_audit_drifted_keys"].append(_sample(
             "nictune_audit_drifted_keys", labels, str(len(drifted(host)))))
     lines: List[str] = []
@@ -337,10 +352,12 @@ def prometheus(envelope: dict, now: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _drift_samples(host: str, changes: Iterable[dict]) -> List[str]:
+def _drift_samples(host: str, changes: Iterable[dict], bad: tuple = DRIFTED,
+                   metric: str = "nictune_audit_drift") -> List[str]:
     out, seen = [], set()
+    switch = bad != DRIFTED  # the switch checks have a series of their own
     for c in changes:
-        if c.get("status") not in DRIFTED + ("ok",):
+        if c.get("status") not in bad + ("ok",) or (c["key"].get("family") == "switch") != switch:
             continue  # unsupported, skipped: not a statement about drift
         key = c["key"]
         labels = {"host": host, "family": printable(key["family"]),
@@ -349,7 +366,7 @@ def _drift_samples(host: str, changes: Iterable[dict]) -> List[str]:
         if ident in seen:
             continue
         seen.add(ident)
-        out.append(_sample("nictune_audit_drift", labels, "1" if c["status"] in DRIFTED else "0"))
+        out.append(_sample(metric, labels, "1" if c["status"] in bad else "0"))
     return out
 
 

@@ -28,12 +28,15 @@ of reports (from_dict), and the agent's listener (host/resident) feeds it.
 
 from __future__ import annotations
 
-import ipaddress
+import socket
 import struct
-from dataclasses import dataclass
-from typing import Dict, Iterator, Optional, Tuple
+from dataclasses import dataclass, replace
 
 from nictune.host.text import printable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
+    from typing import Dict, Iterator, Optional, Tuple
 
 ETH_P_LLDP = 0x88CC
 # The three LLDP destination addresses (802.1AB 7.1); a rail's switch port
@@ -164,6 +167,30 @@ class Neighbour:
         return _neighbour_dict(self)
 
 
+_MERGED = ("port_description", "system_name", "max_frame_size", "ets", "ets_recommendation", "pfc", "apps")
+
+
+def merge(neighbours: list) -> Optional[Neighbour]:
+    """One rail's view from the frames of its live LLDP agents, newest first.
+
+    A switch port may speak through more than one LLDP agent (a Linux
+    switch running lldpd for identity and lldpad for DCBX: same chassis,
+    a port id each).  The newest frame stands; a TLV it lacks is taken from
+    the next newest frame of the same chassis.  Frames of another chassis
+    are a second neighbour on the rail, not merged (the lint names them)."""
+    if not neighbours:
+        return None
+    first = neighbours[0]
+    filled = {}
+    for other in neighbours[1:]:
+        if other.chassis_id != first.chassis_id:
+            continue
+        for name in _MERGED:
+            if getattr(first, name) is None and name not in filled and getattr(other, name) is not None:
+                filled[name] = getattr(other, name)
+    return replace(first, **filled) if filled else first
+
+
 # --- decoding -----------------------------------------------------------------
 
 
@@ -223,7 +250,7 @@ def _network_address(body: bytes) -> str:
     if family == 1 and len(address) == 4:
         return ".".join(str(b) for b in address)
     if family == 2 and len(address) == 16:
-        return str(ipaddress.IPv6Address(address))
+        return socket.inet_ntop(socket.AF_INET6, address)
     return body.hex()
 
 

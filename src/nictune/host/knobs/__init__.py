@@ -45,6 +45,7 @@ REGISTRY = (
     "macsec.MacsecFamily",
     "ipsec.IpsecFamily",
     "expect.ExpectFamily",
+    "switch.SwitchFamily",
 )
 
 # BEGIN derived by profile/catalog.py from REGISTRY and the classes: do not edit.
@@ -71,6 +72,7 @@ CATALOG = {
     "macsec": ("macsec", "MacsecFamily", ("macsec",), ()),
     "ipsec": ("ipsec", "IpsecFamily", ("ipsec",), ()),
     "expect": ("expect", "ExpectFamily", ("expect",), ()),
+    "switch": ("switch", "SwitchFamily", ("switch",), ()),
 }
 # The host: sections of the families that own a file (knobs/envfile.py).
 OWNED_FILE_SECTIONS = ("nccl", "ucx", "mpi", "nvshmem")

@@ -77,6 +77,9 @@ class Family:
     # a mapping of free-form keys (features, sysctl) stands for all of them.
     settings: ClassVar[Tuple[str, ...]] = ()
     read_only: ClassVar[bool] = False  # facts to check (expect:), never written
+    # The status an unmet key of a read-only family gets: drift, or a word
+    # of its own (switch: "switch-mismatch", a disagreement no write fixes).
+    unmet_status: ClassVar[str] = "drift"
     # None when a plan from a recorded `show` (host/replay/snapshot.py) is the live
     # plan; else why it is not.  tests/netns/test_offline_plans.py reads it
     # and fails when a family said to plan offline does not, or the reverse.

@@ -105,6 +105,7 @@ from nictune.host.transaction.journal import (
 )
 from nictune.host.machine import Host
 from nictune.host.model import HOST
+from nictune.host.transports import lldpsock
 from nictune.host.transports.netlink.ethmonitor import Subscription
 from nictune.host.transports.netlink.rtnl import ifinfmsg
 
@@ -406,6 +407,9 @@ class Resident:
         self.ifindex: dict = {}   # name -> ifindex, to tell a re-created link
         self.drifted: set = set()  # keys differing since their drift was counted
         self.verify_at = float("inf")  # monotonic time of an event-driven verify
+        # The LLDP listener of the rails whose entries have switch: checks
+        # (transports/lldpsock.py); its frames go to lldpsock.STORE_FILE.
+        self.lldp = lldpsock.RailListener(log=self.log)
         self._verified = 0.0           # monotonic time of the last verify
         self.status = {
             "nictune_agent_status": STATUS_FORMAT, "pid": os.getpid(), "started": time.time(),
@@ -592,6 +596,31 @@ class Resident:
         if ok:
             self.status["last_verify_ok"] = now
 
+    def lldp_rails(self) -> list:
+        """The interfaces matched by the desired profile's entries with a switch: section."""
+        doc = (self.desired or {}).get("doc") or {}
+        entries = [e for e in (doc.get("interfaces") or {}).values()
+                   if isinstance(e, dict) and "switch" in e and isinstance(e.get("match"), dict)]
+        if not entries:
+            return []
+        return [i.name for i in self.host.interfaces() if any(i.matches(e["match"]) for e in entries)]
+
+    def listen_lldp(self, reopen=()) -> None:
+        """Listen on the switch-checked rails; a re-created link's socket is opened again."""
+        try:
+            rails = self.lldp_rails()
+        except (OSError, NictuneError) as e:
+            self.log(f"LLDP listener: {e}")
+            return
+        self.lldp.watch([r for r in rails if r not in reopen])
+        self.lldp.watch(rails)
+
+    def keep_lldp(self, ready) -> None:
+        """Frames that arrived, kept in STORE_FILE for verify (knobs/switch.py)."""
+        if self.lldp.read(ready):
+            with self.journal._state(create=True) as fd:
+                _replace(fd, lldpsock.STORE_FILE, json.dumps(self.lldp.stored(), sort_keys=True))
+
     def learn_links(self) -> None:
         self.ifindex = {link.name: link.index for link in self.host.rtnl().links()}
 
@@ -636,6 +665,8 @@ class Resident:
         if self.refresh_desired():
             self.take_up("desired state changed")
             verified = True
+        if verified or appeared:
+            self.listen_lldp(reopen=appeared)
         if not self.desired:
             self.verify_at = float("inf")
             return
@@ -674,6 +705,7 @@ class Resident:
                 self.learn_links()
                 if self.refresh_desired():
                     self.take_up("start", at_start=True)
+                self.listen_lldp()
             except Exception as e:  # noqa: BLE001 - the next turn tries again
                 self._failed(f"start: {type(e).__name__}: {e}")
             self.write_status()
@@ -685,10 +717,16 @@ class Resident:
             next_poll = time.monotonic() + self.interval
             while True:
                 timeout = max(0.0, min(next_poll, self.verify_at) - time.monotonic())
-                ready, _, _ = select.select(monitors + [wake_fd] + ([server] if server else []),
+                rails = self.lldp.sockets()
+                ready, _, _ = select.select(monitors + [wake_fd] + ([server] if server else []) + rails,
                                             [], [], timeout)
                 if wake_fd in ready:
                     return
+                if any(sock in ready for sock in rails):
+                    self.keep_lldp(ready)  # the kernel queued a frame: nothing polls for them
+                    if (not any(mon in ready for mon in monitors) and server not in ready
+                            and time.monotonic() < min(next_poll, self.verify_at)):
+                        continue
                 if server in ready:
                     server.serve()  # between cycles: never beside the agent's own work
                     if (not any(mon in ready for mon in monitors)
@@ -706,6 +744,7 @@ class Resident:
         finally:
             for mon in monitors:
                 mon.close()
+            self.lldp.close()
             if server is not None:
                 server.close()
             self.status["stopped"] = time.time()

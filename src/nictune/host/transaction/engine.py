@@ -243,7 +243,7 @@ def diff(fams: Families, desire: Desire, current: dict) -> list:
             if fams.rehearse and not fam.read_only:
                 _rehearse(fam, key, d.want)
         elif reason is None and fam.read_only:
-            status = m.DRIFT  # an expectation: reported, never written
+            status = fam.unmet_status  # an expectation: reported, never written
         else:
             reason = reason or fam.check(key, d.want)
             status = m.PENDING if reason is None else (
