@@ -150,6 +150,12 @@ interfaces:
             out[key] = getattr(self, f"_check_{key.name}")(key, n)
         return out
 
+    def neighbours(self) -> dict:
+        """rail -> the Neighbour its last read found (None: none heard): a
+        verify report carries it in the rail's facts, where the audit's
+        cabling check (control/review/cabling.py) reads it."""
+        return {ifname: found.neighbour for ifname, found in self._found.items()}
+
     def met(self, key, want, current):
         return key not in self._unmet
 
