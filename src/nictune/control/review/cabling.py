@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Dict, List, Mapping, Optional, Tuple
@@ -67,6 +68,7 @@ MAX_ROWS = 100_000
 MAX_FIELD = {"host": 255, "rail": 15, "switch": 255, "port": 255}  # rail: IFNAMSIZ - 1
 FAILING = ("no-neighbour", "duplicate-port", "swapped", "wrong-switch", "wrong-port")
 STATUSES = ("ok",) + FAILING
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")  # what host/text.py printable() escapes
 
 
 class CablingError(InvalidInput):
@@ -143,10 +145,13 @@ def parse_plan(text: str, path: str) -> List[Expected]:
 
 
 def _fields(line: str, where: str) -> List[str]:
-    try:
-        fields = next(csv.reader([line], strict=True))
-    except csv.Error as e:
-        raise CablingError(f"{where}: not a CSV record ({e})") from None
+    if '"' in line:  # quoted fields: CSV's rules; a plain line is its commas
+        try:
+            fields = next(csv.reader([line], strict=True))
+        except csv.Error as e:
+            raise CablingError(f"{where}: not a CSV record ({e})") from None
+    else:
+        fields = line.split(",")
     if len(fields) != len(HEADER):
         raise CablingError(f"{where}: {len(fields)} column(s), expected {len(HEADER)} "
                            f"({','.join(HEADER)})")
@@ -158,7 +163,7 @@ def _fields(line: str, where: str) -> List[str]:
         if len(value) > MAX_FIELD[name]:
             raise CablingError(f"{where}: column {name} is {len(value)} characters, at most "
                                f"{MAX_FIELD[name]}")
-        if printable(value) != value:
+        if _CONTROL.search(value):
             raise CablingError(f"{where}: column {name} holds a control character: "
                                f"{printable(value)[:80]!r}")
         if name != "switch" and any(c in value for c in "*?["):
@@ -256,15 +261,17 @@ def _row(e: Expected, n: Optional[Neighbour], by_host, seen, claims, by_port) ->
         row["message"] = f"{e.host} {e.rail}: expected {e.label()} ({e.source}), {heard}"
         return row
     others = [c for c in claims.get(_port_key(n), []) if c != f"{e.host} {e.rail}"]
-    planned_for = _planned_for(e, n, by_port)
-    swapped = _swapped_with(e, n, by_host, seen)
+    as_planned = matches(e, n)
+    if as_planned and not others:
+        row.update(status="ok", message=f"{e.host} {e.rail}: {n.label()} as planned ({e.source})")
+        return row
+    planned_for = None if as_planned else _planned_for(e, n, by_port)
+    swapped = None if as_planned else _swapped_with(e, n, by_host, seen)
     seen_text = f"expected {e.label()} ({e.source}), seen {n.label()}"
     if others:
         row.update(status="duplicate-port", claimed_by=others,
                    message=f"{e.host} {e.rail}: {n.label()} is also seen by {', '.join(others)}; "
                            f"{seen_text}")
-    elif matches(e, n):
-        row.update(status="ok", message=f"{e.host} {e.rail}: {n.label()} as planned ({e.source})")
     elif swapped:
         row.update(status="swapped", swapped_with=swapped,
                    message=f"{e.host} {e.rail} and {swapped} are swapped: {seen_text}, planned for "
@@ -273,7 +280,7 @@ def _row(e: Expected, n: Optional[Neighbour], by_host, seen, claims, by_port) ->
         status = "wrong-port" if switch_matches(e, n) else "wrong-switch"
         also = f", which the plan gives {planned_for}" if planned_for else ""
         row.update(status=status, message=f"{e.host} {e.rail}: {status}: {seen_text}{also}")
-    if planned_for and row["status"] != "ok":
+    if planned_for:
         row["planned_for"] = planned_for
     return row
 
