@@ -259,6 +259,9 @@ def _audit(fleet, cabled, tmp_path) -> tuple:
     plan = tmp_path / "plan.csv"
     plan.write_text(plan_text([h.name for h in hosts]))
     profile = profile_file(tmp_path, SWITCH_PROFILE, "switch.yaml")
+    # --no-probe: the probe (control/remote/probe.py) replays the agent's
+    # recorded reads, and the switch family's LLDP reads are not among them
+    # yet: a probed audit hears no neighbour.
     with switches(cabled, [h.netns for h in hosts]):
         code, report = nictune("audit", profile, "-i", fleet.inventory, "--limit", "fleet", "--no-probe",
                                "--lldp-wait", "4", "--cabling", str(plan))

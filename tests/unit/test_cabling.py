@@ -66,7 +66,9 @@ def test_a_plan_reads_with_comments_crlf_quotes_and_a_bom():
      "planned twice (first at line 2)"),
     ("host,rail,switch,port\ngpu01,averyveryverylongrail,leaf1,swp1\n", "p.csv:2",
      "column rail is 21 characters, at most 15"),
-    ("host,rail,switch,port\ngpu01,rail0,leaf\x1b[31m,swp1\n", "p.csv:2", "control character"),
+    ("host,rail,switch,port\ngpu01,rail0,leaf\x1b[31m,swp1\n", "p.csv:2", "control or invisible character: 'leaf\\x1b[31m'"),
+    ("host,rail,switch,port\ngpu01,\rrail0,leaf1,swp1\n", "p.csv:2", "column rail holds a control"),
+    ("host,rail,switch,port\ngpu01,rail0,leaf\u202e1,swp1\n", "p.csv:2", "control or invisible character"),
     ('host,rail,switch,port\ngpu01,rail0,"leaf1,swp1\n', "p.csv:2", "not a CSV record"),
     ("host,rail,switch,port\ngpu*,rail0,leaf1,swp1\n", "p.csv:2", "column host is a name, not a pattern"),
     ("host,rail,switch,port\ngpu01,rail0,leaf1,swp[12]\n", "p.csv:2", "column port is a name"),
@@ -212,6 +214,32 @@ def test_hosts_not_read_are_not_checked():
     assert rows[("gpu01", "rail1")]["status"] == "no-neighbour"
     assert doc["not_read"] == ["gpu02"]
     assert "not checked (could not be audited): gpu02" in cabling.text_lines(doc)[-1]
+
+
+def test_hostile_reports_never_break_the_check():
+    """A host's report is its word: seeded junk where the facts and the
+    neighbour go gives rows (no-neighbour where nothing reads), never an
+    exception."""
+    rng = random.Random(7)
+    good = nb("leaf1", "swp1").to_dict()
+    junk = [None, 1, "x", [], {}, [good], {"rail0": 3}, dict(good, system_name=7),
+            dict(good, port_id="a" * 10_000), dict(good, source="elsewhere"), dict(good, ttl=-1),
+            dict(good, apps=[{"selector": 9}]), {"neighbour": "leaf1"}, good]
+    plan = parse_plan(PLAN, "c.csv")
+    statuses: dict = {}
+    for _ in range(2000):
+        facts = rng.choice([None, "facts", [1], {
+            "rail0": rng.choice([{"neighbour": rng.choice(junk)}, rng.choice(junk)]),
+            "rail1": {"neighbour": rng.choice(junk)}}])
+        doc = cabling.for_audit([{"host": "gpu01", "error": None, "facts": facts}], plan, "c.csv")
+        assert doc["summary"]["rails"] == 2
+        for row in doc["rails"]:
+            statuses[row["status"]] = statuses.get(row["status"], 0) + 1
+    print(f"hostile reports: {statuses}")
+    # rail1 is planned on leaf2: the good neighbour there is the wrong switch,
+    # and on both rails one port claimed twice.
+    assert set(statuses) == {"ok", "no-neighbour", "wrong-switch", "duplicate-port"}
+    assert sum(statuses.values()) == 4000 and statuses["no-neighbour"] > 3000
 
 
 # -- the audit ------------------------------------------------------------------

@@ -68,7 +68,9 @@ MAX_ROWS = 100_000
 MAX_FIELD = {"host": 255, "rail": 15, "switch": 255, "port": 255}  # rail: IFNAMSIZ - 1
 FAILING = ("no-neighbour", "duplicate-port", "swapped", "wrong-switch", "wrong-port")
 STATUSES = ("ok",) + FAILING
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")  # what host/text.py printable() escapes
+# Control characters (what host/text.py printable() escapes), and the
+# bidirectional and zero-width ones that change how a name reads.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
 
 
 class CablingError(InvalidInput):
@@ -157,15 +159,15 @@ def _fields(line: str, where: str) -> List[str]:
                            f"({','.join(HEADER)})")
     out = []
     for name, value in zip(HEADER, fields):
+        if _CONTROL.search(value):  # before strip(): a \r or \t at an edge is one too
+            raise CablingError(f"{where}: column {name} holds a control or invisible character: "
+                               f"'{value[:80].encode('unicode_escape').decode('ascii')}'")
         value = value.strip()
         if not value:
             raise CablingError(f"{where}: column {name} is empty")
         if len(value) > MAX_FIELD[name]:
             raise CablingError(f"{where}: column {name} is {len(value)} characters, at most "
                                f"{MAX_FIELD[name]}")
-        if _CONTROL.search(value):
-            raise CablingError(f"{where}: column {name} holds a control character: "
-                               f"{printable(value)[:80]!r}")
         if name != "switch" and any(c in value for c in "*?["):
             raise CablingError(f"{where}: column {name} is a name, not a pattern: {value!r}")
         out.append(value)
