@@ -235,7 +235,7 @@ def test_a_lab_with_two_hosts_cables_crossed_finds_and_names_them(tmp_path):
     assert (two["status"], two["planned_for"]) == ("wrong-port", "gpu01 cab0")
     assert (one["expected"]["switch"], one["expected"]["port"]) == ("leaf1", "swp1")
     assert (one["seen"]["system_name"], one["seen"]["port_id"]) == ("leaf1", "swp2")
-    assert one["message"] == ("gpu01 cab0: wrong-port: expected leaf1 port swp1 (" + str(tmp_path / "cabling.csv")
+    assert one["message"] == ("gpu01 cab0 is on the wrong port: expected leaf1 port swp1 (" + str(tmp_path / "cabling.csv")
                               + ":2), seen leaf1 port swp2, which the plan gives gpu02 cab0")
     assert rows[("gpu01", "cab1")]["status"] == rows[("gpu02", "cab1")]["status"] == "ok"
     junit = ET.fromstring(audit_formats.junit({"command": "audit", "hosts": [], "cabling": doc}))

@@ -294,7 +294,7 @@ def test_audit_names_crossed_rails_in_json_table_junit_and_markdown(tmp_path, mo
     text = CliRunner().invoke(app, ["audit", profile, "-i", inventory])
     assert text.exit_code == 2
     assert "cabling (" in text.stdout and "2 of 4 rail(s) as planned, 2 not" in text.stdout
-    assert "wrong-port: gpu01 rail0: wrong-port: expected leaf1 port swp1" in text.stdout
+    assert "  gpu01 rail0 is on the wrong port: expected leaf1 port swp1" in text.stdout
 
     md = CliRunner().invoke(app, ["audit", profile, "-i", inventory, "--format", "markdown"])
     assert "#### Cabling" in md.stdout and "planned for gpu02 rail0" in md.stdout

@@ -281,7 +281,8 @@ def _row(e: Expected, n: Optional[Neighbour], by_host, seen, claims, by_port) ->
     else:
         status = "wrong-port" if switch_matches(e, n) else "wrong-switch"
         also = f", which the plan gives {planned_for}" if planned_for else ""
-        row.update(status=status, message=f"{e.host} {e.rail}: {status}: {seen_text}{also}")
+        where = "port" if status == "wrong-port" else "switch"
+        row.update(status=status, message=f"{e.host} {e.rail} is on the wrong {where}: {seen_text}{also}")
     if planned_for:
         row["planned_for"] = planned_for
     return row
@@ -323,7 +324,7 @@ def text_lines(doc: Optional[dict]) -> List[str]:
     s = doc["summary"]
     lines = [f"cabling ({doc.get('plan') or 'plan'}): {s['ok']} of {s['rails']} rail(s) as planned"
              + (f", {s['failing']} not" if s["failing"] else "")]
-    lines += [f"  {row['status']}: {row['message']}" for row in doc["rails"] if row["status"] != "ok"]
+    lines += [f"  {row['message']}" for row in doc["rails"] if row["status"] != "ok"]
     if doc.get("not_read"):
         lines.append(f"  not checked (could not be audited): {', '.join(doc['not_read'])}")
     return lines
