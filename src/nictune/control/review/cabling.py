@@ -265,14 +265,14 @@ def _row(e: Expected, n: Optional[Neighbour], by_host, seen, claims, by_port) ->
     others = [c for c in claims.get(_port_key(n), []) if c != f"{e.host} {e.rail}"]
     as_planned = matches(e, n)
     if as_planned and not others:
-        row.update(status="ok", message=f"{e.host} {e.rail}: {n.label()} as planned ({e.source})")
+        row.update(status="ok", message=f"{e.host} {e.rail}: {_label(n)} as planned ({e.source})")
         return row
     planned_for = None if as_planned else _planned_for(e, n, by_port)
     swapped = None if as_planned else _swapped_with(e, n, by_host, seen)
-    seen_text = f"expected {e.label()} ({e.source}), seen {n.label()}"
+    seen_text = f"expected {e.label()} ({e.source}), seen {_label(n)}"
     if others:
         row.update(status="duplicate-port", claimed_by=others,
-                   message=f"{e.host} {e.rail}: {n.label()} is also seen by {', '.join(others)}; "
+                   message=f"{e.host} {e.rail}: {_label(n)} is also seen by {', '.join(others)}; "
                            f"{seen_text}")
     elif swapped:
         row.update(status="swapped", swapped_with=swapped,
@@ -301,8 +301,20 @@ def _swapped_with(e: Expected, n: Neighbour, by_host, seen) -> Optional[str]:
 
 
 def _seen(n: Neighbour) -> dict:
-    return {"system_name": n.system_name, "chassis_id": n.chassis_id, "port_id": n.port_id,
-            "port_description": n.port_description, "source": n.source}
+    return {"system_name": n.system_name, "chassis_id": n.chassis_id, "port": seen_port(n),
+            "port_id": n.port_id, "port_description": n.port_description, "source": n.source}
+
+
+def seen_port(n: Neighbour) -> str:
+    """The port as a person names it: the port id when it is an interface
+    name, else the description (lldpd's default id is the port's MAC)."""
+    if n.port_subtype in ("interface-name", "interface-alias") or not n.port_description:
+        return n.port_id
+    return n.port_description
+
+
+def _label(n: Neighbour) -> str:
+    return f"{n.system_name or n.chassis_id} port {seen_port(n)}"
 
 
 # -- the audit ----------------------------------------------------------------

@@ -253,7 +253,7 @@ def _cabling_table(doc: dict, show_ok: bool) -> str:
         if row.get("status") == "ok" and not show_ok:
             continue
         want, got = row.get("expected") or {}, row.get("seen") or {}
-        seen = (f"{got.get('system_name') or got.get('chassis_id')} port {got.get('port_id')}"
+        seen = (f"{got.get('system_name') or got.get('chassis_id')} port {got.get('port')}"
                 if got else "nothing")
         rows.append((code(row.get("host", ""), True), code(row.get("rail", ""), True),
                      esc(row.get("status", "")),
