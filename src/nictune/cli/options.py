@@ -56,8 +56,8 @@ SshConfigOpt = Annotated[str, typer.Option("--ssh-config", metavar="FILE",
 LldpWaitOpt = Annotated[float, typer.Option(
     "--lldp-wait", metavar="SECONDS", min=0, max=120,
     help="verify/audit of a profile with switch: checks: on a rail where no LLDP neighbour is known "
-         "(no resident agent's listener, lldpd, lldpad or driver DCBX peer), wait up to SECONDS "
-         "for a frame.")]
+         "(no resident agent's listener, lldpd, lldpad or driver DCBX peer), listen SECONDS "
+         "for frames (a switch sends one every 30 s).")]
 ProbeOpt = Annotated[bool, typer.Option(
     "--probe/--no-probe",
     help="verify/audit: once a host's agent has taught the controller what the verify reads, ask "

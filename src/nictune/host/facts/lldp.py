@@ -175,15 +175,17 @@ def merge(neighbours: list) -> Optional[Neighbour]:
 
     A switch port may speak through more than one LLDP agent (a Linux
     switch running lldpd for identity and lldpad for DCBX: same chassis,
-    a port id each).  The newest frame stands; a TLV it lacks is taken from
-    the next newest frame of the same chassis.  Frames of another chassis
-    are a second neighbour on the rail, not merged (the lint names them)."""
+    a port id each).  The port's identity is the newest frame that names
+    its system (the agent that speaks for the port), else the newest; a TLV
+    that frame lacks is taken from the next newest frame of the same
+    chassis.  Frames of another chassis are a second neighbour on the rail,
+    not merged (the lint names them)."""
     if not neighbours:
         return None
-    first = neighbours[0]
+    first = next((n for n in neighbours if n.system_name is not None), neighbours[0])
     filled = {}
-    for other in neighbours[1:]:
-        if other.chassis_id != first.chassis_id:
+    for other in neighbours:
+        if other is first or other.chassis_id != first.chassis_id:
             continue
         for name in _MERGED:
             if getattr(first, name) is None and name not in filled and getattr(other, name) is not None:

@@ -160,8 +160,10 @@ def from_lldpd(ifname: str) -> "Tuple[list, str]":
         return [], "lldpd: lldpcli not installed"
     import subprocess  # only here: a profile without switch: checks never starts a tool
 
+    where = os.environ.get("NICTUNE_LLDPD_SOCKET")  # an lldpd not on its default socket (tests)
+    argv = [tool] + (["-u", where] if where else []) + ["-f", "json0", "show", "neighbors", "details"]
     try:
-        run = subprocess.run([tool, "-f", "json0", "show", "neighbors", "details"], capture_output=True,
+        run = subprocess.run(argv, capture_output=True,
                              timeout=LLDPCLI_TIMEOUT, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as e:
         return [], f"lldpd: lldpcli failed ({type(e).__name__})"

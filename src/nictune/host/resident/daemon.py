@@ -105,7 +105,6 @@ from nictune.host.transaction.journal import (
 )
 from nictune.host.machine import Host
 from nictune.host.model import HOST
-from nictune.host.transports import lldpsock
 from nictune.host.transports.netlink.ethmonitor import Subscription
 from nictune.host.transports.netlink.rtnl import ifinfmsg
 
@@ -408,8 +407,9 @@ class Resident:
         self.drifted: set = set()  # keys differing since their drift was counted
         self.verify_at = float("inf")  # monotonic time of an event-driven verify
         # The LLDP listener of the rails whose entries have switch: checks
-        # (transports/lldpsock.py); its frames go to lldpsock.STORE_FILE.
-        self.lldp = lldpsock.RailListener(log=self.log)
+        # (transports/lldpsock.py; imported with the first such rail): its
+        # frames go to lldpsock.STORE_FILE.
+        self.lldp = None
         self._verified = 0.0           # monotonic time of the last verify
         self.status = {
             "nictune_agent_status": STATUS_FORMAT, "pid": os.getpid(), "started": time.time(),
@@ -612,14 +612,22 @@ class Resident:
         except (OSError, NictuneError) as e:
             self.log(f"LLDP listener: {e}")
             return
+        if self.lldp is None:
+            if not rails:
+                return
+            from nictune.host.transports import lldpsock
+
+            self.lldp = lldpsock.RailListener(log=self.log)
         self.lldp.watch([r for r in rails if r not in reopen])
         self.lldp.watch(rails)
 
     def keep_lldp(self, ready) -> None:
         """Frames that arrived, kept in STORE_FILE for verify (knobs/switch.py)."""
+        from nictune.host.transports.lldpsock import STORE_FILE
+
         if self.lldp.read(ready):
             with self.journal._state(create=True) as fd:
-                _replace(fd, lldpsock.STORE_FILE, json.dumps(self.lldp.stored(), sort_keys=True))
+                _replace(fd, STORE_FILE, json.dumps(self.lldp.stored(), sort_keys=True))
 
     def learn_links(self) -> None:
         self.ifindex = {link.name: link.index for link in self.host.rtnl().links()}
@@ -717,7 +725,7 @@ class Resident:
             next_poll = time.monotonic() + self.interval
             while True:
                 timeout = max(0.0, min(next_poll, self.verify_at) - time.monotonic())
-                rails = self.lldp.sockets()
+                rails = self.lldp.sockets() if self.lldp else []
                 ready, _, _ = select.select(monitors + [wake_fd] + ([server] if server else []) + rails,
                                             [], [], timeout)
                 if wake_fd in ready:
@@ -744,7 +752,8 @@ class Resident:
         finally:
             for mon in monitors:
                 mon.close()
-            self.lldp.close()
+            if self.lldp is not None:
+                self.lldp.close()
             if server is not None:
                 server.close()
             self.status["stopped"] = time.time()

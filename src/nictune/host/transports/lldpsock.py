@@ -144,18 +144,18 @@ class RailListener:
 
 
 def wait_for_frames(ifnames, seconds: float, listener: RailListener = None) -> dict:
-    """Listen on ifnames until each has a frame or `seconds` pass; the
-    stored() form of what arrived.  The sockets are closed on return."""
+    """Listen on ifnames for `seconds` (every LLDP agent heard in that time
+    counts: a switch port may speak through more than one); the stored()
+    form of what arrived.  The sockets are closed on return."""
     listener = listener or RailListener()
     listener.watch(ifnames)
     deadline = time.monotonic() + max(0.0, seconds)
     try:
-        while True:
-            missing = [s for n, s in listener.socks.items() if n not in listener.frames]
+        while listener.socks:
             left = deadline - time.monotonic()
-            if not missing or left <= 0:
+            if left <= 0:
                 break
-            ready, _, _ = select.select(missing, [], [], left)
+            ready, _, _ = select.select(listener.sockets(), [], [], left)
             listener.read(ready)
         return listener.stored()
     finally:

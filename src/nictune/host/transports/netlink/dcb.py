@@ -140,6 +140,12 @@ class DcbState:
     trust: Optional[List[int]] = None  # APP_TRUST_TABLE selectors, in order
     dcbx: Optional[int] = None  # DCB_CAP_DCBX_* bits (include/uapi/linux/dcbnl.h)
     buffer: Optional[Buffer] = None  # DCB_ATTR_DCB_BUFFER (drivers with dcbnl_getbuffer)
+    # What the driver's own DCBX agent keeps of its peer (the switch port):
+    # DCB_ATTR_IEEE_PEER_ETS / _PFC / _APP, from drivers with ieee_peer_getets,
+    # ieee_peer_getpfc and peer_getapptable (knobs/switch.py reads them).
+    peer_ets: Optional[Ets] = None
+    peer_pfc: Optional[Pfc] = None
+    peer_apps: Optional[List[App]] = None
 
 
 # --- messages -------------------------------------------------------------
@@ -171,6 +177,9 @@ class dcbmsg(nlmsg):
             (1, "DCB_ATTR_IEEE_ETS", "cdata"),
             (2, "DCB_ATTR_IEEE_PFC", "cdata"),
             (3, "DCB_ATTR_IEEE_APP_TABLE", "app_table"),
+            (4, "DCB_ATTR_IEEE_PEER_ETS", "cdata"),
+            (5, "DCB_ATTR_IEEE_PEER_PFC", "cdata"),
+            (6, "DCB_ATTR_IEEE_PEER_APP", "app_table"),
             (7, "DCB_ATTR_IEEE_MAXRATE", "cdata"),
             (10, "DCB_ATTR_DCB_BUFFER", "cdata"),
             (11, "DCB_ATTR_DCB_APP_TRUST_TABLE", "app_table"),
@@ -355,7 +364,23 @@ def _state(msg: dcbmsg) -> DcbState:
     if buffer is not None:
         v = _BUFFER.unpack_from(_blob(buffer, _BUFFER.size, "DCB_ATTR_DCB_BUFFER"))
         state.buffer = Buffer(list(v[:8]), list(v[8:16]), v[16])
+    _peer(ieee, state)
     return state
+
+
+def _peer(ieee, state: DcbState) -> None:
+    """The DCBX peer's ETS, PFC and APP table (dcbnl_ieee_fill: PEER_APP is a
+    nest of DCB_ATTR_IEEE_APP entries, dcbnl_build_peer_app)."""
+    ets = ieee.get_attr("DCB_ATTR_IEEE_PEER_ETS")
+    pfc = ieee.get_attr("DCB_ATTR_IEEE_PEER_PFC")
+    apps = ieee.get_attr("DCB_ATTR_IEEE_PEER_APP")
+    if ets is not None:
+        state.peer_ets = _ets(ets)
+    if pfc is not None:
+        state.peer_pfc = _pfc(pfc)
+    if apps is not None:
+        state.peer_apps = [App(*_APP.unpack_from(_blob(a[1], _APP.size, "DCB peer APP entry")))
+                           for a in apps["attrs"] if a[0] == "DCB_ATTR_IEEE_APP"]
 
 
 # --- the device API ---------------------------------------------------------
