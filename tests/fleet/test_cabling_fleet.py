@@ -253,23 +253,20 @@ def two_hosts(tmp_path_factory):
         yield f
 
 
-def _audit(fleet, cabled, tmp_path) -> tuple:
+def _audit(fleet, cabled, tmp_path, *extra: str) -> tuple:
     hosts = fleet.of_kind("sshd")
     assert len(hosts) == 2
     plan = tmp_path / "plan.csv"
     plan.write_text(plan_text([h.name for h in hosts]))
     profile = profile_file(tmp_path, SWITCH_PROFILE, "switch.yaml")
-    # --no-probe: the probe (control/remote/probe.py) replays the agent's
-    # recorded reads, and the switch family's LLDP reads are not among them
-    # yet: a probed audit hears no neighbour.
     with switches(cabled, [h.netns for h in hosts]):
-        code, report = nictune("audit", profile, "-i", fleet.inventory, "--limit", "fleet", "--no-probe",
-                               "--lldp-wait", "4", "--cabling", str(plan))
+        code, report = nictune("audit", profile, "-i", fleet.inventory, "--limit", "fleet",
+                               "--lldp-wait", "4", "--cabling", str(plan), *extra)
     return hosts, code, report
 
 
 def test_audit_of_a_fleet_cabled_as_planned_passes(two_hosts, tmp_path):
-    hosts, code, report = _audit(two_hosts, AS_PLANNED, tmp_path)
+    hosts, code, report = _audit(two_hosts, AS_PLANNED, tmp_path, "--no-probe")
     assert [h["error"] for h in report["hosts"]] == [None, None]
     doc = report["cabling"]
     assert [(r["rail"], r["status"]) for r in doc["rails"]] == [
@@ -290,3 +287,13 @@ def test_audit_of_a_fleet_with_crossed_cables_names_both_hosts(two_hosts, tmp_pa
     # The neighbour came in the host's own verify report, no second pass.
     facts = {h["host"]: h["facts"] for h in report["hosts"]}
     assert facts[one]["cab0"]["neighbour"]["system_name"] == "leaf1"
+
+
+def test_a_probed_audit_still_hears_the_neighbours(two_hosts, tmp_path):
+    """The probe replays recorded reads on the controller: the controller's
+    own wire is not the host's, so a profile that reads neighbours is never
+    answered by the probe (the agent runs, every time)."""
+    for _ in range(2):
+        hosts, code, report = _audit(two_hosts, CROSSED, tmp_path)
+        assert [h.get("via") for h in report["hosts"]] == ["zipapp", "zipapp"]
+        assert code == 2 and report["cabling"]["summary"]["wrong-port"] == 2, report["cabling"]
