@@ -188,8 +188,8 @@ def neighbours_of(host_report: dict) -> Optional[Dict[str, Optional[Neighbour]]]
         data = facts.get(NEIGHBOUR_FACT) if isinstance(facts, dict) else None
         try:
             out[rail] = None if data is None else from_dict(data)
-        except LldpError:
-            out[rail] = None
+        except (LldpError, TypeError, AttributeError, KeyError, RecursionError):
+            out[rail] = None  # from_dict() means to raise LldpError only; a host's junk never escapes
     return out
 
 
