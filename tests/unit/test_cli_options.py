@@ -34,7 +34,7 @@ COMMAND_LINE = {
               "--confirm-timeout", "--force"],
     "verify": ["target", *FLEET_OPTS, *COMMON_OPTS, "--format", "-a", "--show-file-content", *SSH,
                "--probe", "--lldp-wait"],
-    "audit": ["target", *FLEET_OPTS, "--junit", "--prometheus", *COMMON_OPTS, "--format",
+    "audit": ["target", *FLEET_OPTS, "--junit", "--prometheus", "--cabling", *COMMON_OPTS, "--format",
               "--save", "-a", "--show-file-content", *SSH, "--probe", "--lldp-wait"],
     "rollback": ["--to", "--steps", *FLEET_OPTS, *COMMON_OPTS, "--show-file-content", *SSH],
     "history": [*FLEET_OPTS, *COMMON_OPTS, *SSH],

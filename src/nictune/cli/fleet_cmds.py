@@ -29,7 +29,10 @@ def run(command: str, target: Optional[str], opts: Options) -> int:
     """The whole fleet command; returns the exit code."""
     out = Printer(opts.as_json)
     try:
+        cabling = _cabling_plan(opts) if command == "audit" else None
         report = _run(command, target, opts, out)
+        if cabling is not None:
+            _check_cabling(report, *cabling)
     except NictuneError as e:  # ProfileError included
         report = envelope(command, [], error=e.as_dict())
     if opts.save:
@@ -57,6 +60,26 @@ def _run(command: str, target: Optional[str], opts: Options, out: Printer) -> di
     hosts = inventory.select(None, limit=opts.limit)
     profiles = fleet.Profiles(target, _gate(command, opts), document) if kind else None
     return envelope(command, _pool(_agent_command(command), hosts, profiles, opts, out))
+
+
+def _cabling_plan(opts: Options):
+    """(path, rows) of the audit's cabling plan, read before any host is
+    contacted (a bad plan is the command's error); None without one."""
+    from nictune.control.review import cabling
+
+    path = opts.cabling or cabling.default_path(opts.inventory)
+    return None if path is None else (path, cabling.load_plan(path))
+
+
+def _check_cabling(report: dict, path: str, rows: list) -> None:
+    """The plan against the neighbours in the hosts' reports: no host is
+    asked again.  A rail not as planned is drift: exit code 2 at least."""
+    from nictune.control.review import cabling
+    from nictune.host.errors import EXIT_PENDING
+
+    report["cabling"] = doc = cabling.for_audit(report["hosts"], rows, path)
+    if doc["summary"]["failing"]:
+        report["exit_code"] = combined_exit([report["exit_code"], EXIT_PENDING])
 
 
 def _agent_command(command: str) -> str:

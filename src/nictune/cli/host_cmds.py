@@ -12,8 +12,8 @@ from typing import Optional
 import typer
 
 from nictune.cli.lint_cmds import LINTED, lint_gate
-from nictune.cli.options import (AUDIT_FILES, BASE, COMMON, CONFIRM, CONTENT, FLEET, FORCE, FORMAT, HOW_FAR, JUNIT,
-                                 LLDP_WAIT, PROBE, SAVE, SHOW_ALL, SNAPSHOTS, SSH, TARGET, Format, Options,
+from nictune.cli.options import (AUDIT_FILES, BASE, CABLING, COMMON, CONFIRM, CONTENT, FLEET, FORCE, FORMAT, HOW_FAR,
+                                 JUNIT, LLDP_WAIT, PROBE, SAVE, SHOW_ALL, SNAPSHOTS, SSH, TARGET, Format, Options,
                                  with_options)
 from nictune.cli.output import Printer, envelope
 from nictune.cli.reporting import emit, load_profile, print_profile, save_snapshots
@@ -141,7 +141,7 @@ def verify(target: Optional[str], opts: Options) -> None:
     _dispatch("verify", target, opts)
 
 
-@with_options(TARGET, FLEET, AUDIT_FILES, COMMON, FORMAT, SAVE, SHOW_ALL, CONTENT, SSH, PROBE, LLDP_WAIT)
+@with_options(TARGET, FLEET, AUDIT_FILES, CABLING, COMMON, FORMAT, SAVE, SHOW_ALL, CONTENT, SSH, PROBE, LLDP_WAIT)
 def audit(target: Optional[str], opts: Options) -> None:
     """Read-only drift report across a fleet: per host and key, expected and
     actual.  Exit 2 if any host drifted, 1 if any could not be audited."""

@@ -62,6 +62,10 @@ ProbeOpt = Annotated[bool, typer.Option(
     "--probe/--no-probe",
     help="verify/audit: once a host's agent has taught the controller what the verify reads, ask "
          "only that, without starting the agent (control/remote/probe.py).")]
+CablingOpt = Annotated[Optional[str], typer.Option(
+    "--cabling", metavar="FILE",
+    help="Cabling plan (CSV: host,rail,switch,port) to check the rails' LLDP neighbours against; "
+         "default: cabling.csv next to the inventory, if there.")]
 JunitOpt = Annotated[Optional[str], typer.Option("--junit", metavar="FILE",
                                                  help="Also write JUnit XML (a testcase per host).")]
 PrometheusOpt = Annotated[Optional[str], typer.Option(
@@ -150,6 +154,7 @@ class Options:
     forks: int = 50
     junit: Optional[str] = None
     prometheus: Optional[str] = None
+    cabling: Optional[str] = None
     accept_new: bool = False
     connect_timeout: float = 10.0
     timeout: float = 120.0
@@ -208,6 +213,7 @@ INVENTORY: Group = (_param("inventory", InventoryOpt), _param("limit", LimitOpt)
 FORKS: Group = (_param("forks", ForksOpt),)
 FLEET: Group = INVENTORY + FORKS
 AUDIT_FILES: Group = (_param("junit", JunitOpt), _param("prometheus", PrometheusOpt))
+CABLING: Group = (_param("cabling", CablingOpt),)
 JUNIT: Group = (_param("junit", JunitOpt),)  # apply: a playbook rollout's report
 NETNS: Group = (_param("netns", NetnsOpt),)
 STATE_DIR: Group = (_param("state_dir", StateDirOpt),)

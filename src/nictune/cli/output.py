@@ -214,7 +214,15 @@ class Printer:
                     self.history(host)
         self._fleet_warnings(report["hosts"])
         self._host_table(report["hosts"])
+        self._cabling(report.get("cabling"))
         self.line(_fleet_summary(report), "bold")
+
+    def _cabling(self, doc) -> None:
+        """The cabling plan's verdict, and a line per rail not as planned."""
+        from nictune.control.review.cabling import text_lines
+
+        for line in text_lines(doc):
+            self.line(line, "bold red" if line.startswith("  ") else "bold")
 
     def _rollout(self, rollout: dict) -> None:
         self.line(f"rollout of {rollout.get('play', '')}: {rollout.get('result', '')}", "bold")

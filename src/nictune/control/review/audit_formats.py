@@ -122,6 +122,8 @@ def junit(envelope: dict) -> str:
     root = ET.Element("testsuites", name=suite_name, **counts, time=f"{seconds:.3f}")
     suite = ET.SubElement(root, "testsuite", name=suite_name, **counts, skipped="0", time=f"{seconds:.3f}")
     suite.extend(cases)
+    if envelope.get("cabling"):
+        _cabling_suite(root, envelope["cabling"])
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
@@ -139,6 +141,27 @@ def _failure_body(keys: List[dict]) -> str:
         source = f" ({c['source']})" if c.get("source") else ""
         lines.append(_xml_text(f"{_key_words(c)}: expected {_expected(c)}, actual {actual}{source}"))
     return "\n".join(lines)
+
+
+def _cabling_suite(root: ET.Element, doc: dict) -> None:
+    """The cabling plan's check (control/review/cabling.py) as its own
+    testsuite: a testcase per planned rail, a <failure> typed by its status
+    (wrong-switch, swapped, ...) with the expected and the seen neighbour."""
+    cases = []
+    for row in doc.get("rails") or []:
+        case = ET.Element("testcase", classname="nictune.cabling",
+                          name=_xml_text(f"{row.get('host', '')} {row.get('rail', '')}"), time="0.000")
+        if row.get("status") != "ok":
+            message = _xml_text(str(row.get("message", "")))
+            ET.SubElement(case, "failure", type=_xml_text(str(row.get("status"))),
+                          message=message).text = message
+        cases.append(case)
+    failures = sum(1 for c in cases if c.find("failure") is not None)
+    suite = ET.SubElement(root, "testsuite", name="nictune cabling", tests=str(len(cases)),
+                          failures=str(failures), errors="0", skipped="0", time="0.000")
+    suite.extend(cases)
+    for name, add in (("tests", len(cases)), ("failures", failures)):
+        root.set(name, str(int(root.get(name, "0")) + add))
 
 
 # -- JUnit of a playbook's rollouts (apply --junit) ------------------------------

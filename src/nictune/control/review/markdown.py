@@ -227,6 +227,9 @@ def report(envelope: dict, target: str = "", show_ok: bool = False, limit: int =
     lint = envelope.get("lint") or []
     if lint:
         budget.add(_lint_table("Lint", [("", f) for f in lint]))
+    if envelope.get("cabling"):
+        if not budget.add(_cabling_table(envelope["cabling"], show_ok)):
+            budget.add("_The cabling table does not fit: see the `--json` report._\n")
     rows = [(code(h["host"], True), esc(result(h)), esc(counts(h)),
              esc((h.get("error") or {}).get("message", ""))) for h in hosts]
     per_host = details(f"Per-host results ({len(hosts)} hosts)",
@@ -237,6 +240,38 @@ def report(envelope: dict, target: str = "", show_ok: bool = False, limit: int =
                                   table(("host", "result", "changes", "error"), bad))):
             budget.must(f"_{len(hosts):,} per-host results do not fit: see the `--json` report._\n")
     return budget.text()
+
+
+def _cabling_table(doc: dict, show_ok: bool) -> str:
+    """The rails not as the cabling plan says (all with show_ok): expected
+    and seen neighbour side by side."""
+    s = doc.get("summary") or {}
+    out = [f"#### Cabling\n\n{esc(s.get('ok', 0))} of {esc(s.get('rails', 0))} rail(s) as planned "
+           f"in {code(doc.get('plan') or 'the plan')}\n"]
+    rows = []
+    for row in doc.get("rails") or []:
+        if row.get("status") == "ok" and not show_ok:
+            continue
+        want, got = row.get("expected") or {}, row.get("seen") or {}
+        seen = (f"{got.get('system_name') or got.get('chassis_id')} port {got.get('port')}"
+                if got else "nothing")
+        rows.append((code(row.get("host", ""), True), code(row.get("rail", ""), True),
+                     esc(row.get("status", "")),
+                     code(f"{want.get('switch')} port {want.get('port')}", True), code(seen, True),
+                     esc(want.get("source", "")), esc(_cabling_note(row))))
+    if rows:
+        out.append(table(("host", "rail", "status", "expected", "seen", "plan line", "note"), rows))
+    return "\n".join(out)
+
+
+def _cabling_note(row: dict) -> str:
+    if row.get("claimed_by"):
+        return "also seen by " + ", ".join(row["claimed_by"])
+    if row.get("swapped_with"):
+        return f"swapped with {row['swapped_with']}"
+    if row.get("planned_for"):
+        return f"planned for {row['planned_for']}"
+    return ""
 
 
 def _lint_table(title: str, findings: List[tuple]) -> str:

@@ -54,6 +54,19 @@ def _prios(values) -> str:
     return ", ".join(str(p) for p in values) if values else "none"
 
 
+def _not_from_a_replay(host) -> None:
+    """A neighbour is heard on the host's own wire, sockets and daemons,
+    never through the host's I/O port: a replay of recorded reads (the
+    probe, on the controller) must not read the controller's instead, and a
+    run that teaches the probe its questions says the probe cannot ask this."""
+    session = getattr(host.io, "session", None)
+    if hasattr(session, "not_recorded"):
+        raise session.not_recorded("the rails' LLDP neighbours, heard on the host's wire")
+    why_not = getattr(session, "why_not", None)
+    if isinstance(why_not, list):
+        why_not.append("the rails' LLDP neighbours (heard on the wire, not read through the host's port)")
+
+
 class SwitchFamily(Family):
     example = """\
 interfaces:
@@ -105,6 +118,7 @@ interfaces:
         from nictune.host.facts import neighbours
         from nictune.host.transports import lldpsock
 
+        _not_from_a_replay(self.host)
         state_dir = getattr(self.host, "state_dir", None)
         store = lldpsock.load_store(f"{state_dir}/{lldpsock.STORE_FILE}") if state_dir else {}
         wait = getattr(self.host, "lldp_wait", 0) or 0
@@ -162,6 +176,12 @@ interfaces:
                 continue
             out[key] = getattr(self, f"_check_{key.name}")(key, n)
         return out
+
+    def neighbours(self) -> dict:
+        """rail -> the Neighbour its last read found (None: none heard): a
+        verify report carries it in the rail's facts, where the audit's
+        cabling check (control/review/cabling.py) reads it."""
+        return {ifname: found.neighbour for ifname, found in self._found.items()}
 
     def met(self, key, want, current):
         return key not in self._unmet

@@ -232,6 +232,19 @@ def _path_of(desired: Desired) -> str:
     return ".".join(getattr(desired.source, "path", ()))
 
 
+def _add_neighbours(facts: dict, fams: Families) -> None:
+    """Each rail's LLDP neighbour as the switch family read it (None: none
+    heard), into the verify report's facts as `neighbour`: the controller
+    checks the cabling plan on it (control/review/cabling.py) without
+    asking the host again."""
+    switch = fams.by_name.get("switch")
+    if switch is None:
+        return
+    for ifname, n in switch.neighbours().items():
+        if ifname in facts:
+            facts[ifname]["neighbour"] = None if n is None else n.to_dict()
+
+
 def diff(fams: Families, desire: Desire, current: dict, read_only: bool = False) -> list:
     """The changes from `current` to `desire`.  `read_only` (verify, audit,
     the resident agent's watch): a key whose write is only withheld
@@ -398,6 +411,7 @@ class Engine:
             targets = {c.key.target for c in changes}
             health = self._health
             out.facts = {i.name: health.of(i) for i in self.host.interfaces() if i.name in targets}
+            _add_neighbours(out.facts, self.fams)
         return out
 
     def apply(self, doc: dict, sources: dict, profile: Optional[str], remember: bool = True,
