@@ -27,6 +27,7 @@ REGISTRY = (
     "link.LinkFamily",
     "eswitch.EswitchFamily",
     "sriov.SriovFamily",
+    "pcie.PcieFamily",
     "ethtool.FeaturesFamily",
     "crypto.CryptoFamily",
     "ethtool.RingsFamily",
@@ -45,6 +46,7 @@ REGISTRY = (
     "macsec.MacsecFamily",
     "ipsec.IpsecFamily",
     "expect.ExpectFamily",
+    "pcie.GpudirectFamily",
 )
 
 # BEGIN derived by profile/catalog.py from REGISTRY and the classes: do not edit.
@@ -53,6 +55,7 @@ CATALOG = {
     "link": ("link", "LinkFamily", ("mtu", "txqueuelen", "state"), ()),
     "eswitch": ("eswitch", "EswitchFamily", ("eswitch",), ()),
     "sriov": ("sriov", "SriovFamily", ("sriov",), ()),
+    "pcie": ("pcie", "PcieFamily", ("pcie",), ()),
     "features": ("ethtool", "FeaturesFamily", ("features",), ()),
     "crypto": ("crypto", "CryptoFamily", ("crypto",), ()),
     "rings": ("ethtool", "RingsFamily", ("rings",), ()),
@@ -71,6 +74,7 @@ CATALOG = {
     "macsec": ("macsec", "MacsecFamily", ("macsec",), ()),
     "ipsec": ("ipsec", "IpsecFamily", ("ipsec",), ()),
     "expect": ("expect", "ExpectFamily", ("expect",), ()),
+    "gpudirect": ("pcie", "GpudirectFamily", ("pcie",), ()),
 }
 # The host: sections of the families that own a file (knobs/envfile.py).
 OWNED_FILE_SECTIONS = ("nccl", "ucx", "mpi", "nvshmem")
