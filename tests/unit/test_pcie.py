@@ -196,3 +196,28 @@ def test_iommu_mode_and_gpu_registration_from_sysfs_and_proc(tmp_path):
     (tmp_path / "proc/modules").write_text("nvidia 1 0 - Live 0x0\n")
     ways, why = gpu_registration(host)
     assert ways == [] and "proprietary kernel modules export no dma-buf" in why
+
+
+def test_a_rollback_restores_acs_without_the_profile_that_named_the_gpu(tmp_path):
+    """A GPU nictune knows only from pcie.gpu_ids (here another vendor's):
+    the rollback, which has no profile, restores the ports the journal names."""
+    tree.build(str(tmp_path), IF)
+    for name, value in (("vendor", "0x1002"), ("device", "0x74a1"), ("class", "0x120000")):
+        (tmp_path / "sys/bus/pci/devices" / tree.GPU_NEAR / name).write_text(value + "\n")
+    engine = Engine(host_at(tmp_path), str(tmp_path / "state"))
+    ports = (tree.SW_DOWN_NIC, tree.SW_DOWN_GPU)
+    out = engine.apply(doc({"gpu_ids": ["1002:74a1"], "acs_redirect": False}), {}, "p.yaml")
+    assert out.error is None, out.error
+    assert [config_word(tmp_path, p, tree.PORT_ACS + 6) for p in ports] == [0x0001, 0x0001]
+    out = Engine(host_at(tmp_path), str(tmp_path / "state")).rollback()
+    assert out.error is None, out.error
+    assert [config_word(tmp_path, p, tree.PORT_ACS + 6) for p in ports] == [tree.ACS_RECORDED] * 2
+
+
+def test_a_gpu_under_another_root_port_counts_both_root_ports(tmp_path):
+    tree.build(str(tmp_path), IF)
+    os.unlink(tmp_path / "sys/bus/pci/devices" / tree.GPU_NEAR)
+    pcie = Pcie(host_at(tmp_path))
+    (gpu,), relation = pcie.nearest_gpus(tree.NIC)
+    assert (gpu.address, relation) == (tree.GPU_FAR, "root_complex")
+    assert pcie.bridges_between(tree.NIC, gpu) == [tree.ROOT0, tree.SW_UP, tree.SW_DOWN_NIC, tree.ROOT1]

@@ -41,9 +41,9 @@ GPUs are functions of class 0x0300 or 0x0302 (VGA, 3D controller) from
 vendor 0x10de, or those a profile names by vendor:device.  They are
 numbered in PCI address order, which is nvidia-smi's and CUDA's order with
 CUDA_DEVICE_ORDER=PCI_BUS_ID.  The GPUs nearest a NIC are those that share
-the deepest bridge with it (a PCIe switch: NCCL's PIX/PXB); when none
-shares a bridge below the root complex, those on its NUMA node (traffic
-between them crosses the CPU's root complex: NCCL's PHB).
+the deepest bridge with it (a PCIe switch: NCCL's PIX/PXB); else those
+under its host bridge (another root port: NCCL's PHB); else those on its
+NUMA node (NCCL's NODE).
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_
 
 PCI_DEVICES = "sys/bus/pci/devices"
 PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+HOST_BRIDGE = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
 NVIDIA = "10de"
 GPU_CLASSES = ("0x0300", "0x0302")
 CONFIG_SIZE = 4096
@@ -299,10 +300,16 @@ class Pcie:
         klass = (self._attr(address, "class") or "")[:6].lower()
         return vendor == NVIDIA and klass in GPU_CLASSES
 
+    def host_bridge(self, address: str) -> Optional[str]:
+        """The host bridge (root complex) above a function: "pci0000:00"."""
+        real = self.host.io.realpath(self._dev(address))
+        return next((p for p in real.split(os.sep) if HOST_BRIDGE.match(p)), None)
+
     def nearest_gpus(self, nic: str) -> Tuple[List[Gpu], str]:
-        """(the GPUs nearest the NIC, how they are linked: "switch" when they
-        share a bridge below the root complex, "numa" when only the NUMA node,
-        "none" when no GPU is either)."""
+        """(the GPUs nearest the NIC, how they are linked): "switch" when they
+        share a bridge (a PCIe switch, or one root port); "root_complex" when
+        only the host bridge (different root ports of one root complex);
+        "numa" when only the NUMA node; "none" when no GPU is any of these."""
         nic_path = self.path(nic)
         best, depth = [], 0
         for gpu in self.gpus():
@@ -313,17 +320,24 @@ class Pcie:
                 best.append(gpu)
         if best:
             return best, "switch"
+        bridge = self.host_bridge(nic)
+        same = [g for g in self.gpus() if bridge and self.host_bridge(g.address) == bridge]
+        if same:
+            return same, "root_complex"
         node = self.numa_node(nic)
         local = [g for g in self.gpus() if node is not None and g.numa_node == node]
         return local, ("numa" if local else "none")
 
     def bridges_between(self, nic: str, gpu: Gpu) -> List[str]:
-        """The ports below the bridge the NIC and the GPU share, where ACS
-        applies to traffic between them (the NIC's and the GPU's own ingress
-        ports); empty when they share none (the root complex is between)."""
+        """The ports whose ACS applies to traffic between the NIC and the GPU:
+        every bridge on both paths below the one they share (the root ports
+        too when they share only the host bridge), as the kernel's P2P
+        distance counts them (drivers/pci/p2pdma.c calc_map_type_and_dist:
+        a redirecting bridge on the path sends the traffic through the host
+        bridge); empty for GPUs under another host bridge."""
         nic_path = self.path(nic)
         shared = _common(nic_path, gpu.path)
-        if not shared:
+        if not shared and self.host_bridge(nic) != self.host_bridge(gpu.address):
             return []
         below = nic_path[shared:-1] + gpu.path[shared:-1]
         return list(dict.fromkeys(below))

@@ -62,6 +62,14 @@ RUNTIME_KEYS = (MRRS, RELAXED, ACS)
 EXPECTED_KEYS = (ATS, IOMMU, LINK, REGISTRATION)
 IOMMU_MODES = ("passthrough", "translated", "disabled")
 REGISTRATIONS = ("peermem", "dmabuf", "any")
+# What ACS redirect does to NIC<->GPU traffic, by how the two are linked
+# (facts/pcie.py nearest_gpus); under different host bridges it does nothing.
+ACS_HURTS = {
+    "switch": ": GPUDirect RDMA traffic goes through the root complex",
+    "root_complex": (": GPUDirect RDMA traffic goes up to the IOMMU instead of across the root "
+                     "complex"),
+}
+ACS_RELATIONS = tuple(ACS_HURTS)
 ACS_OFF = False  # what acs_redirect reads as with no redirect bit set
 # When each key takes effect, for the reference and plans.
 TAKES_EFFECT = {
@@ -111,6 +119,10 @@ class _PcieBase(Family):
     def read(self, keys):
         out = {}
         for key in keys:
+            reason = _unsupported(self.driver_of(key.target))
+            if reason:
+                out[key] = Unsupported(reason)
+                continue
             try:
                 out[key] = self._read_key(key)
             except PermissionError as e:
@@ -141,10 +153,24 @@ class _PcieBase(Family):
     @classmethod
     def nic_support(cls, driver, setting):
         name = setting.rpartition(".")[2]
-        return ("takes effect " + TAKES_EFFECT[name]) if name in TAKES_EFFECT else None
+        return _unsupported(driver) or (
+            ("takes effect " + TAKES_EFFECT[name]) if name in TAKES_EFFECT else None)
+
+
+def _unsupported(driver: Optional[str]) -> Optional[str]:
+    if driver == "mana":
+        return ("not supported by mana: a VF in an Azure VM, whose PCIe path, ACS and IOMMU "
+                "are the Azure host's (the VM sees an emulated config space)")
+    return None
 
 
 class PcieFamily(_PcieBase):
+    def __init__(self, host):
+        super().__init__(host)
+        # target -> the ports a rollback wrote ACS back to, which its read-back
+        # reads (a rollback has no profile to find the GPUs by: gpu_ids)
+        self._restored: dict = {}
+
     # The reference's example (docs/reference/profile.md), checked against the schema.
     example = """\
 interfaces:
@@ -196,10 +222,12 @@ interfaces:
     def _read_acs(self, key):
         from nictune.host.facts.pcie import redirect_names
 
+        if key.target in self._restored:  # a rollback's read-back: the ports it wrote
+            return self._acs_of(self._restored[key.target])
         nic, gpus, relation = self._nearest(key.target)
-        if relation != "switch":
-            self._notes[key] = (f"{gpus[0].name} shares no PCIe switch with {key.target}: "
-                                "GPUDirect RDMA traffic goes through the root complex whatever ACS says")
+        if relation not in ACS_RELATIONS:
+            self._notes[key] = (f"{gpus[0].name} is under another host bridge than {key.target}: "
+                                "GPUDirect RDMA traffic crosses the CPUs' interconnect whatever ACS says")
             return ACS_OFF
         parts, hurt = [], []
         for gpu in gpus:
@@ -211,11 +239,21 @@ interfaces:
                                 f"and {gpu.name}")
                     parts.append(f"{port}={','.join(names)}")
         if hurt:
-            self._notes[key] = ("; ".join(dict.fromkeys(hurt)) + ": GPUDirect RDMA traffic "
-                                "goes through the root complex")
+            self._notes[key] = "; ".join(dict.fromkeys(hurt)) + ACS_HURTS[relation]
         else:
             self._notes[key] = f"no ACS redirect between {key.target} and " + ", ".join(g.name for g in gpus)
         return "; ".join(dict.fromkeys(parts)) or ACS_OFF
+
+    def _acs_of(self, ports: list):
+        from nictune.host.facts.pcie import redirect_names
+
+        parts = []
+        for port in ports:
+            acs = self.pcie().acs(port)
+            names = redirect_names(acs[1]) if acs else []
+            if names:
+                parts.append(f"{port}={','.join(names)}")
+        return "; ".join(parts) or ACS_OFF
 
     def check(self, key: Key, want: Want) -> Optional[str]:
         if key.name == MRRS and want.value not in (128, 256, 512, 1024, 2048, 4096):
@@ -243,21 +281,26 @@ interfaces:
         self.pcie().write_word(nic, offset, devctl)
 
     def _write_acs(self, key, value) -> None:
-        """value: off, or what a read showed ("PORT=ReqRedir,CmpltRedir; ..."):
-        those bits set on those ports, the other redirect bits cleared."""
+        """value: false (the redirect bits cleared on every port between the
+        NIC and its nearest GPUs), or what a read showed ("PORT=ReqRedir,
+        CmpltRedir; ..."): those bits set on those ports and the other
+        redirect bits cleared there.  The second is what a rollback writes,
+        from the journal, without the profile that named the GPUs."""
         from nictune.host.facts.pcie import ACS_REDIRECT, ACS_REDIRECT_MASK
 
         wanted = _parse_acs(value)
-        nic, gpus, relation = self._nearest(key.target)
-        ports = [] if relation != "switch" else list(dict.fromkeys(
-            p for g in gpus for p in self.pcie().bridges_between(nic, g)))
-        unknown = set(wanted) - set(ports)
-        if unknown:
-            raise ValueError(f"{', '.join(sorted(unknown))} is not between {key.target} and its GPU")
+        if wanted:
+            ports = self._restored[key.target] = list(wanted)
+        else:
+            nic, gpus, relation = self._nearest(key.target)
+            ports = [] if relation not in ACS_RELATIONS else list(dict.fromkeys(
+                p for g in gpus for p in self.pcie().bridges_between(nic, g)))
         bits = dict(ACS_REDIRECT)
         for port in ports:
             acs = self.pcie().acs(port)
             if acs is None:
+                if port in wanted:
+                    raise ValueError(f"{port} has no ACS capability to restore")
                 continue
             offset, control = acs
             new = (control & ~ACS_REDIRECT_MASK) | sum(bits[n] for n in wanted.get(port, ()))
