@@ -99,8 +99,9 @@ def test_the_apply_order_keeps_its_rules():
     assert before("channels", "rings")       # a channel change can reallocate rings
     assert before("pause", "dcb")            # mlx5: pause off before PFC on
     assert before("dcb", "roce")             # ECN enables follow the DCB priorities
-    assert order[-2:] == ["link", "expect"]  # MTU and state last; expectations only read
-    assert [f.name for f in FAMILIES if f.read_only] == ["expect"]
+    # MTU and state last of what is written; then the expectations, only read.
+    assert order[-3:] == ["link", "expect", "gpudirect"]
+    assert [f.name for f in FAMILIES if f.read_only] == ["expect", "gpudirect"]
 
 
 class _Toy(Family):

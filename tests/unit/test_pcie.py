@@ -128,7 +128,7 @@ def test_a_host_without_a_gpu_near_the_nic_says_so(tmp_path):
         os.unlink(tmp_path / "sys/bus/pci/devices" / gpu)
     got = changes(Engine(host_at(tmp_path), str(tmp_path / "state")).plan(doc({"acs_redirect": False}), {}))
     assert got["acs_redirect"].status == m.UNSUPPORTED
-    assert "no GPU shares a PCIe switch or NUMA node with ibp219s0" in got["acs_redirect"].note
+    assert "no GPU shares a PCIe switch, root complex or NUMA node with ibp219s0" in got["acs_redirect"].note
 
 
 def test_the_header_alone_is_root_only_not_a_traceback(tmp_path):

@@ -142,7 +142,7 @@ class _PcieBase(Family):
         nic = self._nic(ifname)
         gpus, relation = self.pcie().nearest_gpus(nic)
         if not gpus:
-            raise LookupError(f"no GPU shares a PCIe switch or NUMA node with {ifname} ({nic}); "
+            raise LookupError(f"no GPU shares a PCIe switch, root complex or NUMA node with {ifname} ({nic}); "
                               f"name a stand-in with {SECTION}.{GPU_IDS}")
         return nic, gpus, relation
 
