@@ -23,6 +23,7 @@ NVIDIA's DGX/HGX layout; the NIC's own registers are not from a recording
 from __future__ import annotations
 
 import os
+import shutil
 
 STATUS_CAP_LIST = 0x10
 ACS_RECORDED = 0x0001 | 0x0004 | 0x0008 | 0x0010  # SrcValid+ ReqRedir+ CmpltRedir+ UpstreamFwd+
@@ -111,6 +112,8 @@ def build(root: str, ifname: str = "ibp219s0", nic_link: dict = None, acs: int =
     _function(root, [ROOT1], bridge_config(0), bridge)
     _function(root, [ROOT1, GPU_FAR], gpu_config(), {**gpu_attrs, "numa_node": 3})
     net = os.path.join(root, "sys/class/net", ifname)
-    os.makedirs(net)
+    os.makedirs(net, exist_ok=True)
+    if os.path.isdir(os.path.join(net, "device")):  # a recorded state's plain files
+        shutil.rmtree(os.path.join(net, "device"))
     os.symlink(os.path.relpath(os.path.join(root, "sys/bus/pci/devices", NIC), net),
                os.path.join(net, "device"))
