@@ -18,8 +18,9 @@ at the register's offset (what `setpci` does), verified by reading back:
   GPUDirect RDMA sends read the GPU's memory through the NIC's read
   requests; NVIDIA's tuning guides for ConnectX ask for the maximum
   (4096).  The kernel also sets it at boot (pcie_set_readrq, and
-  pci=pcie_bus_perf caps it at the MPS): a reboot undoes nictune's write,
-  which the resident agent re-asserts.
+  pci=pcie_bus_perf caps it at the MPS): a reboot undoes nictune's write;
+  verify then reports drift, and the resident agent restores it where the
+  profile says on_drift: restore.
 - relaxed_ordering: whether the NIC may set the Relaxed Ordering attribute;
   off, a GPU's writes through a PCIe switch wait behind each other.
 - acs_redirect: false clears Request Redirect, Completion Redirect, Upstream
@@ -165,11 +166,6 @@ def _unsupported(driver: Optional[str]) -> Optional[str]:
 
 
 class PcieFamily(_PcieBase):
-    def __init__(self, host):
-        super().__init__(host)
-        # target -> the ports a rollback wrote ACS back to, which its read-back
-        # reads (a rollback has no profile to find the GPUs by: gpu_ids)
-        self._restored: dict = {}
 
     # The reference's example (docs/reference/profile.md), checked against the schema.
     example = """\
@@ -188,6 +184,12 @@ interfaces:
     settings = tuple(f"{SECTION}.{k}" for k in (GPU_IDS,) + RUNTIME_KEYS)
     keys = RUNTIME_KEYS
     offline_plan = "reads PCI configuration space, which a snapshot does not record"
+
+    def __init__(self, host):
+        super().__init__(host)
+        # target -> the ports a rollback wrote ACS back to, which its read-back
+        # reads (a rollback has no profile to find the GPUs by: gpu_ids)
+        self._restored: dict = {}
 
     @classmethod
     def schema(cls, s):
@@ -384,8 +386,13 @@ interfaces:
         if enabled is None:
             return Unsupported(f"{key.target} ({nic}) has no ATS capability")
         if not enabled:
-            self._notes[key] = (f"ATS off on {key.target}: the GPU's and the NIC's DMA through "
-                                "the IOMMU is translated per transfer (IOTLB misses slow GPUDirect RDMA)")
+            from nictune.host.facts.pcie import iommu_mode
+
+            _, how = iommu_mode(self.host, nic)
+            self._notes[key] = (f"ATS off on {key.target} ({how}): the IOMMU driver enables it at "
+                                "boot when the firmware offers it (mlxconfig ATS_ENABLED); without "
+                                "it, translated GPUDirect RDMA traffic waits for the root complex's "
+                                "IOMMU on every transfer")
         return enabled
 
     def _read_iommu(self, key):
@@ -408,7 +415,7 @@ interfaces:
             _, gpus, relation = self._nearest(key.target)
         except LookupError:
             gpus, relation = [], "none"
-        if relation == "switch":
+        if relation in ACS_RELATIONS:  # their paths meet below the CPUs' interconnect
             paths += [(g.name, g.path) for g in gpus]
         slow = []
         for owner, path in paths:
