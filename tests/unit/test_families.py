@@ -99,9 +99,10 @@ def test_the_apply_order_keeps_its_rules():
     assert before("channels", "rings")       # a channel change can reallocate rings
     assert before("pause", "dcb")            # mlx5: pause off before PFC on
     assert before("dcb", "roce")             # ECN enables follow the DCB priorities
-    # MTU and state last; expectations and the switch port's view only read
-    assert order[-3:] == ["link", "expect", "switch"]
-    assert [f.name for f in FAMILIES if f.read_only] == ["expect", "switch"]
+    # MTU and state last of what is written; then the expectations and the
+    # switch port's view, only read.
+    assert order[-4:] == ["link", "expect", "switch", "gpudirect"]
+    assert [f.name for f in FAMILIES if f.read_only] == ["expect", "switch", "gpudirect"]
 
 
 class _Toy(Family):

@@ -283,6 +283,36 @@ MULTIQUEUE_NIC_QUEUES = 4
 def multiqueue_nic_args(queues: int = MULTIQUEUE_NIC_QUEUES) -> List[str]:
     return ["-netdev", f"tap,id=mq0,queues={queues},script=no,downscript=no,vhost=off",
             "-device", f"virtio-net-pci,netdev=mq0,mq=on,vectors={2 * queues + 2}"]
+# The PCIe topology of tests/vm/guest/test_pcie.py, on a q35 machine (PCI
+# Express, extended configuration space):
+# - a root port, a PCIe switch (TI X3130: one upstream port, two downstream
+#   ports) and, behind the switch, a virtio-net NIC and a virtio-gpu device
+#   standing in for a GPU (QEMU cannot give a device NVIDIA's vendor id: the
+#   test names it with pcie.gpu_ids);
+# - two more root ports, one with a second virtio-net NIC, one with a
+#   virtio-rng device standing in for a second GPU: QEMU 7.2's X3130
+#   downstream ports have no ACS capability, its root ports do, so ACS writes
+#   are tested on the root ports between these two.
+# The NICs' netdevs are on a hub of their own: no traffic leaves the VM.
+PCIE_SWITCH_NIC_MAC, PCIE_ROOT_NIC_MAC = "52:54:00:19:80:01", "52:54:00:19:80:02"
+PCIE_SWITCH_GPU, PCIE_ROOT_GPU = "1af4:1050", "1af4:1044"  # virtio-gpu, virtio-rng
+
+
+def pcie_topology() -> List[str]:
+    """The machine type and the devices of the PCIe paths the guest tests read."""
+    return ["-machine", "q35",
+            "-device", "pcie-root-port,id=nt_rp,bus=pcie.0,addr=0x10,chassis=10,slot=10",
+            "-device", "x3130-upstream,id=nt_up,bus=nt_rp",
+            "-device", "xio3130-downstream,id=nt_dn0,bus=nt_up,chassis=11,slot=0",
+            "-device", "xio3130-downstream,id=nt_dn1,bus=nt_up,chassis=12,slot=1",
+            "-device", "pcie-root-port,id=nt_rp_nic,bus=pcie.0,addr=0x11,chassis=13,slot=13",
+            "-device", "pcie-root-port,id=nt_rp_gpu,bus=pcie.0,addr=0x12,chassis=14,slot=14",
+            "-netdev", "hubport,id=nt_nic0,hubid=19",
+            "-netdev", "hubport,id=nt_nic1,hubid=19",
+            "-device", f"virtio-net-pci,netdev=nt_nic0,bus=nt_dn0,mac={PCIE_SWITCH_NIC_MAC}",
+            "-device", "virtio-gpu-pci,bus=nt_dn1",
+            "-device", f"virtio-net-pci,netdev=nt_nic1,bus=nt_rp_nic,mac={PCIE_ROOT_NIC_MAC}",
+            "-device", "virtio-rng-pci,bus=nt_rp_gpu"]
 
 
 def qemu_argv(kernel: str, initrd: str, script: str, memory: str, cpus: int,
@@ -296,7 +326,7 @@ def qemu_argv(kernel: str, initrd: str, script: str, memory: str, cpus: int,
     share = "security_model=passthrough,multidevs=remap"
     return ["qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-m", memory,
             "-smp", str(cpus), "-nodefaults", "-display", "none", "-no-reboot",
-            "-serial", "stdio", "-net", "none",
+            "-serial", "stdio", "-net", "none", *pcie_topology(),
             "-kernel", f"/boot/vmlinuz-{kernel}", "-initrd", initrd, "-append", append,
             "-fsdev", f"local,id=hostroot,path=/,readonly=on,{share}",
             "-device", "virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot",

@@ -22,6 +22,9 @@ different places, and nothing stops them from disagreeing:
     software or as crypto offload ESP never sees RoCE, which bypasses xfrm,
     and lint says that RoCE then leaves in clear); static IPsec SAs outside
     ipsec.lab: true
+    PCIe (pcie:): relaxed ordering off on the NIC while NCCL registers with
+    it, a max_read_request below 4096 on a GPUDirect rail, a translating
+    IOMMU without ATS
 
 It also warns about settings whose kernel side effects a rollback can undo
 only in part (nictune/host/transaction/aside.py): an MTU below 1280, `state: down`,
@@ -102,6 +105,9 @@ GLOBAL_PAUSE_AT_BOOT = {"mlx5_core": "mlx5 ports come up with global pause on (f
 ROLLBACK_PART = ("nictune rollback puts back the addresses, routes and sysctls it records before "
                  "the apply, not neighbour entries, multicast memberships, sockets bound to a "
                  "removed address or what router advertisements taught the host")
+
+# NVIDIA's ConnectX performance tuning: the largest PCIe read request (4 KB).
+PCIE_READ_REQUEST_WANTED = 4096
 
 _HCA_ITEM = re.compile(HCA_ITEM)
 
@@ -241,10 +247,37 @@ class _Linter:
                 self.macsec_rules(name, entry)
             self.offload_rules(name, entry, entries)
             self.rings_rules(name, entry)
+            if isinstance(entry.get("pcie"), dict):
+                self.pcie_rules(name, entry["pcie"])
         self.host_side_effects()
         self.nccl_rules(entries)
         self.host_tc_rules(entries)
         return self.findings
+
+    # -- PCIe settings that slow GPUDirect RDMA (knobs/pcie.py) ---------------
+    def pcie_rules(self, name: str, pcie: dict) -> None:
+        at = lambda key: self.p.source("interfaces", name, "pcie", key)  # noqa: E731
+        gpudirect = any(k in pcie for k in ("acs_redirect", "gpu_memory_registration", "ats"))
+        ordering = _number(self.env.get("NCCL_IB_PCI_RELAXED_ORDERING"))
+        if pcie.get("relaxed_ordering") is False and ordering in (1, 2):
+            self.add("pcie-relaxed-ordering-off", WARNING,
+                     f"NCCL_IB_PCI_RELAXED_ORDERING {ordering} registers memory with relaxed "
+                     f"ordering, but {name} turns relaxed ordering off on the NIC: GPUDirect RDMA "
+                     "writes into GPU memory are then strictly ordered behind each other",
+                     self.nccl("NCCL_IB_PCI_RELAXED_ORDERING"), at("relaxed_ordering"))
+        size = _number(pcie.get("max_read_request"))
+        if gpudirect and size is not None and size < PCIE_READ_REQUEST_WANTED:
+            self.add("pcie-read-request-small", WARNING,
+                     f"{name} asks for GPUDirect RDMA but a {size}-byte max_read_request: the NIC "
+                     f"reads GPU memory in {size}-byte requests, {PCIE_READ_REQUEST_WANTED // size} "
+                     f"times as many as at {PCIE_READ_REQUEST_WANTED}, which NVIDIA's ConnectX "
+                     "tuning asks for", at("max_read_request"))
+        if pcie.get("iommu") == "translated" and "gpu_memory_registration" in pcie and (
+                pcie.get("ats") is not True):
+            self.add("pcie-iommu-translated", WARNING,
+                     f"{name} expects a translating IOMMU without ATS: every GPUDirect RDMA "
+                     "transfer waits for an IOMMU translation in the root complex (iommu=pt at "
+                     "boot, or ATS on the NIC, avoids it)", at("iommu"))
 
     # -- ring sizes the NIC class would round or refuse -----------------------
     def rings_rules(self, name: str, entry: dict) -> None:

@@ -27,6 +27,7 @@ REGISTRY = (
     "link.LinkFamily",
     "eswitch.EswitchFamily",
     "sriov.SriovFamily",
+    "pcie.PcieFamily",
     "ethtool.FeaturesFamily",
     "crypto.CryptoFamily",
     "ethtool.RingsFamily",
@@ -51,6 +52,7 @@ REGISTRY = (
     "ipsec.IpsecFamily",
     "expect.ExpectFamily",
     "switch.SwitchFamily",
+    "pcie.GpudirectFamily",
 )
 
 # BEGIN derived by profile/catalog.py from REGISTRY and the classes: do not edit.
@@ -59,6 +61,7 @@ CATALOG = {
     "link": ("link", "LinkFamily", ("mtu", "txqueuelen", "state"), ()),
     "eswitch": ("eswitch", "EswitchFamily", ("eswitch",), ()),
     "sriov": ("sriov", "SriovFamily", ("sriov",), ()),
+    "pcie": ("pcie", "PcieFamily", ("pcie",), ()),
     "features": ("ethtool", "FeaturesFamily", ("features",), ()),
     "crypto": ("crypto", "CryptoFamily", ("crypto",), ()),
     "rings": ("ethtool", "RingsFamily", ("rings",), ()),
@@ -83,6 +86,7 @@ CATALOG = {
     "ipsec": ("ipsec", "IpsecFamily", ("ipsec",), ()),
     "expect": ("expect", "ExpectFamily", ("expect",), ()),
     "switch": ("switch", "SwitchFamily", ("switch",), ()),
+    "gpudirect": ("pcie", "GpudirectFamily", ("pcie",), ()),
 }
 # The host: sections of the families that own a file (knobs/envfile.py).
 OWNED_FILE_SECTIONS = ("nccl", "ucx", "mpi", "nvshmem", "slurm_task_prolog", "enroot_environ", "enroot_mounts", "environment")
