@@ -243,7 +243,7 @@ def verdict(command: str, statuses: list, error: Optional[dict]) -> dict:
     for status in statuses:
         counts[status] = counts.get(status, 0) + 1
     code = exit_code(error["kind"] if error else None)
-    if code == EXIT_OK and (counts.get(m.PENDING) or counts.get(m.DRIFT)):
+    if code == EXIT_OK and (counts.get(m.PENDING) or counts.get(m.DRIFT) or counts.get(m.STAGED)):
         code = EXIT_PENDING
     changed = bool(counts.get(m.APPLIED) or counts.get(m.REVERTED)
                    or command == "rollback" and statuses)

@@ -77,6 +77,9 @@ class Family:
     # a mapping of free-form keys (features, sysctl) stands for all of them.
     settings: ClassVar[Tuple[str, ...]] = ()
     read_only: ClassVar[bool] = False  # facts to check (expect:), never written
+    # False: the resident agent reports this family's drift but never writes
+    # it (firmware configuration: a write there asks for a reset).
+    resident_writes: ClassVar[bool] = True
     # None when a plan from a recorded `show` (host/replay/snapshot.py) is the live
     # plan; else why it is not.  tests/netns/test_offline_plans.py reads it
     # and fails when a family said to plan offline does not, or the reverse.
@@ -157,6 +160,16 @@ class Family:
         compared plainly override this (a firmware expectation such as
         ">=28.39" is not an equality)."""
         return want.satisfied_by(current)
+
+    def staged(self, key: Key, want: Want) -> str:
+        """For a key whose stored value is as wanted (met() said so): why it
+        is not running yet, naming the reset that makes it run ("a reboot",
+        "devlink dev reload ... action fw_activate"), or "" when it runs.
+        Asked after read; never writes.  Only families of non-volatile
+        settings (knobs/firmware.py) have keys that are stored but not
+        running: the engine reports them as model.STAGED, never writes them
+        again, and fails them once a reboot has not made them run."""
+        return ""
 
     def check(self, key: Key, want: Want) -> Optional[str]:
         """Why the device cannot take `want`, from limits seen by read();
