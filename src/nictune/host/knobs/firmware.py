@@ -115,6 +115,7 @@ interfaces:
         self.reset: dict = {}    # Key -> what makes the stored value run
         self.params: dict = {}   # handle -> {name: devlink Param}
         self.mst: dict = {}      # Key -> mstconfig key
+        self.netdev: dict = {}   # handle -> an interface of it (its sysfs device)
 
     @classmethod
     def plan_reads(cls, host) -> None:
@@ -152,6 +153,7 @@ interfaces:
 
     def expand(self, target, sections, source):
         handle = devlink_handle(self.host, target) or target
+        self.netdev.setdefault(handle, target)
         out = []
         for name, raw in sections["firmware"].items():
             if name == "params":
@@ -226,8 +228,9 @@ interfaces:
                 return None
             return text == "Y" if pname == "test1" else _int_or_none(text)
         if bus == "pci" and pname in SRIOV_RUNNING:
-            total = _int_or_none(_quiet_read(
-                self.host, self.host.path("sys/bus/pci/devices", dev, "sriov_totalvfs")) or "0")
+            where = (self.host.path("sys/class/net", self.netdev[handle], "device")
+                     if handle in self.netdev else self.host.path("sys/bus/pci/devices", dev))
+            total = _int_or_none(_quiet_read(self.host, where + "/sriov_totalvfs") or "0")
             return total if pname == "total_vfs" else bool(total)
         return None
 
