@@ -271,3 +271,32 @@ def test_a_bound_is_refused_naming_the_file_and_line(nic):
                                                     "firmware": {"total_vfs": {"min": 8}}}}}
     with pytest.raises(InvalidInput, match=r"cx7.yaml:9: firmware.total_vfs takes one exact"):
         nic.engine().plan(doc, {"interfaces/uplinks/firmware/total_vfs": "cx7.yaml:9"})
+
+
+def test_apply_exits_0_over_keys_waiting_for_their_reset_and_verify_2():
+    from nictune.host.agent import verdict
+
+    assert verdict("apply", [m.STAGED, m.OK], None)["exit_code"] == 0
+    assert verdict("verify", [m.STAGED, m.OK], None)["exit_code"] == 2
+    assert verdict("plan", [m.STAGED], None)["exit_code"] == 2
+
+
+def test_a_flashed_firmware_waiting_for_a_reset_joins_the_pending_note(nic, monkeypatch):
+    class _Info:
+        running, stored = {"fw.version": "28.39.1002"}, {"fw.version": "28.41.1000"}
+
+        def pending_firmware(self):
+            return ["fw.version"]
+
+    class _Devlink:
+        def params(self, handle):
+            raise OSError(95, "no params")
+
+        def info(self, handle):
+            return _Info()
+
+    nic.engine().apply(PROFILE, SOURCES, "cx7.yaml")
+    monkeypatch.setattr(_Host, "devlink", lambda self: _Devlink())
+    staged = _by_name(nic.engine().plan(PROFILE, SOURCES, "verify"))["total_vfs"]
+    assert staged.status == m.STAGED
+    assert "fw.version 28.39.1002 -> 28.41.1000" in staged.note and "firmware_pending_reset" in staged.note

@@ -116,6 +116,7 @@ interfaces:
         self.params: dict = {}   # handle -> {name: devlink Param}
         self.mst: dict = {}      # Key -> mstconfig key
         self.netdev: dict = {}   # handle -> an interface of it (its sysfs device)
+        self.flashed: dict = {}  # handle -> "fw.version 28.39 -> 28.41" waiting for a reset
 
     @classmethod
     def plan_reads(cls, host) -> None:
@@ -178,6 +179,7 @@ interfaces:
                 out.update({k: Unsupported(f"{handle} has no devlink device") for k in mine})
                 continue
             params = self._params(handle)
+            self.flashed[handle] = self._flashed(handle)
             rest = []
             for k in mine:
                 found = self._devlink_value(handle, k, params)
@@ -187,6 +189,16 @@ interfaces:
                     out[k] = found
             out.update(self._mstconfig_values(handle, rest))
         return out
+
+    def _flashed(self, handle: str) -> str:
+        """A flashed firmware waiting for the same reset (devlink dev info:
+        stored version != running; the firmware_pending_reset fact)."""
+        try:
+            info = self.host.devlink().info(handle)
+        except OSError:
+            return ""
+        return ", ".join(f"{c} {info.running[c]} -> {info.stored[c]}"
+                         for c in info.pending_firmware())
 
     def _params(self, handle: str) -> dict:
         if handle not in self.params:
@@ -270,8 +282,11 @@ interfaces:
         running = self.running.get(key)
         if running is None or running == want.value:
             return ""
+        flashed = self.flashed.get(key.target)
         return (f"pending reset: stored {want.value!r} for the next reset, running {running!r}; "
-                f"takes effect at {self.reset.get(key, 'a reset')}")
+                f"takes effect at {self.reset.get(key, 'a reset')}"
+                + (f"; a flashed firmware waits for a reset too ({flashed}: "
+                   "firmware_pending_reset)" if flashed else ""))
 
     def note(self, key):
         if key not in self.source:
@@ -280,6 +295,15 @@ interfaces:
         return (f"running now: {'unknown' if running is None else repr(running)}; stored for "
                 f"the next reset (the value shown); source {self.source[key]}; a new value takes "
                 f"effect at {self.reset[key]}")
+
+    def disruptive(self, key, before, after):
+        """The write itself stores a value and stops nothing; the reset that
+        makes it run does (a reboot, a firmware reset: every port of the
+        NIC goes down), so a playbook drains the host before it."""
+        if key not in self.reset:
+            return ""
+        return (f"stored only; it runs after {self.reset[key]}, which takes every port of the "
+                "NIC down: drain the host before that reset (a playbook's after_batch hook does it)")
 
     # -- write -----------------------------------------------------------------------
     def apply(self, items):
