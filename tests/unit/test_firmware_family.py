@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from fakes import FakeHost, cx7_eswitch_state
 from nictune.host import model as m
 from nictune.host.knobs.firmware import FirmwareFamily
 from nictune.host.machine import Host, Interface
@@ -300,3 +301,15 @@ def test_a_flashed_firmware_waiting_for_a_reset_joins_the_pending_note(nic, monk
     staged = _by_name(nic.engine().plan(PROFILE, SOURCES, "verify"))["total_vfs"]
     assert staged.status == m.STAGED
     assert "fw.version 28.39.1002 -> 28.41.1000" in staged.note and "firmware_pending_reset" in staged.note
+
+
+def test_show_gives_the_stored_values_as_profile_and_running_beside_them(tmp_path):
+    host = FakeHost(cx7_eswitch_state(), tmp_path / "root")
+    host._fake_devlink.set_param("pci/0000:17:00.0", "total_vfs", "u32", "permanent", 16)
+    out = Engine(host, str(tmp_path / "state")).show()
+    entries = out.extra["profile"]["interfaces"]
+    (uplink,) = [e for e in entries.values() if e.get("firmware", {}).get("total_vfs") == 16]
+    assert uplink["firmware"] == {"sriov_enabled": True, "total_vfs": 16,
+                                  "cqe_compress_type": "balanced"}
+    facts = out.facts[uplink["match"]["name"]]["firmware_config"]
+    assert facts["total_vfs"] == {"running": 8, "stored": 16}

@@ -211,6 +211,12 @@ class Family:
         """Current values of this family on `target`, as profile sections."""
         return {}
 
+    def show_facts(self, target: str) -> dict:
+        """Facts `show` reports beside the profile for `target`, after
+        show(target): what a profile cannot say (firmware: the running
+        value next to the stored one)."""
+        return {}
+
     # -- what a snapshot holds (host/replay/snapshot.py) ----------------------------------
     @classmethod
     def plan_reads(cls, host: Host) -> None:

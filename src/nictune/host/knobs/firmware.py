@@ -334,17 +334,28 @@ interfaces:
         return words[value] if words else int(value)
 
     def show(self, target):
+        """The stored values of the settings the device has devlink params
+        for (show runs no mstconfig: a query takes seconds per device);
+        show_facts() has the running ones beside them."""
         handle = devlink_handle(self.host, target)
+        self.shown = {}
         if handle is None:
             return {}
+        self.netdev.setdefault(handle, target)
         params = self._params(handle)
         values = {}
         for name, (pname, *_rest) in SETTINGS.items():
             if pname in params:
-                value = self._devlink_value(handle, Key(self.name, handle, name), params)
+                key = Key(self.name, handle, name)
+                value = self._devlink_value(handle, key, params)
                 if not isinstance(value, Unsupported):
                     values[name] = value
+                    self.shown[name] = {"running": self.running.get(key), "stored": value}
         return {"firmware": values} if values else {}
+
+    def show_facts(self, target):
+        shown = getattr(self, "shown", None)
+        return {"firmware_config": shown} if shown else {}
 
 
 def _word(words: dict, number: int):

@@ -383,7 +383,8 @@ class Engine:
         desire = expand(self.host, self.fams, doc, sources)
         current = self.fams.read(list(desire.items))
         changes = diff(self.fams, desire, current, read_only)
-        _fail_after_reboot(changes, self.journal.load_resets(), boot_id(self.host))
+        if any(c.status == m.STAGED for c in changes):  # else no read a snapshot lacks
+            _fail_after_reboot(changes, self.journal.load_resets(), boot_id(self.host))
         return desire, changes
 
     def plan(self, doc: dict, sources: dict, command: str = "plan") -> Outcome:
@@ -802,6 +803,9 @@ class Engine:
             entries[_entry_name(iface.name, entries)] = entry
             facts[iface.name] = {**{k: v for k, v in vars(iface).items() if k != "name" and v},
                                  **health.of(iface)}
+            for fam in self.fams.ordered:
+                if fam.sections:
+                    facts[iface.name].update(fam.show_facts(iface.name))
         if entries:
             doc["interfaces"] = entries
         return Outcome("show", warnings=list(self.host.skipped_interfaces), facts=facts,
