@@ -53,7 +53,7 @@ from nictune.host.knobs.base import Family, quietly
 from nictune.host.knobs.eswitch import devlink_handle
 from nictune.host.model import Desired, Key, Unsupported, Want
 from nictune.host.transports import mstconfig
-from nictune.host.validate import InvalidInput
+from nictune.host.validate import DEVLINK_PARAM, DEVLINK_PARAM_VALUE, InvalidInput
 
 # What takes a stored value into use.
 REBOOT = "a reboot (the PCI function is enumerated again, with its SR-IOV capability)"
@@ -139,9 +139,13 @@ interfaces:
             else:
                 node = {"type": "integer", "minimum": 0, "maximum": kind[1]}
             props[name] = {**node, "description": f"Stored in the NIC's flash ({where})."}
-        props["params"] = {"type": "object", "description": "Other devlink params of the device, "
-                           "by name, set in their permanent or driverinit cmode.",
-                           "additionalProperties": {"type": ["boolean", "integer", "string"]}}
+        props["params"] = {
+            "type": "object", "description": "Other devlink params of the device, by name, set in "
+            "their permanent or driverinit cmode (devlink dev param).",
+            "propertyNames": {"type": "string", "maxLength": 48, "pattern": DEVLINK_PARAM},
+            "additionalProperties": {"anyOf": [
+                {"type": "boolean"}, {"type": "integer", "minimum": 0, "maximum": 0xFFFFFFFF},
+                {"type": "string", "maxLength": 31, "pattern": DEVLINK_PARAM_VALUE}]}}
         return {"entry": {"firmware": s.section(
             "The NIC's non-volatile configuration: stored now, running after a reset or reboot "
             "(plans show running, stored and wanted).", props, title="firmware")}}
