@@ -313,3 +313,12 @@ def test_show_gives_the_stored_values_as_profile_and_running_beside_them(tmp_pat
                                   "cqe_compress_type": "balanced"}
     facts = out.facts[uplink["match"]["name"]]["firmware_config"]
     assert facts["total_vfs"] == {"running": 8, "stored": 16}
+
+
+def test_a_devlink_param_value_of_the_wrong_type_is_refused_at_plan(tmp_path):
+    host = FakeHost(cx7_eswitch_state(), tmp_path / "root")
+    fam = FirmwareFamily(host)
+    (iface,) = [i for i in host.interfaces() if i.name == "enp23s0f0np0"]
+    (d,) = fam.expand(iface.name, {"firmware": {"params": {"total_vfs": True}}}, lambda *a: "")
+    assert fam.read([d.key])[d.key] == 8
+    assert "is a u32; True is not one" in fam.check(d.key, d.want)

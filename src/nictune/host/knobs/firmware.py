@@ -281,6 +281,20 @@ interfaces:
             out[k] = shown(row.next_boot)
         return out
 
+    def check(self, key, want):
+        """A free-form devlink param whose value is not of its type (from
+        the device's own description): refused at plan, not at the write."""
+        if not key.name.startswith(PARAM):
+            return None
+        param = self.params.get(key.target, {}).get(key.name[len(PARAM):])
+        if param is None:
+            return None
+        value = want.value
+        ok = {"bool": isinstance(value, bool), "string": isinstance(value, str)}.get(
+            param.type, isinstance(value, int) and not isinstance(value, bool))
+        return None if ok else (f"devlink param {param.name} of {key.target} is a {param.type}; "
+                                f"{value!r} is not one")
+
     # -- states ----------------------------------------------------------------------
     def staged(self, key, want):
         running = self.running.get(key)
