@@ -14,6 +14,7 @@ A family is one module that says everything about one kind of setting:
     expand  profile section -> [Desired]          once per entry and target
     read    [Key] -> {Key: value | Unsupported}   one batch per family
     check   why the device cannot take a value    after read, never writes
+    staged  stored as wanted, not running yet     after read, never writes
     note    what a reviewer should know           after read, never writes
     apply   [(Key, value)] -> the host            only in apply
     revert  [(Key, before)] -> the host           only in rollback/restore
