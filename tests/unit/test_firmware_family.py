@@ -322,3 +322,18 @@ def test_a_devlink_param_value_of_the_wrong_type_is_refused_at_plan(tmp_path):
     (d,) = fam.expand(iface.name, {"firmware": {"params": {"total_vfs": True}}}, lambda *a: "")
     assert fam.read([d.key])[d.key] == 8
     assert "is a u32; True is not one" in fam.check(d.key, d.want)
+
+
+def test_param_replies_that_do_not_decode_are_value_errors():
+    msg = dl.devlinkmsg()
+    msg["cmd"] = dl.DEVLINK_CMD_PARAM_GET
+    msg["version"] = 0
+    msg["attrs"] = [("DEVLINK_ATTR_BUS_NAME", "pci"), ("DEVLINK_ATTR_DEV_NAME", PCI)]
+    msg.encode()
+    back = dl.devlinkmsg(msg.data)
+    back.decode()
+    with pytest.raises(ValueError, match="without DEVLINK_ATTR_PARAM"):
+        dl.decode_param(back)
+    with pytest.raises(ValueError, match="type u32: 2 bytes"):
+        dl._param_value("u32", b"\x01\x02")
+    assert dl._param_value("bool", None) is False and dl._param_value("string", b"balanced\0") == "balanced"

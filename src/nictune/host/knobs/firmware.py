@@ -199,7 +199,7 @@ interfaces:
         stored version != running; the firmware_pending_reset fact)."""
         try:
             info = self.host.devlink().info(handle)
-        except OSError:
+        except (OSError, ValueError):
             return ""
         return ", ".join(f"{c} {info.running[c]} -> {info.stored[c]}"
                          for c in info.pending_firmware())
@@ -208,7 +208,7 @@ interfaces:
         if handle not in self.params:
             try:
                 found = self.host.devlink().params(handle)
-            except OSError:
+            except (OSError, ValueError):  # no devlink, no params, a reply that does not decode
                 found = []
             self.params[handle] = {p.name: p for p in found}
         return self.params[handle]
