@@ -131,7 +131,8 @@ interfaces:
     def schema(cls, s):
         props: dict = {}
         for name, (param, mst, kind, words, _) in SETTINGS.items():
-            where = (f"devlink param {param}, else " if param else "") + f"mstconfig {mst}"
+            where = (f"devlink param {param}, else " if param else "") + "mstconfig " + mst.replace(
+                "{port}", "<n>, n the PCI function's port")
             if kind == "bool":
                 node = {"type": "boolean"}
             elif kind == "enum":
@@ -154,6 +155,11 @@ interfaces:
     def nic_support(cls, driver, setting):
         if driver == "mana":
             return "not supported by mana: Azure owns the NIC's firmware configuration"
+        name = setting.rpartition(".")[2]
+        if driver == "mlx5_core" and name in SETTINGS:
+            param = SETTINGS[name][0]
+            return (f"devlink param {param} (permanent, lib/nv_param.c) on kernels that have it, "
+                    "else mstconfig" if param else "mstconfig only (no devlink param)")
         return None
 
     def expand(self, target, sections, source):
