@@ -425,14 +425,7 @@ class Engine:
             out = Outcome("apply", changes, list(desire.warnings) + self.journal.warnings)
             _report_unsupported(out, desire)
             _report_reset_failed(out)
-            if only is not None:
-                for c in changes:
-                    if c.status == m.PENDING and not only(c.key):
-                        c.status = m.DRIFT
-            if keeping is not None:  # the resident agent: firmware config is never its to write
-                for c in changes:
-                    if c.status == m.PENDING and not self.fams[c.key.family].resident_writes:
-                        c.status = m.DRIFT
+            self._leave_as_drift(changes, only, agent=keeping is not None)
             pending = [c for c in changes if c.status == m.PENDING]
             desired = {"path": profile, "doc": doc, "sources": sources, "apply": None,
                        "stored": time.time()} if remember else None
@@ -490,6 +483,17 @@ class Engine:
                             self.journal.save_desired(desired_before)
                     self._roll_back(out, pending, touched, f"recording the apply failed ({e})")
             return out
+
+    def _leave_as_drift(self, changes: list, only, agent: bool) -> None:
+        """Pending keys this apply must not write become drift: those `only`
+        refuses, and for the resident agent (`agent`) those of families it
+        never writes (Family.resident_writes: firmware configuration)."""
+        for c in changes:
+            if c.status != m.PENDING:
+                continue
+            if (only is not None and not only(c.key)) or (
+                    agent and not self.fams[c.key.family].resident_writes):
+                c.status = m.DRIFT
 
     def _remember_resets(self, desire: Desire, changes: list) -> None:
         """Record, in the state directory, the keys this apply leaves stored
