@@ -122,15 +122,20 @@ class _Host(Host):
         raise OSError(2, "no devlink here")
 
 
-@pytest.fixture
-def nic(tmp_path, monkeypatch):
-    root = tmp_path / "root"
-    dev = root / "sys/devices/pci0000:00" / PCI
+def _sysfs(root: Path, pci: str) -> None:
+    """pf0, an interface of the PCI function `pci`, in a sysfs tree at root."""
+    dev = root / "sys/devices/pci0000:00" / pci
     dev.mkdir(parents=True)
     (root / "sys/bus/pci").mkdir(parents=True)
     os.symlink("../../../bus/pci", dev / "subsystem")
     (root / "sys/class/net/pf0").mkdir(parents=True)
-    os.symlink(f"../../../devices/pci0000:00/{PCI}", root / "sys/class/net/pf0/device")
+    os.symlink(f"../../../devices/pci0000:00/{pci}", root / "sys/class/net/pf0/device")
+
+
+@pytest.fixture
+def nic(tmp_path, monkeypatch):
+    root = tmp_path / "root"
+    _sysfs(root, PCI)
     (root / "proc/sys/kernel/random").mkdir(parents=True)
     (root / "proc/sys/kernel/random/boot_id").write_text("boot-one\n")
     bindir = tmp_path / "bin"
@@ -264,7 +269,7 @@ def test_the_tool_refusing_is_unsupported_not_a_traceback(nic):
     nic.state.write_text(json.dumps(state))
     out = nic.engine().plan(PROFILE, SOURCES)
     assert {c.status for c in out.changes} == {m.UNSUPPORTED}
-    assert "Failed to open device" in out.changes[0].note
+    assert "exited 3: -E- Failed to open the device" in out.changes[0].note
 
 
 def test_a_bound_is_refused_naming_the_file_and_line(nic):
@@ -337,3 +342,21 @@ def test_param_replies_that_do_not_decode_are_value_errors():
     with pytest.raises(ValueError, match="type u32: 2 bytes"):
         dl._param_value("u32", b"\x01\x02")
     assert dl._param_value("bool", None) is False and dl._param_value("string", b"balanced\0") == "balanced"
+
+
+def test_the_real_mstconfig_refuses_a_missing_device_as_the_stand_in_does(tmp_path, monkeypatch):
+    """mstflint's own mstconfig (scripts/setup installs it), on a PCI
+    address no machine has (domain ffff, bus ff): our argv is taken, the
+    device refused, on stdout with status 3, and each key says so."""
+    real = shutil.which("mstconfig", path="/usr/bin:/usr/sbin:/bin:/sbin")
+    assert real, "scripts/setup installs mstflint"
+    monkeypatch.setenv("PATH", os.path.dirname(real))
+    _sysfs(tmp_path, "ffff:ff:1f.7")
+    fam = FirmwareFamily(_Host(str(tmp_path)))
+    keys = [d.key for d in fam.expand("pf0", {"firmware": {"total_vfs": 8, "ats": True}},
+                                      lambda *a: "")]
+    values = fam.read(keys)
+    assert len(values) == 2
+    for value in values.values():
+        assert isinstance(value, Unsupported)
+        assert "exited 3: -E- Failed to open the device" in value.reason, value.reason
