@@ -360,3 +360,10 @@ def test_the_real_mstconfig_refuses_a_missing_device_as_the_stand_in_does(tmp_pa
     for value in values.values():
         assert isinstance(value, Unsupported)
         assert "exited 3: -E- Failed to open the device" in value.reason, value.reason
+
+
+def test_a_tool_that_hangs_is_an_os_error_not_a_traceback(tmp_path):
+    from nictune.host.transports.io import LiveIO
+
+    with pytest.raises(OSError, match="did not finish in 0.2 s"):
+        LiveIO().run(["sleep", "5"], 0.2)

@@ -157,11 +157,17 @@ class LiveIO:
         """(exit status, stdout, stderr) of a vendor tool run with `argv` (a
         list, never a shell string; stdin /dev/null), for the settings no
         kernel interface offers (knobs/firmware.py: mstconfig).
-        FileNotFoundError when the program is not installed."""
+        FileNotFoundError when the program is not installed; OSError
+        (ETIMEDOUT) when it runs past `timeout` (it is killed)."""
         import subprocess
 
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=timeout, check=False)
+        try:
+            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                                  timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            import errno
+
+            raise OSError(errno.ETIMEDOUT, f"{argv[0]} did not finish in {timeout:g} s") from None
         return (proc.returncode, proc.stdout[:1 << 20].decode("utf-8", "replace"),
                 proc.stderr[:1 << 16].decode("utf-8", "replace"))
 
