@@ -342,7 +342,9 @@ interfaces:
                     mst[self.mst[key]] = self._number(key, value)
                     continue
                 pname = key.name[len(PARAM):] if key.name.startswith(PARAM) else SETTINGS[key.name][0]
-                param = params[pname]
+                param = params.get(pname)
+                if param is None:  # gone since the plan read it (a reload, a driver swap)
+                    raise OSError(f"devlink {handle} has no param {pname} any more")
                 cmode = next(c for c in ("permanent", "driverinit") if c in param.values)
                 words = SETTINGS.get(key.name, (0, 0, 0, None))[3]
                 raw = value if not words or param.type == "string" else words[value]
