@@ -90,7 +90,7 @@ from nictune.host.facts import nicclass
 from nictune.host.transports.io import LiveIO
 from nictune.host.machine import Host
 from nictune.host.transports.netlink.dcb import App, Buffer, DcbState, Ets, Pfc
-from nictune.host.transports.netlink.devlink import Eswitch, Port
+from nictune.host.transports.netlink.devlink import Eswitch, Param, Port
 from nictune.host.transports.netlink.drvinfo import DrvInfo
 from nictune.host.transports.netlink.errors import NetlinkError
 from nictune.host.transports.netlink.ethtool import Features
@@ -747,6 +747,33 @@ class FakeDevlink:
 
     def info(self, handle: str):
         raise NetlinkError(errno.EOPNOTSUPP)
+
+    # mlx5's permanent params (lib/nv_param.c mlx5_nv_param_devlink_params):
+    # their values are the stored (next boot) ones; sriov_totalvfs in sysfs
+    # keeps what runs until the fake is "rebooted" by its test.
+    NV_PARAMS = (("enable_sriov", "bool"), ("total_vfs", "u32"), ("cqe_compress_type", "string"))
+
+    def _nv(self, handle: str) -> dict:
+        dev = self._dev(handle)
+        if not handle.startswith("pci/"):
+            return {}
+        return dev.setdefault("nv_params", {"enable_sriov": True, "total_vfs": dev.get("totalvfs", 8),
+                                            "cqe_compress_type": "balanced"})
+
+    def params(self, handle: str) -> list:
+        nv = self._nv(handle)
+        return [Param(handle, name, kind, {"permanent": nv[name]})
+                for name, kind in self.NV_PARAMS if name in nv]
+
+    def set_param(self, handle: str, name: str, kind: str, cmode: str, value) -> None:
+        nv = self._nv(handle)
+        if name not in nv or cmode != "permanent":
+            raise NetlinkError(errno.EOPNOTSUPP)
+        # mlx5_devlink_total_vfs_validate: "Max allowed by device is %u"
+        if name == "total_vfs" and value > self._dev(handle).get("max_vfs_per_pf", 127):
+            raise NetlinkError(errno.EINVAL)
+        self.k._write("set_param", handle, {name: value})
+        nv[name] = value
 
 
 # rtnetlink's do_setvfinfo order: a refusal stops the request there, with

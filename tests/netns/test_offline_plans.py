@@ -38,7 +38,7 @@ import pcie_tree
 from nictune.cli.app import app
 from nictune.host import agent
 from nictune.host.replay import snapshot
-from nictune.host.transports.netlink.devlink import Eswitch
+from nictune.host.transports.netlink.devlink import Eswitch, Param
 from nictune.profile.loader import load_profile
 from nictune.profile.reference import examples
 from ovsdb import running_ovsdb
@@ -64,6 +64,16 @@ class _FakeDevlink:
 
     def ports(self) -> list:
         return []
+
+    def params(self, handle: str) -> list:
+        """mlx5's permanent nv params (lib/nv_param.c), as stored."""
+        if handle != f"pci/{PCI}":
+            raise OSError(19, f"no devlink device {handle}")
+        return [Param(handle, "enable_sriov", "bool", {"permanent": True}),
+                Param(handle, "total_vfs", "u32", {"permanent": 8})]
+
+    def info(self, handle: str):
+        raise OSError(95, "no dev info here")
 
     def eswitch(self, handle: str) -> Eswitch:
         if handle != f"pci/{PCI}":
@@ -283,6 +293,8 @@ def irq_case(request, tmp_path) -> tuple:
 CASES = {
     "eswitch": fakes(f"interfaces:\n  p:\n    match: {{name: {P0}}}\n"
                      "    eswitch: {mode: switchdev, inline_mode: none, encap: basic}\n", _PciHost),
+    "firmware": fakes(f"interfaces:\n  p:\n    match: {{name: {P0}}}\n"
+                      "    firmware: {sriov_enabled: true, total_vfs: 16}\n", _PciHost),
     "sriov": fakes(f"interfaces:\n  p:\n    match: {{name: {P0}}}\n"
                    "    sriov:\n      numvfs: 4\n      drivers_autoprobe: false\n"
                    "      vfs:\n        '0': {trust: true, spoofchk: false}\n", _PciHost),

@@ -232,3 +232,10 @@ def test_diffs_of_verify_and_rollback_read_in_their_direction(cx7, capsys):
     # From what the apply wrote back to the hand-written file it replaced.
     assert diff[:2] == ["--- /etc/nccl.conf (undone)", "+++ /etc/nccl.conf (restored)"]
     assert "+NCCL_DEBUG=INFO" in diff and "-NCCL_DEBUG=WARN" in diff
+
+
+def test_a_summary_says_how_many_settings_wait_for_a_reset():
+    from nictune.cli.output import _summary
+
+    text = _summary({"command": "verify", "summary": {"ok": 3, "pending-reset": 2}, "changes": []})
+    assert "2 setting(s) stored, running only after a reset or reboot" in text

@@ -500,3 +500,49 @@ def test_the_output_tail_is_bounded(tmp_path):
     result = hooklib.run_command([sys.executable, "-c", "import sys; sys.stdout.write('x' * 100000 + 'END')"],
                                  {}, 30)
     assert result["ok"] and result["output"].endswith("END") and len(result["output"]) == hooklib.TAIL_BYTES
+
+
+class _ResetFleet(LoggedFleet):
+    """verify answers with changes: h0's firmware keys stored for a reboot
+    and a driver reload, h1's stored for a driver reload, h2's drifted."""
+
+    WAITING = {"h0": [("pending-reset", "pending reset: stored 16; takes effect at a reboot (the "
+                                         "PCI function is enumerated again)"),
+                      ("pending-reset", "takes effect at `devlink dev reload pci/x`")],
+               "h1": [("pending-reset", "takes effect at `devlink dev reload pci/x` "
+                                        "(action driver_reinit)"), ("ok", "")],
+               "h2": [("pending-reset", "takes effect at a reboot"), ("drift", "")]}
+
+    def __call__(self, command, hosts):
+        reports = super().__call__(command, hosts)
+        if command == "verify":
+            for r in reports:
+                changes = self.WAITING.get(r["host"], [])
+                r["changes"] = [{"key": {}, "status": s, "note": n} for s, n in changes]
+                r["exit_code"] = 2 if any(s != "ok" for s, _ in changes) else 0
+        return reports
+
+
+def test_after_batch_learns_the_reset_each_kept_host_waits_for(tmp_path):
+    log = str(tmp_path / "log")
+    path = playbook(tmp_path, f"""
+        after_batch: {hook(tmp_path, "reboot-if-asked", "{host}")}
+        """, serial='"100%"')
+    (play,) = load_playbook(path)
+    report = rollout(play, HOSTS[:2], _ResetFleet(log))
+    # Stored-but-not-running firmware keys pass the health gate: the reset is the hook's.
+    assert report["kept"] == ["h0", "h1"] and report["stopped"] is None
+    env = {e["env"]["NICTUNE_HOST"]: e["env"] for e in events(log) if "env" in e}
+    assert (env["h0"]["NICTUNE_RESET"], env["h1"]["NICTUNE_RESET"]) == ("reboot", "driver_reinit")
+
+
+def test_a_drifted_key_beside_a_pending_reset_still_fails_the_gate(tmp_path):
+    log = str(tmp_path / "log")
+    path = playbook(tmp_path, f"""
+        after_batch: {hook(tmp_path, "reboot-if-asked", "{host}")}
+        """, serial='"100%"')
+    (play,) = load_playbook(path)
+    report = rollout(play, ["h2"], _ResetFleet(log))
+    assert report["stopped"]["kind"] == "health-gate" and report["rolled_back"] == ["h2"]
+    (env,) = [e["env"] for e in events(log) if "env" in e]
+    assert env["NICTUNE_RESET"] == ""  # a batch that stopped asks for no reset

@@ -278,3 +278,20 @@ def test_a_rollback_summary_counts_what_the_driver_kept():
                      "changes": []})
     assert said == ("Restored 3 setting(s) from apply a1; 1 left as the driver keeps them "
                     "(see their notes).")
+
+
+def test_lint_errs_on_more_vfs_than_the_firmware_offers_and_on_sriov_off(tmp_path):
+    path = tmp_path / "fw.yaml"
+    path.write_text("nictune: 1\ninterfaces:\n  uplinks:\n    match: {driver: mlx5_core}\n"
+                    "    firmware: {sriov_enabled: false, total_vfs: 4}\n"
+                    "    sriov: {numvfs: 8}\n")
+    found = {f.code: f for f in lint_file(str(path))}
+    beyond = found["sriov-beyond-firmware-vfs"]
+    assert beyond.severity == "error" and "sriov.numvfs 8 is more than the firmware's total_vfs 4" \
+        in beyond.message
+    assert beyond.locations == (f"{path}:6", f"{path}:5")
+    assert found["sriov-disabled-in-firmware"].severity == "error"
+    shipped = [f for f in lint_file(ASAP2) if f.code.startswith("sriov-")]
+    assert shipped == []
+    assert load_profile(ASAP2).doc["interfaces"]["uplinks"]["firmware"]["total_vfs"] >= \
+        load_profile(ASAP2).doc["interfaces"]["uplinks"]["sriov"]["numvfs"]

@@ -24,7 +24,7 @@ from nictune.control.render import listing as _listing, note as _note, result as
 
 STYLE = {"pending": "yellow", "drift": "yellow", "switch-mismatch": "magenta", "applied": "green", "ok": "dim",
          "reverted": "cyan", "failed": "bold red", "unsupported": "red", "revert-failed": "bold red",
-         "skipped": "dim", "not-applied": "dim", "kept": "cyan"}
+         "skipped": "dim", "not-applied": "dim", "kept": "cyan", "pending-reset": "yellow"}
 
 
 # What the two value columns mean, per command.
@@ -331,6 +331,15 @@ def _disruptive(host: dict) -> str:
 
 
 def _summary(host: dict) -> str:
+    text = _summary_of(host)
+    waiting = host.get("summary", {}).get("pending-reset", 0)
+    if waiting and host["command"] in ("plan", "verify", "apply"):
+        text += (f" {waiting} setting(s) stored, running only after a reset or reboot "
+                 "(pending-reset: see NOTE; nictune resets nothing itself).")
+    return text
+
+
+def _summary_of(host: dict) -> str:
     s = host.get("summary", {})
     n = lambda status: s.get(status, 0)  # noqa: E731
     ok = n("ok")

@@ -38,7 +38,7 @@ def result(h: dict) -> str:
     if h.get("error"):
         return "unreachable" if h.get("unreachable") else h["error"]["kind"]
     s = h.get("summary", {})
-    for status in ("drift", "switch-mismatch", "pending", "applied", "reverted"):
+    for status in ("drift", "switch-mismatch", "pending", "pending-reset", "applied", "reverted"):
         if s.get(status):
             return status
     return "ok"

@@ -248,8 +248,11 @@ def verdict(command: str, statuses: list, error: Optional[dict]) -> dict:
     for status in statuses:
         counts[status] = counts.get(status, 0) + 1
     code = exit_code(error["kind"] if error else None)
+    # A key stored for a reset is pending for plan and verify; an apply did
+    # all it can do for it (the reset is a hook's: docs/howto/firmware-config.md).
+    waiting = counts.get(m.STAGED) and command != "apply"
     if code == EXIT_OK and (counts.get(m.PENDING) or counts.get(m.DRIFT)
-                                or counts.get(m.SWITCH_MISMATCH)):
+                                or counts.get(m.SWITCH_MISMATCH) or waiting):
         code = EXIT_PENDING
     changed = bool(counts.get(m.APPLIED) or counts.get(m.REVERTED)
                    or command == "rollback" and statuses)

@@ -160,6 +160,9 @@ REVERTED = "reverted"        # was applied, then restored to its before-value
 REVERT_FAILED = "revert-failed"
 KEPT = "kept"                # a rollback left it: the driver keeps it (Family.kept, in note)
 NOT_APPLIED = "not-applied"  # never reached because an earlier key failed
+# Stored as wanted, not running yet: it takes effect at a firmware reset, a
+# driver reload or a reboot (Family.staged says which).  Never written again.
+STAGED = "pending-reset"
 
 
 class Change(_Record):

@@ -91,6 +91,10 @@ IBDEV = r"^(?!\.{1,2}$)[A-Za-z0-9_.-]{1,64}$"
 # A DCQCN parameter: a file name under /sys/class/net/<if>/ecn/roce_{np,rp}/.
 ECN_PARAM = r"^[a-z][a-z0-9_]{0,63}$"
 DSCP = r"^(6[0-3]|[1-5]?[0-9])$"
+# A devlink param of a device (devlink dev param), and a string value of one
+# (DEVLINK_PARAM_MAX_STRING_VALUE is 32 bytes with the NUL).
+DEVLINK_PARAM = r"^[a-z][a-z0-9_]{0,47}$"
+DEVLINK_PARAM_VALUE = r"^[A-Za-z0-9_.-]{1,31}$"
 
 # What each pattern accepts, in the words of error messages.  Looked up by
 # the pattern's text, so two meanings never share one pattern.
@@ -120,6 +124,8 @@ WORDS = {
     COUNTER_NAME: "a counter name: 1-64 letters, digits, '_', '.' or '-'",
     DSCP: "a DSCP value from 0 to 63",
     ECN_PARAM: "a DCQCN parameter name as the driver's ecn directory names it: a lowercase letter and then up to 63 lowercase letters, digits or '_'",
+    DEVLINK_PARAM: "a devlink param name such as total_vfs: a lowercase letter and then up to 47 lowercase letters, digits or '_'",
+    DEVLINK_PARAM_VALUE: "a devlink param's string value: 1-31 letters, digits, '_', '.' or '-'",
     IBDEV: "an RDMA device name such as mlx5_0: 1-64 letters, digits, '_', '.' or '-' (not . or ..)",
 }
 

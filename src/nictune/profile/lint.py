@@ -16,7 +16,8 @@ different places, and nothing stops them from disagreeing:
     NCCL_IB_GID_INDEX vs RoCE mode; MTU vs RoCE MTU; ring sizes the NIC class
     rounds or refuses (nicclass.rings_effective)
     ASAP2: hw-tc-offload on a switchdev PF and its representors (and with OVS
-    hw_offload), VFs wanted with tc offload on a legacy eswitch; inline
+    hw_offload), VFs wanted with tc offload on a legacy eswitch, more VFs
+    than the firmware's total_vfs (or SR-IOV off there); inline
     crypto: bits a NIC class lacks, MACsec/ESP overhead against the
     interface MTU and the RoCE MTU (ESP only with mlx5 packet offload: in
     software or as crypto offload ESP never sees RoCE, which bypasses xfrm,
@@ -425,6 +426,7 @@ class _Linter:
                      "which plan then checks",
                      at("eswitch", "mode"), self.p.source("host", "ovs", "hw_offload"))
         self.vfs_without_switchdev(name, entry, tc, ovs_offload)
+        self.vfs_beyond_firmware(name, entry)
         self.vf_attrs_in_switchdev(name, entry, entries)
         crypto = entry.get("crypto") if isinstance(entry.get("crypto"), dict) else {}
         for key, value in crypto.items():
@@ -462,6 +464,31 @@ class _Linter:
                  f"{state}: a legacy eswitch has no representors and offloads no tc flower "
                  "rule for VF traffic; set eswitch: {mode: switchdev} on this entry",
                  at("sriov", "numvfs"), where, *((at("eswitch", "mode"),) if mode else ()))
+
+    def vfs_beyond_firmware(self, name: str, entry: dict) -> None:
+        """More VFs asked for than the firmware configuration this entry
+        stores offers (firmware.total_vfs caps the PCI function's
+        sriov_totalvfs from the next reboot on), or VFs with SR-IOV off in
+        the firmware: the write of sriov_numvfs would be refused (ERANGE)
+        once that configuration runs."""
+        at = lambda *keys: self.p.source("interfaces", name, *keys)  # noqa: E731
+        sriov = entry.get("sriov") if isinstance(entry.get("sriov"), dict) else {}
+        firmware = entry.get("firmware") if isinstance(entry.get("firmware"), dict) else {}
+        numvfs = _wanted_number(sriov.get("numvfs"))
+        if not numvfs or numvfs <= 0:
+            return
+        total = _number(firmware.get("total_vfs"))
+        if total is not None and numvfs > total:
+            self.add("sriov-beyond-firmware-vfs", ERROR,
+                     f"interfaces.{name}: sriov.numvfs {numvfs} is more than the firmware's "
+                     f"total_vfs {total}: the PCI function offers at most {total} VFs "
+                     "(sriov_totalvfs) once that configuration runs; raise firmware.total_vfs "
+                     "or ask for fewer VFs", at("sriov", "numvfs"), at("firmware", "total_vfs"))
+        if firmware.get("sriov_enabled") is False:
+            self.add("sriov-disabled-in-firmware", ERROR,
+                     f"interfaces.{name}: {numvfs} VF(s) asked for, with firmware.sriov_enabled "
+                     "false: the PCI function has no SR-IOV capability once that configuration "
+                     "runs", at("sriov", "numvfs"), at("firmware", "sriov_enabled"))
 
     def vf_attrs_in_switchdev(self, name: str, entry: dict, entries: dict) -> None:
         """VF attributes the driver refuses in switchdev (nicclass rules:

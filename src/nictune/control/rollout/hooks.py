@@ -38,7 +38,9 @@ cannot leave a `kubectl drain` running behind a rollout that moved on.  Its
 environment adds NICTUNE_HOOK (before_batch/after_batch/cleanup), NICTUNE_BATCH,
 NICTUNE_ROLLOUT, NICTUNE_HOSTS (the batch's names, ",") and, per host, NICTUNE_HOST;
 after_batch and cleanup also NICTUNE_STOP (why the batch stopped, or "") and, per host,
-NICTUNE_OUTCOME (kept, rolled-back, rollback-failed, ...).  Only
+NICTUNE_OUTCOME (kept, rolled-back, rollback-failed, ...); after_batch, per host,
+NICTUNE_RESET: the reset that host's stored firmware configuration waits for (reboot,
+fw_activate, driver_reinit) or "" (docs/howto/firmware-config.md).  Only
 the tail of its output (stdout and stderr together) is kept, control
 characters escaped (host/text.py), for the rollout report.
 """
@@ -247,14 +249,18 @@ def _fill(arg: str, host: str, hosts: str, number: int, rollout: str) -> str:
 
 def run_hooks(hooks: Optional[Hooks], when: str, number: int, names: Sequence[str],
               stop: str = "", outcomes: Optional[Dict[str, str]] = None,
-              rollout: str = "") -> Tuple[List[dict], Optional[dict]]:
+              rollout: str = "", resets: Optional[Dict[str, str]] = None
+              ) -> Tuple[List[dict], Optional[dict]]:
     """Run the batch's `when` hooks in order, up to the first that fails
     (cleanup: every one, whatever failed before it).  Returns every result,
     and the first failed one (or None).  after_batch and cleanup hooks
     also learn how the batch ended: NICTUNE_STOP (the stop's kind, "" when
     the batch passed) and, per host, NICTUNE_OUTCOME (kept, unchanged,
     failed, rolled-back, rollback-failed, not-started), so a resume can
-    leave alone a node a human must look at."""
+    leave alone a node a human must look at.  after_batch also gets, per
+    host, NICTUNE_RESET: the reset a kept host's firmware configuration
+    waits for (reboot, fw_activate, driver_reinit), or "" (playbook.py
+    reset_due): nictune never resets a host itself, the hook does."""
     results: List[dict] = []
     if hooks is None:
         return results, None
@@ -274,7 +280,8 @@ def run_hooks(hooks: Optional[Hooks], when: str, number: int, names: Sequence[st
             first_failed = first_failed or result
         for argv, host in argvs:
             extra = env if host is None else dict(env, NICTUNE_HOST=host, **(
-                {"NICTUNE_OUTCOME": outcomes.get(host, "")} if outcomes is not None else {}))
+                {"NICTUNE_OUTCOME": outcomes.get(host, "")} if outcomes is not None else {}), **(
+                {"NICTUNE_RESET": resets.get(host, "")} if resets is not None else {}))
             result = run_command(argv, extra, hooks.timeout)
             result.update(hook=when, source=hook.where, **({"host": host} if host is not None else {}))
             results.append(result)

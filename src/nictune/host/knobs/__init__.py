@@ -25,6 +25,7 @@ Adding a family: its module, its tests, its line in REGISTRY, then
 # family, in REGISTERED order.
 REGISTRY = (
     "link.LinkFamily",
+    "firmware.FirmwareFamily",
     "eswitch.EswitchFamily",
     "sriov.SriovFamily",
     "pcie.PcieFamily",
@@ -59,6 +60,7 @@ REGISTRY = (
 # name -> (module, class, entry sections, host sections), in REGISTERED order.
 CATALOG = {
     "link": ("link", "LinkFamily", ("mtu", "txqueuelen", "state"), ()),
+    "firmware": ("firmware", "FirmwareFamily", ("firmware",), ()),
     "eswitch": ("eswitch", "EswitchFamily", ("eswitch",), ()),
     "sriov": ("sriov", "SriovFamily", ("sriov",), ()),
     "pcie": ("pcie", "PcieFamily", ("pcie",), ()),

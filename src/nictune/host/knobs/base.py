@@ -14,6 +14,7 @@ A family is one module that says everything about one kind of setting:
     expand  profile section -> [Desired]          once per entry and target
     read    [Key] -> {Key: value | Unsupported}   one batch per family
     check   why the device cannot take a value    after read, never writes
+    staged  stored as wanted, not running yet     after read, never writes
     note    what a reviewer should know           after read, never writes
     apply   [(Key, value)] -> the host            only in apply
     revert  [(Key, before)] -> the host           only in rollback/restore
@@ -83,6 +84,9 @@ class Family:
     # The status an unmet key of a read-only family gets: drift, or a word
     # of its own (switch: "switch-mismatch", a disagreement no write fixes).
     unmet_status: ClassVar[str] = "drift"
+    # False: the resident agent reports this family's drift but never writes
+    # it (firmware configuration: a write there asks for a reset).
+    resident_writes: ClassVar[bool] = True
     # None when a plan from a recorded `show` (host/replay/snapshot.py) is the live
     # plan; else why it is not.  tests/netns/test_offline_plans.py reads it
     # and fails when a family said to plan offline does not, or the reverse.
@@ -169,6 +173,16 @@ class Family:
         ">=28.39" is not an equality)."""
         return want.satisfied_by(current)
 
+    def staged(self, key: Key, want: Want) -> str:
+        """For a key whose stored value is as wanted (met() said so): why it
+        is not running yet, naming the reset that makes it run ("a reboot",
+        "devlink dev reload ... action fw_activate"), or "" when it runs.
+        Asked after read; never writes.  Only families of non-volatile
+        settings (knobs/firmware.py) have keys that are stored but not
+        running: the engine reports them as model.STAGED, never writes them
+        again, and fails them once a reboot has not made them run."""
+        return ""
+
     def check(self, key: Key, want: Want) -> Optional[str]:
         """Why the device cannot take `want`, from limits seen by read();
         a model.Withheld when only the profile's leave is missing (the host
@@ -217,6 +231,12 @@ class Family:
     # -- host -> profile (nictune show) ------------------------------------------
     def show(self, target: str) -> dict:
         """Current values of this family on `target`, as profile sections."""
+        return {}
+
+    def show_facts(self, target: str) -> dict:
+        """Facts `show` reports beside the profile for `target`, after
+        show(target): what a profile cannot say (firmware: the running
+        value next to the stored one)."""
         return {}
 
     # -- what a snapshot holds (host/replay/snapshot.py) ----------------------------------

@@ -103,6 +103,10 @@ class _Learner(snapshot._Recorder):
         self.why_not.append(f"a socket of family {int(socket.AF_UNIX)}")
         return super().unix_connect(path, timeout)
 
+    def run(self, argv: list, timeout: float) -> tuple:
+        self.why_not.append(f"a run of {argv[0] if argv else 'a tool'}")
+        return super().run(argv, timeout)
+
     def ioctl(self, sock, ifname: str, buf):
         self.asked.append(("ioctl", ifname, buf.tobytes()))
         return self.inner.ioctl(sock, ifname, buf)

@@ -456,6 +456,9 @@ class SessionIO(LiveIO):
     def unix_connect(self, path: str, timeout: float):
         return self.session.unix_connect(path, timeout)
 
+    def run(self, argv: list, timeout: float) -> tuple:
+        return self.session.run(argv, timeout)
+
     def key_load(self, path: str, length=None, uid: int = 0) -> tuple:
         return self.session.key_load(path, length, uid)
 
@@ -572,6 +575,9 @@ class _Recorder:
 
     def unix_connect(self, path: str, timeout: float):
         return self.inner.unix_connect(path, timeout)
+
+    def run(self, argv: list, timeout: float) -> tuple:
+        return self.inner.run(argv, timeout)
 
     def key_load(self, path: str, length=None, uid: int = 0) -> tuple:
         ident = _key_ident(path, length)
@@ -721,6 +727,10 @@ class _Replayer:
 
     def unix_connect(self, path: str, timeout: float):
         raise self._no_socket()
+
+    def run(self, argv: list, timeout: float) -> tuple:
+        raise self.not_recorded(f"a run of {argv[0] if argv else 'a tool'} (commands are "
+                                "not recorded)")
 
     def ioctl(self, sock, ifname: str, buf) -> int:
         raise self._no_socket()

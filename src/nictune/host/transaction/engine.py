@@ -257,8 +257,12 @@ def diff(fams: Families, desire: Desire, current: dict, read_only: bool = False)
         cur = current[key]
         before = None if isinstance(cur, Unsupported) else cur
         reason: Optional[str] = cur.reason if isinstance(cur, Unsupported) else None
+        staged = ""
         if reason is None and fam.met(key, d.want, cur):
             status = m.OK
+            staged = fam.staged(key, d.want)
+            if staged:  # stored as wanted, running only after a reset: never written again
+                status = m.STAGED
             if fams.rehearse and not fam.read_only:
                 _rehearse(fam, key, d.want)
         elif reason is None and fam.read_only:
@@ -273,7 +277,8 @@ def diff(fams: Families, desire: Desire, current: dict, read_only: bool = False)
                 status = m.DRIFT
                 reason = "; ".join(n for n in (reason, fam.note(key)) if n)
         change = Change(key, before, d.want.value, status, d.source,
-                        reason or fam.note(key), d.want.bound)
+                        "; ".join(n for n in (staged, reason or fam.note(key)) if n),
+                        d.want.bound)
         if status == m.PENDING:
             change.disruptive = fam.disruptive(key, before, d.want.value)
         changes.append(change)
@@ -394,12 +399,16 @@ class Engine:
         self._fresh(knobs.families_for(doc))
         desire = expand(self.host, self.fams, doc, sources)
         current = self.fams.read(list(desire.items))
-        return desire, diff(self.fams, desire, current, read_only)
+        changes = diff(self.fams, desire, current, read_only)
+        if any(c.status == m.STAGED for c in changes):  # else no read a snapshot lacks
+            _fail_after_reboot(changes, self.journal.load_resets(), boot_id(self.host))
+        return desire, changes
 
     def plan(self, doc: dict, sources: dict, command: str = "plan") -> Outcome:
         desire, changes = self._plan(doc, sources, read_only=command == "verify")
         out = Outcome(command, changes, list(desire.warnings))
         _report_unsupported(out, desire)
+        _report_reset_failed(out)
         if command == "plan":
             out.warnings += aside.warnings([c for c in changes if c.status == m.PENDING])
         out.warnings += [w for fam in self.fams.ordered for w in fam.warnings()]
@@ -435,16 +444,16 @@ class Engine:
             out = Outcome("apply", changes, list(desire.warnings) + self.journal.warnings)
             out.warnings += [w for fam in self.fams.ordered for w in fam.warnings()]
             _report_unsupported(out, desire)
-            if only is not None:
-                for c in changes:
-                    if c.status == m.PENDING and not only(c.key):
-                        c.status = m.DRIFT
+            _report_reset_failed(out)
+            self._leave_as_drift(changes, only, agent=keeping is not None)
             pending = [c for c in changes if c.status == m.PENDING]
             desired = {"path": profile, "doc": doc, "sources": sources, "apply": None,
                        "stored": time.time()} if remember else None
             if out.error or not pending:
                 if desired is not None and not out.error:
                     self.journal.save_desired(desired)
+                if not out.error and keeping is None:
+                    self._remember_resets(desire, changes)
                 return out
             # Read before the first write: a state directory that refuses it
             # refuses the apply.
@@ -484,6 +493,8 @@ class Engine:
                         self.journal.record["desired_before"] = desired_before
                         self.journal.save_desired(desired)
                     self.journal.finish(COMMITTED)
+                    if keeping is None:
+                        self._remember_resets(desire, changes)
                 except StateDirError as e:
                     # The host took the apply, but no journal says so: a later
                     # rollback could not undo it.
@@ -492,6 +503,43 @@ class Engine:
                             self.journal.save_desired(desired_before)
                     self._roll_back(out, pending, touched, f"recording the apply failed ({e})")
             return out
+
+    def _leave_as_drift(self, changes: list, only, agent: bool) -> None:
+        """Pending keys this apply must not write become drift: those `only`
+        refuses, and for the resident agent (`agent`) those of families it
+        never writes (Family.resident_writes: firmware configuration)."""
+        for c in changes:
+            if c.status != m.PENDING:
+                continue
+            if (only is not None and not only(c.key)) or (
+                    agent and not self.fams[c.key.family].resident_writes):
+                c.status = m.DRIFT
+
+    def _remember_resets(self, desire: Desire, changes: list) -> None:
+        """Record, in the state directory, the keys this apply leaves stored
+        for a reset (written now, or found stored), with this boot's id:
+        _fail_after_reboot fails them when a later boot still does not run
+        them.  A key asked for already keeps its first record (a second
+        apply must not restart the count); a key that runs is forgotten."""
+        resets = self.journal.load_resets()
+        now = dict(resets)
+        boot = boot_id(self.host)
+        for c in changes:
+            name = str(c.key)
+            staged = c.status == m.STAGED or c.status == m.APPLIED and self.fams[
+                c.key.family].staged(c.key, desire.items[c.key].want)
+            old = resets.get(name)
+            if staged or c.status == m.FAILED and old:
+                if not old or old.get("value") != c.after:
+                    now[name] = {"value": c.after, "boot_id": boot, "asked": time.time(),
+                                 "reset": staged if isinstance(staged, str) else c.note}
+            elif c.status == m.OK:
+                now.pop(name, None)
+        if now != resets:
+            try:
+                self.journal.save_resets(now)
+            except StateDirError as e:
+                self.journal.warnings.append(str(e))
 
     def _desired_now(self) -> Optional[dict]:
         """The stored desired state; a damaged one is replaced, not kept."""
@@ -779,6 +827,9 @@ class Engine:
             entries[_entry_name(iface.name, entries)] = entry
             facts[iface.name] = {**{k: v for k, v in vars(iface).items() if k != "name" and v},
                                  **health.of(iface)}
+            for fam in self.fams.ordered:
+                if fam.sections:
+                    facts[iface.name].update(fam.show_facts(iface.name))
         if entries:
             doc["interfaces"] = entries
         return Outcome("show", warnings=list(self.host.skipped_interfaces), facts=facts,
@@ -875,6 +926,41 @@ def _fail_if_differs(fams: Families, desire: Desire, changes: list) -> None:
 SAME_REASON_LISTED = 5
 NAMES_SHOWN = 3
 ENTRIES_LISTED = 20
+
+
+def boot_id(host: Host) -> str:
+    """This boot's id (a new one at every boot), or "" when unreadable."""
+    try:
+        return host.io.read_text(host.path("proc/sys/kernel/random/boot_id")).strip()[:64]
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _fail_after_reboot(changes: list, resets: dict, boot: str) -> None:
+    """A key stored for a reset by an apply in an earlier boot, and still
+    not running in this one: the reset it asked for did not make it run.
+    Failed, never asked for again (no reboot loop)."""
+    for c in changes:
+        asked = resets.get(str(c.key))
+        if c.status != m.STAGED or not asked or asked.get("value") != c.after:
+            continue
+        if not boot or asked.get("boot_id") in ("", boot):
+            continue  # same boot: the reset has not happened yet
+        c.status = m.FAILED
+        c.note = (f"an apply stored {c.after!r} in boot {str(asked.get('boot_id'))[:8]} and "
+                  "asked for its reset; the host has booted since and still does not run it ("
+                  f"{c.note}). nictune does not ask for another reset: look at the device "
+                  "(mstconfig -e q, dmesg) before rebooting it again")
+
+
+def _report_reset_failed(out: Outcome) -> None:
+    failed = [c for c in out.changes if c.status == m.FAILED]
+    if failed and out.error is None:
+        out.error = errors.error(
+            errors.SYSTEM,
+            f"{len(failed)} setting(s) stored for a reset still do not run after the host "
+            "rebooted, so nothing was written: "
+            + "; ".join(f"{c.key.target} {c.key.family} {c.key.name}" for c in failed[:ENTRIES_LISTED]))
 
 
 def _report_unsupported(out: Outcome, desire: Desire) -> None:

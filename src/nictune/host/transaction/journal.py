@@ -96,6 +96,10 @@ INODES_NEEDED = 8
 DESIRED = "desired.json"
 # desired.json's copy, beside it: written first, it stands in for a damaged one.
 DESIRED_COPY = "desired.json.copy"
+# The resets an apply asked for (knobs/firmware.py: values stored for the next
+# firmware reset or boot), with the boot they were asked in: a key still not
+# running after that boot has ended is failed, never asked for again.
+RESETS = "resets.json"
 
 APPLYING = "applying"
 COMMITTED = "committed"
@@ -472,6 +476,35 @@ class Journal:
                     _replace(fd, DESIRED, text)
         except OSError as e:
             raise StateDirError(f"cannot store the desired state in the state directory "
+                                f"{self.dir}: {e.strerror or e}") from None
+
+    def load_resets(self) -> dict:
+        """resets.json: {key: {"value", "boot_id", "asked", "reset"}}, {} when
+        there is none; a damaged one reads as none (it only ever makes a
+        verdict stricter, never a write happen)."""
+        try:
+            with self._state(create=False) as fd:
+                if fd is None:
+                    return {}
+                rfd = os.open(RESETS, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                try:
+                    data = json.loads(os.read(rfd, MAX_RECORD))
+                finally:
+                    os.close(rfd)
+        except (OSError, ValueError, StateDirError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def save_resets(self, resets: dict) -> None:
+        try:
+            with self._state(create=True) as fd:
+                if resets:
+                    _replace(fd, RESETS, json.dumps(resets, sort_keys=True))
+                else:
+                    with suppress(FileNotFoundError):
+                        os.unlink(RESETS, dir_fd=fd)
+        except OSError as e:
+            raise StateDirError(f"cannot record the resets asked for in the state directory "
                                 f"{self.dir}: {e.strerror or e}") from None
 
     # -- the state directory -------------------------------------------------

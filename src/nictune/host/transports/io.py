@@ -20,7 +20,8 @@ of those, as os.path makes them), the writes (open for writing, mkdir,
 rmdir, unlink, replace, mkstemp and the descriptor calls an atomic write
 makes), sockets (netlink per protocol, the AF_INET socket SIOCETHTOOL
 goes through and the ioctl itself, a unix stream socket for OVSDB), key
-files, the page size, and the clock the counter source waits on.
+files, the page size, the clock the counter source waits on, and running
+a vendor tool by argv (mstconfig: the firmware configuration).
 """
 
 from __future__ import annotations
@@ -150,6 +151,25 @@ class LiveIO:
             sock.close()
             raise
         return sock
+
+    # -- commands --------------------------------------------------------------------
+    def run(self, argv: list, timeout: float) -> tuple:
+        """(exit status, stdout, stderr) of a vendor tool run with `argv` (a
+        list, never a shell string; stdin /dev/null), for the settings no
+        kernel interface offers (knobs/firmware.py: mstconfig).
+        FileNotFoundError when the program is not installed; OSError
+        (ETIMEDOUT) when it runs past `timeout` (it is killed)."""
+        import subprocess
+
+        try:
+            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                                  timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            import errno
+
+            raise OSError(errno.ETIMEDOUT, f"{argv[0]} did not finish in {timeout:g} s") from None
+        return (proc.returncode, proc.stdout[:1 << 20].decode("utf-8", "replace"),
+                proc.stderr[:1 << 16].decode("utf-8", "replace"))
 
     # -- key files, page size, clock -------------------------------------------------
     def key_load(self, path: str, length: Optional[int] = None, uid: int = 0) -> tuple:

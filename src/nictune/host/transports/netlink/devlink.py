@@ -1,4 +1,4 @@
-"""devlink over generic netlink: eswitch mode, ports, `dev info`.
+"""devlink over generic netlink: eswitch mode, ports, `dev info`, params.
 
 Message classes are written here on _nlmsg.py's genlmsg/nla with explicit
 attribute ids from include/uapi/linux/devlink.h (pyroute2.netlink.devlink
@@ -22,6 +22,7 @@ has a mode reports inline/encap as absent, not as 0.
 from __future__ import annotations
 
 import re
+import struct
 from dataclasses import dataclass, field
 
 TYPE_CHECKING = False
@@ -45,6 +46,15 @@ DEVLINK_CMD_PORT_GET = 5
 DEVLINK_CMD_ESWITCH_GET = 29
 DEVLINK_CMD_ESWITCH_SET = 30
 DEVLINK_CMD_INFO_GET = 51
+DEVLINK_CMD_PARAM_GET = 38
+DEVLINK_CMD_PARAM_SET = 39
+
+# enum devlink_param_cmode; a param lists one value per cmode it has.
+CMODES = {"runtime": 0, "driverinit": 1, "permanent": 2}
+# DEVLINK_ATTR_PARAM_TYPE carries the NLA_* type of the value (devlink.h
+# enum devlink_param_type: u8 1, u16 2, u32 3, string 5, bool 6).
+PARAM_TYPES = {1: "u8", 2: "u16", 3: "u32", 5: "string", 6: "bool"}
+_PARAM_FORMATS = {"u8": "B", "u16": "H", "u32": "I"}
 
 # enum devlink_eswitch_mode / _inline_mode / _encap_mode
 MODES = ESWITCH_MODES
@@ -84,6 +94,11 @@ class devlinkmsg(genlmsg):
         (100, "DEVLINK_ATTR_INFO_VERSION_FIXED", "version"),
         (101, "DEVLINK_ATTR_INFO_VERSION_RUNNING", "version"),
         (102, "DEVLINK_ATTR_INFO_VERSION_STORED", "version"),
+        (80, "DEVLINK_ATTR_PARAM", "param"),
+        (81, "DEVLINK_ATTR_PARAM_NAME", "asciiz"),
+        (83, "DEVLINK_ATTR_PARAM_TYPE", "uint8"),
+        (86, "DEVLINK_ATTR_PARAM_VALUE_DATA", "cdata"),
+        (87, "DEVLINK_ATTR_PARAM_VALUE_CMODE", "uint8"),
         (127, "DEVLINK_ATTR_PORT_PCI_PF_NUMBER", "uint16"),
         (128, "DEVLINK_ATTR_PORT_PCI_VF_NUMBER", "uint16"),
     )
@@ -95,6 +110,39 @@ class devlinkmsg(genlmsg):
             (103, "DEVLINK_ATTR_INFO_VERSION_NAME", "asciiz"),
             (104, "DEVLINK_ATTR_INFO_VERSION_VALUE", "asciiz"),
         )
+
+
+    class param(nla):
+        # DEVLINK_ATTR_PARAM: name, type, and a list of (cmode, data) values
+        # (net/devlink/param.c, devlink_nl_param_fill).
+        nla_flags = 1 << 15
+        nla_map = (
+            (81, "DEVLINK_ATTR_PARAM_NAME", "asciiz"),
+            (82, "DEVLINK_ATTR_PARAM_GENERIC", "flag"),
+            (83, "DEVLINK_ATTR_PARAM_TYPE", "uint8"),
+            (84, "DEVLINK_ATTR_PARAM_VALUES_LIST", "values"),
+        )
+
+        class values(nla):
+            nla_flags = 1 << 15
+            nla_map = ((85, "DEVLINK_ATTR_PARAM_VALUE", "value"),)
+
+            class value(nla):
+                nla_flags = 1 << 15
+                nla_map = (
+                    (86, "DEVLINK_ATTR_PARAM_VALUE_DATA", "cdata"),
+                    (87, "DEVLINK_ATTR_PARAM_VALUE_CMODE", "uint8"),
+                )
+
+
+@dataclass
+class Param:
+    """One devlink param of a device: its type and its value per cmode."""
+
+    handle: str
+    name: str
+    type: str
+    values: Dict[str, object] = field(default_factory=dict)  # cmode -> value
 
 
 @dataclass
@@ -143,6 +191,66 @@ def _versions(msg, attr: str) -> Dict[str, str]:
         if name is not None:
             out[name] = nest.get_attr("DEVLINK_ATTR_INFO_VERSION_VALUE")
     return out
+
+
+def _param_value(kind: str, data) -> object:
+    """A param value from its DEVLINK_ATTR_PARAM_VALUE_DATA bytes: a bool is
+    a flag (present: true), a string NUL-terminated, a number native-order."""
+    if kind == "bool":
+        return data is not None
+    if data is None:
+        raise ValueError(f"devlink param value of type {kind} without data")
+    if kind == "string":
+        return bytes(data).split(b"\0", 1)[0].decode("utf-8", "replace")
+    fmt = _PARAM_FORMATS.get(kind)
+    if fmt is None or len(data) < struct.calcsize(fmt):
+        raise ValueError(f"devlink param value of type {kind}: {len(data)} bytes")
+    return struct.unpack_from(fmt, data)[0]
+
+
+def decode_param(msg) -> Param:
+    nest = msg.get_attr("DEVLINK_ATTR_PARAM")
+    if nest is None:
+        raise ValueError("devlink param reply without DEVLINK_ATTR_PARAM")
+    kind = PARAM_TYPES.get(nest.get_attr("DEVLINK_ATTR_PARAM_TYPE"), "unknown")
+    values: dict = {}
+    lists = nest.get_attr("DEVLINK_ATTR_PARAM_VALUES_LIST")
+    for value in (lists.get_attrs("DEVLINK_ATTR_PARAM_VALUE") if lists is not None else ()):
+        cmode = _name(CMODES, value.get_attr("DEVLINK_ATTR_PARAM_VALUE_CMODE"))
+        if kind != "unknown":
+            values[cmode] = _param_value(kind, value.get_attr("DEVLINK_ATTR_PARAM_VALUE_DATA"))
+    return Param(_handle_of(msg), nest.get_attr("DEVLINK_ATTR_PARAM_NAME") or "", kind, values)
+
+
+def param_set_message(handle: str, name: str, kind: str, cmode: str, value) -> devlinkmsg:
+    """DEVLINK_CMD_PARAM_SET as iproute2's `devlink dev param set` lays it
+    out (cmd_dev_param_set): bus, device, name, type, data (a bool false is
+    no data attribute at all), cmode."""
+    bus, dev = split_handle(handle)
+    if kind not in PARAM_TYPES.values() or cmode not in CMODES:
+        raise InvalidInput(f"devlink param {name}: type {kind!r} or cmode {cmode!r} unknown")
+    type_id = next(k for k, v in PARAM_TYPES.items() if v == kind)
+    attrs: list = [("DEVLINK_ATTR_BUS_NAME", bus), ("DEVLINK_ATTR_DEV_NAME", dev),
+                   ("DEVLINK_ATTR_PARAM_NAME", name), ("DEVLINK_ATTR_PARAM_TYPE", type_id)]
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise InvalidInput(f"devlink param {name} takes true or false, got {value!r}")
+        if value:
+            attrs.append(("DEVLINK_ATTR_PARAM_VALUE_DATA", b""))
+    elif kind == "string":
+        attrs.append(("DEVLINK_ATTR_PARAM_VALUE_DATA", str(value).encode() + b"\0"))
+    else:
+        fmt = _PARAM_FORMATS[kind]
+        top = (1 << (8 * struct.calcsize(fmt))) - 1
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
+            raise InvalidInput(f"devlink param {name} takes a {kind} (0..{top}), got {value!r}")
+        attrs.append(("DEVLINK_ATTR_PARAM_VALUE_DATA", struct.pack(fmt, value)))
+    attrs.append(("DEVLINK_ATTR_PARAM_VALUE_CMODE", CMODES[cmode]))
+    msg = devlinkmsg()
+    msg["cmd"] = DEVLINK_CMD_PARAM_SET
+    msg["version"] = DEVLINK_GENL_VERSION
+    msg["attrs"] = attrs
+    return msg
 
 
 def eswitch_set_message(handle: str, mode: Optional[str] = None,
@@ -255,3 +363,12 @@ class Devlink(GenlFamily):
         reply = self._nl.request(handle_message(DEVLINK_CMD_INFO_GET, handle),
                                  self._family, NLM_F_REQUEST, self._map())
         return decode_info(reply[0])
+
+    def params(self, handle: str) -> List[Param]:
+        """Every devlink param of `handle` (a dump filtered by device)."""
+        replies = self._nl.dump(handle_message(DEVLINK_CMD_PARAM_GET), self._family, self._map())
+        return [p for p in map(decode_param, replies) if p.handle == handle]
+
+    def set_param(self, handle: str, name: str, kind: str, cmode: str, value) -> None:
+        msg = param_set_message(handle, name, kind, cmode, value)
+        self._nl.request(msg, self._family, NLM_F_REQUEST | NLM_F_ACK, self._map())
