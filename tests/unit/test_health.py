@@ -37,6 +37,7 @@ def test_a_healthy_rail(health):
         "link_speed_mbps": 400000,
         "pcie_speed_gts": 32, "pcie_width": 16, "pcie_max_speed_gts": 32, "pcie_max_width": 16,
         "rdma_device": "mlx5_0", "rdma_port": 1,
+        "roce_active_mtu": 4096,  # ports/1/active_mtu "4096 (5)": what fleet agreement compares
         # ethtool -S: only the RoCE-relevant ones; hw_counters: the four that matter
         "counters": {"np_cnp_sent": 567, "np_ecn_marked_roce_packets": 1234, "out_of_sequence": 0,
                      "rp_cnp_handled": 89, "rx_out_of_buffer": 7, "rx_prio0_pause": 0,
@@ -50,6 +51,7 @@ def test_a_port_down_and_trained_below_its_maximum(health):
     assert (facts["pcie_speed_gts"], facts["pcie_width"]) == (16, 8)
     assert (facts["pcie_max_speed_gts"], facts["pcie_max_width"]) == (32, 16)
     assert facts["rdma_device"] == "mlx5_1"
+    assert "roce_active_mtu" not in facts  # no active_mtu file: absent, not an error
     assert facts["counters"]["np_cnp_sent"] == 0 and "rp_cnp_handled" not in facts["counters"]
 
 

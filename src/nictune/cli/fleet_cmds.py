@@ -56,7 +56,40 @@ def _run(command: str, target: Optional[str], opts: Options, out: Printer) -> di
     # Every host the limit allows, in inventory order (Ansible's), not the limit's.
     hosts = inventory.select(None, limit=opts.limit)
     profiles = fleet.Profiles(target, _gate(command, opts), document) if kind else None
-    return envelope(command, _pool(_agent_command(command), hosts, profiles, opts, out))
+    report = envelope(command, _pool(_agent_command(command), hosts, profiles, opts, out))
+    if command == "audit":
+        _agree(report, [(hosts, profiles)])
+    return report
+
+
+def _agree(report: dict, plays: list) -> None:
+    """An audit's fabric agreement (control/review/agreement.py), from the
+    reports it read: `plays` is [(inventory hosts, their Profiles)].  A
+    disagreement is drift of the fabric: exit code 2 at least."""
+    from nictune.control.review import agreement
+    from nictune.host.errors import EXIT_PENDING
+
+    members = agreement.Membership()
+    for hosts, profiles in plays:
+        for host in hosts:
+            members.add(host, _profile_or_none(profiles, host))
+    if not members:
+        return  # no host names a fabric: nothing to compare
+    for r in report["hosts"]:
+        if r["host"] in members.fabric:
+            r["fabric"] = members.fabric[r["host"]]
+    report["agreement"] = doc = agreement.agreement(report["hosts"], members)
+    if doc["summary"]["disagreeing"]:
+        report["exit_code"] = combined_exit([report["exit_code"], EXIT_PENDING])
+
+
+def _profile_or_none(profiles, host):
+    """The host's profile, already built for its request; None for a host
+    whose profile failed (its report carries the error)."""
+    try:
+        return profiles.for_host(host) if profiles else None
+    except Exception:  # noqa: BLE001 - the same error is in the host's report
+        return None
 
 
 def _agent_command(command: str) -> str:
@@ -120,10 +153,12 @@ def _run_playbook(command: str, path: str, parsed: Parsed, inventory, opts: Opti
         out.warn(warning)
     reports: List[dict] = []
     rollouts = []
+    audited = []
     for play, gate, hosts in zip(plays, gates, play_hosts):
         profiles = fleet.PlayProfiles(play, _gate(command, opts))
         if command != "apply":
             reports += _pool(_agent_command(command), hosts, profiles, opts, out, play)
+            audited.append((hosts, profiles))
             continue
 
         def run_some(cmd: str, some: list, profiles=profiles, play=play) -> List[dict]:
@@ -141,6 +176,8 @@ def _run_playbook(command: str, path: str, parsed: Parsed, inventory, opts: Opti
         if result["stopped"]:
             break  # a stopped play stops the playbook, as in Ansible
     report = envelope(command, reports, **({"rollouts": rollouts} if rollouts else {}))
+    if command == "audit":
+        _agree(report, audited)
     if rollouts:
         # The same order as for hosts (4, 3, 1, 2): a plain max would rank drift over error.
         report["exit_code"] = combined_exit([report["exit_code"]] + [r["exit_code"] for r in rollouts])

@@ -194,7 +194,15 @@ class Printer:
             self._rollout(rollout)
         self._fleet_warnings(report["hosts"])
         self._host_table(report["hosts"])
+        self._agreement(report.get("agreement"))
         self.line(_fleet_summary(report), "bold")
+
+    def _agreement(self, doc) -> None:
+        """Each fabric's verdict, and a line per value its hosts disagree on."""
+        from nictune.control.review.agreement import text_lines
+
+        for line in text_lines(doc):
+            self.line(line, "bold red" if line.startswith("  ") else "bold")
 
     def _rollout(self, rollout: dict) -> None:
         self.line(f"rollout of {rollout.get('play', '')}: {rollout.get('result', '')}", "bold")

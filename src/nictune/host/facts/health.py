@@ -11,6 +11,8 @@ through Host.path(), so tests point the Host at a fixture tree.
     pcie_speed_gts, pcie_width  /sys/class/net/X/device/current_link_{speed,width}
     pcie_max_speed_gts, pcie_max_width              .../max_link_{speed,width}
     rdma_device, rdma_port      the RDMA port whose GID table names X
+    roce_active_mtu             that port's active (path) MTU in bytes, from
+                                .../ports/<port>/active_mtu ("4096 (5)")
     counters                    ethtool statistics (ETHTOOL_GSTATS) and the
                                 RDMA port's hw_counters, RoCE-relevant ones
                                 (ROCE_HEALTH: the names that say "RoCE is
@@ -242,6 +244,10 @@ class Health:
         port = self.rdma_port(name)
         if port:
             facts["rdma_device"], facts["rdma_port"] = port
+            active_mtu = _active_mtu(_read(self.host.path(rdma.IB_CLASS, port[0], "ports", str(port[1]),
+                                                           "active_mtu"), self.host.io))
+            if active_mtu:
+                facts["roce_active_mtu"] = active_mtu
         counters = self.counters(name, roce_only=True)
         if counters:
             facts["counters"] = counters
@@ -356,6 +362,12 @@ class Health:
         if self._ports is None:
             self._ports = rdma.netdev_ports(self.host)
         return self._ports.get(ifname)
+
+
+def _active_mtu(text: Optional[str]) -> Optional[int]:
+    """4096 of "4096 (5)" (ib_core sysfs.c show_port_active_mtu)."""
+    first = (text or "").split(" ", 1)[0]
+    return int(first) if first.isdigit() else None
 
 
 def _read_counters(io, base: str, names, out: Dict[str, int]) -> None:
