@@ -52,7 +52,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Dict, Iterable, List, Optional, Tuple
 
 AGREEMENT_FORMAT = 1
@@ -177,31 +177,47 @@ MUST_MATCH: Tuple[MustMatch, ...] = (
 
 NAMES = tuple(row.name for row in MUST_MATCH)
 ENV_FAMILIES = ("nccl", "ucx", "nvshmem")
-_RAIL_FACTS = {"rails", "rdma_nics"}
+_RAIL_KEYS = frozenset((r.source.family, r.source.name) for r in MUST_MATCH if r.source.kind == "rail")
 
 
 # -- a host's values -------------------------------------------------------------
 
-def _frozen(value):
-    """A value that compares and hashes as its JSON would."""
-    if isinstance(value, (str, int, float, bool)) or value is None:
+_SCALARS = (str, int, float, type(None))  # bool apart: True must not be 1
+
+
+def _ident(value):
+    """What a value compares and hashes as: itself for a scalar, else its
+    repr (a dict's items sorted: key order is no difference).  repr, not
+    a recursive freeze: it runs in C, and 10,000 hosts of 8 rails make
+    hundreds of thousands of values (bench/bench_agreement.py)."""
+    kind = type(value)
+    if kind in _SCALARS:
         return value
-    if isinstance(value, dict):
-        return tuple(sorted((str(k), _frozen(v)) for k, v in value.items()))
-    if isinstance(value, (list, tuple)):
-        return ("[]",) + tuple(_frozen(v) for v in value)
-    return str(value)
+    if kind is bool:
+        return ("bool", value)
+    if kind is dict:
+        return ("{}", repr(sorted(value.items(), key=lambda item: str(item[0]))))
+    return ("[]", repr(value))
 
 
 class Mixed(tuple):
-    """A host whose rails differ among themselves: their distinct values."""
+    """A host whose rails differ among themselves: their distinct idents."""
 
 
-def _over_rails(values: list):
-    distinct = sorted(set(values), key=repr)
-    if not distinct:
+def _over_rails(raws: list):
+    """(ident, value) of the rails' values: their common one, or Mixed."""
+    if not raws:
         return None
-    return distinct[0] if len(distinct) == 1 else Mixed(distinct)
+    first = raws[0]
+    # == first: lists and dicts compare in C (a dict's key order aside);
+    # one rail's ident then stands for them all.
+    if raws.count(first) == len(raws):
+        return _ident(first), first
+    distinct = {}
+    for raw in raws:
+        distinct.setdefault(_ident(raw), raw)
+    order = sorted(distinct, key=str)
+    return Mixed(order), {"rails": [distinct[i] for i in order]}
 
 
 @lru_cache(maxsize=None)
@@ -218,38 +234,46 @@ class HostValues:
         self.rails: Dict[Tuple[str, str], list] = {}
         self.files: Dict[str, dict] = {}
         targets = set()
+        rails = self.rails
+        any_status = side != "before"
         for c in report.get("changes") or ():
             key = c["key"]
-            family, target = key["family"], key["target"]
-            if target != HOST:
-                targets.add(target)
-            if side == "before" and c.get("status") not in READ:
+            target = key["target"]
+            if target == HOST:
+                family = key["family"]
+                if family in ENV_FAMILIES and (any_status or c.get("status") in READ):
+                    value = c.get(side)
+                    if isinstance(value, str):
+                        self.files[family] = _syntax(family).parse(value)
                 continue
-            value = c.get(side)
-            if family in ENV_FAMILIES and target == HOST:
-                if isinstance(value, str):
-                    self.files[family] = _syntax(family).parse(value)
-            elif target != HOST:
-                self.rails.setdefault((family, key["name"]), []).append(_frozen(value))
+            targets.add(target)
+            pair = (key["family"], key["name"])
+            if pair in _RAIL_KEYS and (any_status or c.get("status") in READ):
+                if pair in rails:
+                    rails[pair].append(c.get(side))
+                else:
+                    rails[pair] = [c.get(side)]
         self.facts = [f for name, f in (report.get("facts") or {}).items()
                       if isinstance(f, dict) and (not targets or name in targets)]
         self.targets = targets
 
     def value(self, source: Source):
-        """The host's value for a row, or None when its report has none."""
+        """(ident, value) of the host for a row, or None when its report has none."""
         if source.kind == "env":
             env = self.files.get(source.family)
             if env is None:
                 return None
-            return env.get(source.name, source.default)
+            value = env.get(source.name, source.default)
+            return value, value
         if source.kind == "rail":
             return _over_rails(self.rails.get((source.family, source.name), []))
         if source.kind == "fact":
-            return _over_rails([_frozen(f[source.name]) for f in self.facts if source.name in f])
+            return _over_rails([f[source.name] for f in self.facts if source.name in f])
         if source.name == "rails":
-            return len(self.targets) or None
-        devices = {f["rdma_device"] for f in self.facts if "rdma_device" in f}
-        return len(devices) or None
+            number = len(self.targets)
+        else:
+            number = len({f["rdma_device"] for f in self.facts if "rdma_device" in f})
+        return (number, number) if number else None
 
 
 # -- which rows a host takes part in -----------------------------------------------
@@ -270,6 +294,7 @@ class Settings:
                       for name in names if name not in NAMES)
         return cls(frozenset(section.get("skip") or ()), extra)
 
+    @cached_property
     def rows(self) -> List[MustMatch]:
         return [r for r in MUST_MATCH if r.name not in self.skip] + list(self.extra)
 
@@ -305,26 +330,15 @@ def fabric_of(host) -> Optional[str]:
 
 def shown(value) -> str:
     """A value as a person reads it."""
-    if isinstance(value, Mixed):
-        return "|".join(shown(v) for v in value) + " (rails differ)"
-    if isinstance(value, tuple) and value[:1] == ("[]",):
-        return ",".join(shown(v) for v in value[1:]) or "[]"
-    if isinstance(value, tuple):
-        return "{" + ",".join(f"{k}:{shown(v)}" for k, v in value) + "}"
+    if isinstance(value, dict) and set(value) == {"rails"}:
+        return "|".join(shown(v) for v in value["rails"]) + " (rails differ)"
+    if isinstance(value, list):
+        return ",".join(shown(v) for v in value) or "[]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{shown(v)}" for k, v in value.items()) + "}"
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
-
-
-def _plain(value):
-    """A frozen value back as JSON: Mixed rails as {"rails": [...]}."""
-    if isinstance(value, Mixed):
-        return {"rails": [_plain(v) for v in value]}
-    if isinstance(value, tuple) and value[:1] == ("[]",):
-        return [_plain(v) for v in value[1:]]
-    if isinstance(value, tuple):
-        return {k: _plain(v) for k, v in value}
-    return value
 
 
 def agreement(reports: Iterable[dict], membership: Membership, side: str = "before") -> dict:
@@ -349,6 +363,7 @@ def agreement(reports: Iterable[dict], membership: Membership, side: str = "befo
 
 def _fabric(name: str, reports: List[dict], membership: Membership, side: str) -> dict:
     seen: Dict[str, Dict[object, List[str]]] = {}
+    sample: Dict[object, object] = {}  # ident -> the first value that had it
     rows: Dict[str, MustMatch] = {}
     not_compared = []
     for report in reports:
@@ -357,29 +372,31 @@ def _fabric(name: str, reports: List[dict], membership: Membership, side: str) -
             not_compared.append(host)
             continue
         values = HostValues(report, side)
-        for row in membership.settings[host].rows():
-            value = values.value(row.source)
-            if value is None:
+        for row in membership.settings[host].rows:
+            found = values.value(row.source)
+            if found is None:
                 continue
+            ident, value = found
             rows.setdefault(row.name, row)
-            seen.setdefault(row.name, {}).setdefault(value, []).append(host)
+            sample.setdefault(ident, value)
+            seen.setdefault(row.name, {}).setdefault(ident, []).append(host)
     compared = len(reports) - len(not_compared)
-    out = [_row(rows[n], seen[n], compared) for n in [r for r in NAMES if r in seen] +
+    out = [_row(rows[n], seen[n], sample, compared) for n in [r for r in NAMES if r in seen] +
            sorted(n for n in seen if n not in NAMES)]
     return {"fabric": name, "hosts": len(reports), "not_compared": not_compared,
             "values": out}
 
 
-def _row(row: MustMatch, by_value: Dict[object, List[str]], compared: int) -> dict:
+def _row(row: MustMatch, by_ident: Dict[object, List[str]], sample: dict, compared: int) -> dict:
     # Most hosts first; a tie goes to the value that reads first, so the
     # same reports always give the same majority.
-    ranked = sorted(by_value.items(), key=lambda item: (-len(item[1]), shown(item[0])))
+    ranked = sorted(((sample[i], hosts) for i, hosts in by_ident.items()),
+                    key=lambda item: (-len(item[1]), shown(item[0])))
     (value, hosts), rest = ranked[0], ranked[1:]
     read = sum(len(h) for _, h in ranked)
     return {"name": row.name, "agree": not rest, "predicts": row.predicts,
-            "majority": {"value": _plain(value), "shown": shown(value), "count": len(hosts)},
-            "outliers": [{"value": _plain(v), "shown": shown(v), "hosts": sorted(h)}
-                         for v, h in rest],
+            "majority": {"value": value, "shown": shown(value), "count": len(hosts)},
+            "outliers": [{"value": v, "shown": shown(v), "hosts": sorted(h)} for v, h in rest],
             "not_read": compared - read}
 
 
