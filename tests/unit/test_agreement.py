@@ -188,3 +188,48 @@ def test_every_row_names_a_failure_and_a_known_source():
     assert len(ag.MUST_MATCH) >= 30 and len(set(ag.NAMES)) == len(ag.NAMES)
     for row in ag.MUST_MATCH:
         assert row.predicts and row.source.kind in ("env", "rail", "fact", "count"), row.name
+
+
+def plan_report(name, new_mtu, old_mtu):
+    """A plan with a base: each side's wanted MTU of rail0 (control/review/change.py)."""
+    return {"host": name, "error": None,
+            "changes": [change("link", "rail0", "mtu", 9000, "pending" if new_mtu != 9000 else "ok", after=new_mtu)],
+            "base": {"changes": [change("link", "rail0", "mtu", 9000, "ok", after=old_mtu)], "error": None}}
+
+
+def test_a_change_that_makes_hosts_disagree_with_their_fabric():
+    from nictune.control.review import markdown
+
+    # The change lowers the MTU the west group's profile wants: west's two
+    # hosts now disagree with east's three, which share their fabric.
+    reports = [plan_report(f"e{i}", 9000, 9000) for i in range(3)]
+    reports += [plan_report(f"w{i}", 4200, 9000) for i in range(2)]
+    effect = ag.change_effect(reports, members([(r["host"], "f") for r in reports]))
+    assert (effect["hosts"], effect["rows"], effect["fixed_hosts"]) == (["w0", "w1"], ["f: mtu"], [])
+    assert ag.change_line(effect) == ("This change makes 2 host(s) disagree with their fabric (w0, w1) "
+                                      "on f: mtu.")
+    envelope = {"command": "plan", "hosts": reports, "exit_code": 2,
+                "change": {"nictune_change": 1, "base": {"file": "old.yaml"}, "effect": [], "drift": [],
+                           "errors": [], "lint": {"introduced": [], "fixed": []}, "agreement": effect,
+                           "summary": {"hosts": 5, "affected": 2, "groups": 1, "drifted": 0, "errors": 0}}}
+    text = markdown.report(envelope, "p.yaml")
+    assert "**This change makes 2 host\\(s\\) disagree with their fabric" in text
+    assert "#### Fabric disagreements once this change is applied" in text
+    assert "`4200` on 2: `w0`, `w1`" in text
+    # The reverse change brings them back.
+    back = ag.change_effect([plan_report(r["host"], r["base"]["changes"][0]["after"], r["changes"][0]["after"])
+                             for r in reports], members([(r["host"], "f") for r in reports]))
+    assert back["hosts"] == [] and back["fixed_hosts"] == ["w0", "w1"]
+    assert ag.change_line(back) == "This change brings 2 host(s) back into agreement (w0, w1)."
+
+
+def test_the_audit_markdown_has_the_fabric_table():
+    from nictune.control.review import markdown
+
+    reports = [dict(report(n, [change("link", "rail0", "mtu", m)]), command="verify", exit_code=0,
+                    summary={"ok": 1}, warnings=[])
+               for n, m in (("h1", 9000), ("h2", 9000), ("h3", 4200))]
+    doc = ag.agreement(reports, members([("h1", "f"), ("h2", "f"), ("h3", "f")]))
+    text = markdown.report({"command": "audit", "hosts": reports, "exit_code": 2, "agreement": doc})
+    assert "#### Fabric agreement" in text
+    assert "| `f` | `mtu` | `9000` on 2 | `4200` on 1: `h3` | frames larger than" in text

@@ -94,15 +94,21 @@ def _run(target: str, opts: Options, out: Printer, here: ThisHost):
             return profile
     try:
         lint = _lint_change(target, base_path, relabelled)
+        members = None
         if opts.inventory is None:
             hosts, base_errors, findings = _local(target, base_path, relabelled, opts, here)
         else:
-            hosts, base_errors, findings = _fleet(target, base_path, relabelled, revision, opts, out)
+            hosts, base_errors, findings, members = _fleet(target, base_path, relabelled, revision,
+                                                           opts, out)
     except BaseException:
         if revision is not None:
             revision.close()
         raise
     report = envelope("plan", hosts, change=change.effect(hosts, base_doc, lint, base_errors))
+    if members:
+        from nictune.control.review.agreement import change_effect
+
+        report["change"]["agreement"] = change_effect(hosts, members)
     if findings:
         report["lint"] = [f.as_dict() for f in findings]
     return report, revision
@@ -179,7 +185,18 @@ def _fleet(target: str, base_path: Optional[str], relabelled, revision, opts: Op
     with out.progress("plan", len(jobs)) as tick:
         reports = run_jobs("plan", jobs, opts, tick)  # on the hosts, or from their snapshots
     # As for every fleet plan, the gate's lint warnings are not in the report.
-    return reports, base_errors, []
+    return reports, base_errors, [], _members(hosts, profiles)
+
+
+def _members(hosts: list, profiles):
+    """The fabrics of the hosts (control/review/agreement.py)."""
+    from nictune.cli.fleet_cmds import _profile_or_none
+    from nictune.control.review.agreement import Membership
+
+    members = Membership()
+    for host in hosts:
+        members.add(host, _profile_or_none(profiles, host))
+    return members
 
 
 def _base_layers(revision, inventory_path: str, out: Printer):

@@ -450,6 +450,36 @@ def newly_disagreeing(before: dict, after: dict) -> dict:
             "fixed_hosts": sorted({h for h, _ in was - will} - {h for h, _ in will})}
 
 
+def change_effect(reports: List[dict], membership: Membership) -> dict:
+    """A plan with a base (control/review/change.py): the fabric agreement
+    of what the base profile wants and of what the new one wants, both
+    from the hosts' plans (what the hosts will have once applied), and the
+    hosts the change makes disagree.  Facts (firmware, speed) no profile
+    changes, and a plan does not read them."""
+    after = agreement(reports, membership, side="after")
+    bases = [{"host": r["host"], "error": r.get("error"),
+              "changes": (r.get("base") or {}).get("changes") or []} for r in reports]
+    before = agreement(bases, membership, side="after")
+    return {**newly_disagreeing(before, after), "after": after}
+
+
+def change_line(effect: Optional[dict]) -> Optional[str]:
+    """"This change makes 12 host(s) disagree with their fabric: ..." or None."""
+    if not effect:
+        return None
+    made, fixed = effect["hosts"], effect["fixed_hosts"]
+    if not made and not fixed:
+        return "This change leaves every fabric's agreement as it was."
+    parts = []
+    if made:
+        parts.append(f"This change makes {len(made)} host(s) disagree with their fabric "
+                     f"({_few(made)}) on {', '.join(effect['rows'])}")
+    if fixed:
+        parts.append(f"{'it' if made else 'This change'} brings {len(fixed)} host(s) back into "
+                     f"agreement ({_few(fixed)})")
+    return "; ".join(parts) + "."
+
+
 def _outlier_pairs(doc: dict) -> set:
     return {(h, f"{fabric}: {row['name']}") for fabric, row in disagreements(doc)
             for o in row["outliers"] for h in o["hosts"]}

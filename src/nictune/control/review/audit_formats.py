@@ -110,6 +110,13 @@ def junit(envelope: dict) -> str:
     root = ET.Element("testsuites", name=suite_name, **counts, time=f"{seconds:.3f}")
     suite = ET.SubElement(root, "testsuite", name=suite_name, **counts, skipped="0", time=f"{seconds:.3f}")
     suite.extend(cases)
+    if envelope.get("agreement"):
+        fabric_cases = _agreement_cases(envelope["agreement"])
+        bad = sum(1 for c in fabric_cases if c.find("failure") is not None)
+        ET.SubElement(root, "testsuite", name="nictune fabric agreement", tests=str(len(fabric_cases)),
+                      failures=str(bad), errors="0", skipped="0", time="0.000").extend(fabric_cases)
+        root.set("tests", str(len(cases) + len(fabric_cases)))
+        root.set("failures", str(failures + bad))
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
@@ -127,6 +134,33 @@ def _failure_body(keys: List[dict]) -> str:
         source = f" ({c['source']})" if c.get("source") else ""
         lines.append(_xml_text(f"{_key_words(c)}: expected {_expected(c)}, actual {actual}{source}"))
     return "\n".join(lines)
+
+
+def _agreement_cases(doc: dict) -> List[ET.Element]:
+    """A testcase per value a fabric agrees on; per value it does not, a
+    testcase with a failure per outlier host (JUnit takes one failure per
+    testcase: control/review/agreement.py)."""
+    from nictune.control.review.agreement import sentence
+
+    cases = []
+    for fabric in doc.get("fabrics") or []:
+        name = fabric["fabric"]
+        for row in fabric["values"]:
+            classname = _xml_text(f"nictune.fabric.{name}")
+            if row["agree"]:
+                cases.append(ET.Element("testcase", classname=classname, name=_xml_text(row["name"]), time="0.000"))
+                continue
+            for outlier in row["outliers"]:
+                for host in outlier["hosts"]:
+                    case = ET.Element("testcase", classname=classname,
+                                      name=_xml_text(f"{row['name']} on {host}"), time="0.000")
+                    message = (f"{host}: {row['name']} {outlier['shown']}, the fabric's majority "
+                               f"{row['majority']['shown']} on {row['majority']['count']} host(s): "
+                               f"{row['predicts']}")
+                    ET.SubElement(case, "failure", type="disagreement", message=_xml_text(message)).text = \
+                        _xml_text(sentence(name, row))
+                    cases.append(case)
+    return cases
 
 
 # -- JUnit of a playbook's rollouts (apply --junit) ------------------------------
@@ -270,6 +304,9 @@ _METRICS = {
     "nictune_audit_drift": "Whether a setting differs from the profile (1) or is as wanted (0).",
     "nictune_audit_drifted_keys": "Number of settings on the host that differ from the profile.",
     "nictune_audit_last_run_timestamp_seconds": "When nictune last audited the host, in seconds since the Unix epoch.",
+    "nictune_fabric_value_outliers": "Hosts of the fabric whose value differs from the fabric's majority "
+                                     "(0: every host agrees), per must-match value.",
+    "nictune_fabric_outlier": "1 for each host whose must-match value differs from its fabric's majority.",
 }
 
 
@@ -306,12 +343,33 @@ def prometheus(envelope: dict, now: float) -> str:
         families["nictune_audit_drift"].extend(_drift_samples(name, host.get("changes") or []))
         families["nictune_audit_drifted_keys"].append(_sample(
             "nictune_audit_drifted_keys", labels, str(len(drifted(host)))))
+    _agreement_samples(envelope.get("agreement") or {}, families)
     lines: List[str] = []
     for metric, samples in families.items():
+        if metric.startswith("nictune_fabric_") and not envelope.get("agreement"):
+            continue  # no host names a fabric: no agreement, not "0 outliers"
         lines.append(f"# HELP {metric} {_METRICS[metric]}")
         lines.append(f"# TYPE {metric} gauge")
         lines.extend(samples)
     return "\n".join(lines) + "\n"
+
+
+def _agreement_samples(doc: dict, families: dict) -> None:
+    """A series per value each fabric compares (its outlier count) and one
+    per outlier host: the values themselves stay out of the labels."""
+    seen: set = set()
+    for fabric in doc.get("fabrics") or []:
+        name = printable(fabric["fabric"])
+        for row in fabric["values"]:
+            labels = {"fabric": name, "name": printable(row["name"])}
+            if tuple(labels.values()) in seen:
+                continue
+            seen.add(tuple(labels.values()))
+            hosts = sorted({printable(h) for o in row["outliers"] for h in o["hosts"]})
+            families["nictune_fabric_value_outliers"].append(_sample(
+                "nictune_fabric_value_outliers", labels, str(len(hosts))))
+            families["nictune_fabric_outlier"].extend(
+                _sample("nictune_fabric_outlier", {**labels, "host": h}, "1") for h in hosts)
 
 
 def _drift_samples(host: str, changes: Iterable[dict]) -> List[str]:
