@@ -233,3 +233,24 @@ def test_the_audit_markdown_has_the_fabric_table():
     text = markdown.report({"command": "audit", "hosts": reports, "exit_code": 2, "agreement": doc})
     assert "#### Fabric agreement" in text
     assert "| `f` | `mtu` | `9000` on 2 | `4200` on 1: `h3` | frames larger than" in text
+
+
+def test_the_profile_agreement_section_is_checked_and_linted(tmp_path):
+    from nictune.profile.errors import ProfileError
+    from nictune.profile.lint import lint
+    from nictune.profile.loader import load_profile
+
+    good = tmp_path / "good.yaml"
+    good.write_text("nictune: 1\nagreement:\n  skip: [firmware]\n  env:\n    nccl: [NCCL_SOCKET_IFNAME]\n"
+                    "    ucx: [UCX_TLS]\nhost:\n  nccl:\n    env: {NCCL_SOCKET_IFNAME: bond0}\n")
+    profile = load_profile(str(good))
+    assert ag.Settings.of_profile(profile.doc).skip == {"firmware"}
+    [finding] = [f for f in lint(profile) if f.code == "agreement-file-unset"]
+    assert "agreement.env.ucx lists UCX_TLS, but the profile writes no host.ucx file" in finding.message
+    assert finding.locations == (f"{good}:6",)
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("nictune: 1\nagreement:\n  skip: [NCCL_IB_TCC]\n")
+    with pytest.raises(ProfileError) as e:
+        load_profile(str(bad))
+    assert "bad.yaml:3" in str(e.value) and "NCCL_IB_TCC" in str(e.value)

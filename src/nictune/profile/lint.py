@@ -209,7 +209,25 @@ class _Linter:
         self.host_side_effects()
         self.nccl_rules(entries)
         self.host_tc_rules(entries)
+        self.agreement_rules()
         return self.findings
+
+    # -- fleet agreement: variables compared that the profile never sets --------
+    def agreement_rules(self) -> None:
+        """agreement.env names variables the hosts' files must share; a file
+        the profile does not write is not in the hosts' reports, so nothing
+        is compared (control/review/agreement.py)."""
+        wanted = _get(self.doc, "agreement", "env")
+        if not isinstance(wanted, dict):
+            return
+        host = self.doc.get("host") or {}
+        for family, names in wanted.items():
+            if not isinstance(names, list) or isinstance(host.get(family), dict):
+                continue
+            self.add("agreement-file-unset", WARNING,
+                     f"agreement.env.{family} lists {', '.join(map(str, names))}, but the profile "
+                     f"writes no host.{family} file: the hosts' reports carry no {family} values, "
+                     "so nothing of it is compared", self.p.source("agreement", "env", family))
 
     # -- ring sizes the NIC class would round or refuse -----------------------
     def rings_rules(self, name: str, entry: dict) -> None:
