@@ -235,6 +235,7 @@ class HostValues:
         self.files: Dict[str, dict] = {}
         targets = set()
         rails = self.rails
+        add_target = targets.add
         any_status = side != "before"
         for c in report.get("changes") or ():
             key = c["key"]
@@ -246,13 +247,14 @@ class HostValues:
                     if isinstance(value, str):
                         self.files[family] = _syntax(family).parse(value)
                 continue
-            targets.add(target)
+            add_target(target)
             pair = (key["family"], key["name"])
             if pair in _RAIL_KEYS and (any_status or c.get("status") in READ):
-                if pair in rails:
-                    rails[pair].append(c.get(side))
-                else:
+                bucket = rails.get(pair)
+                if bucket is None:
                     rails[pair] = [c.get(side)]
+                else:
+                    bucket.append(c.get(side))
         self.facts = [f for name, f in (report.get("facts") or {}).items()
                       if isinstance(f, dict) and (not targets or name in targets)]
         self.targets = targets
