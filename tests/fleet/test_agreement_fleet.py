@@ -89,6 +89,7 @@ def test_two_groups_that_each_match_their_profile_disagree_with_their_fabric(mak
     out = CliRunner().invoke(app, ["audit", book, "-i", inventory]).output
     assert (f"fabric lab: NCCL_IB_TC 106 on 3 hosts, 0 on 1 ({canary}): their QPs use the peer's "
             "traffic class") in out
+    assert "4 host(s): 4 ok; 2 fabric value(s) disagree on 1 host(s)." in out
 
 
 def test_a_drifted_rail_makes_its_host_an_outlier_and_no_fabric_no_comparison(make_fleet, tmp_path):
