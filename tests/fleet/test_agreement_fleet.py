@@ -110,3 +110,30 @@ def test_a_drifted_rail_makes_its_host_an_outlier_and_no_fabric_no_comparison(ma
     # The lab's own inventory names no fabric: the same audit compares nothing.
     code, report = nictune("audit", str(profile), "-i", fleet.inventory, "--limit", "fleet")
     assert "agreement" not in report and all("fabric" not in h for h in report["hosts"])
+
+
+def test_a_change_review_says_which_hosts_the_change_makes_disagree(make_fleet, tmp_path):
+    # The canary's inventory pins its rails at 9000; the change lowers the
+    # profile's MTU to 4200: the other three follow it, the canary does not.
+    fleet = make_fleet(4)
+    canary = fleet.of_kind("sshd")[0].name
+    inventory = tmp_path / "inventory.ini"
+    inventory.write_text(open(fleet.inventory).read() + "\n[fleet:vars]\nnictune_fabric=lab\n\n"
+                         '[canary:vars]\nnictune={"interfaces": {"rails": {"mtu": 9000}}}\n')
+    old, new = tmp_path / "old.yaml", tmp_path / "new.yaml"
+    old.write_text(PROFILE.format(tc=106, mtu=9000))
+    new.write_text(PROFILE.format(tc=106, mtu=4200))
+    code, report = nictune("plan", str(new), "--base-file", str(old), "-i", str(inventory),
+                           "--limit", "fleet")
+    assert code == 2, report
+    effect = report["change"]["agreement"]
+    assert (effect["hosts"], effect["rows"], effect["fixed_hosts"]) == ([canary], ["lab: mtu"], [])
+    from typer.testing import CliRunner
+
+    from nictune.cli.app import app
+
+    args = ["plan", str(new), "--base-file", str(old), "-i", str(inventory), "--limit", "fleet"]
+    text = CliRunner().invoke(app, args).output
+    assert f"This change makes 1 host(s) disagree with their fabric ({canary}) on lab: mtu." in text
+    markdown = CliRunner().invoke(app, args + ["--format", "markdown"]).output
+    assert "#### Fabric disagreements once this change is applied" in markdown

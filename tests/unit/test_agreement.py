@@ -254,3 +254,10 @@ def test_the_profile_agreement_section_is_checked_and_linted(tmp_path):
     with pytest.raises(ProfileError) as e:
         load_profile(str(bad))
     assert "bad.yaml:3" in str(e.value) and "NCCL_IB_TCC" in str(e.value)
+
+
+def test_a_host_cannot_claim_a_fabric():
+    from nictune.control.remote.hostreport import accept
+
+    sent = {"host": "h1", "changes": [], "warnings": [], "error": None, "seconds": 0.1, "fabric": "other"}
+    assert "fabric" not in accept(sent, "h1", "verify")
