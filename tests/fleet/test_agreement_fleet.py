@@ -29,9 +29,13 @@ interfaces:
 """
 
 
+# The profiles' own say: the hosts (veth rails) take no part in comparing drivers.
+SKIP_DRIVER = "agreement:\n  skip: [driver]\n"
+
+
 def playbook(tmp_path) -> str:
-    (tmp_path / "rest.yaml").write_text(PROFILE.format(tc=106, mtu=9000))
-    (tmp_path / "canary.yaml").write_text(PROFILE.format(tc=0, mtu=4200))
+    (tmp_path / "rest.yaml").write_text(PROFILE.format(tc=106, mtu=9000) + SKIP_DRIVER)
+    (tmp_path / "canary.yaml").write_text(PROFILE.format(tc=0, mtu=4200) + SKIP_DRIVER)
     path = tmp_path / "fabric.yaml"
     path.write_text("- hosts: rest\n  profile: rest.yaml\n- hosts: canary\n  profile: canary.yaml\n")
     return str(path)
@@ -69,8 +73,9 @@ def test_two_groups_that_each_match_their_profile_disagree_with_their_fabric(mak
         assert [(o["value"], o["hosts"]) for o in bad["NCCL_IB_TC"]["outliers"]] == [("0", [canary])]
         assert [(o["value"], o["hosts"]) for o in bad["mtu"]["outliers"]] == [(4200, [canary])]
         assert "hang" in bad["mtu"]["predicts"] and "PFC" in bad["NCCL_IB_TC"]["predicts"]
-        # A value the two profiles share agrees.
-        assert {row["name"]: row["agree"] for row in fabric["values"]}["NCCL_IB_GID_INDEX"] is True
+        # A value the two profiles share agrees; the one they skip is not compared.
+        compared = {row["name"]: row["agree"] for row in fabric["values"]}
+        assert compared["NCCL_IB_GID_INDEX"] is True and "driver" not in compared
     assert {h["via"] for h in audits[0]["hosts"]} == {"zipapp"}
     assert {h["via"] for h in audits[1]["hosts"]} == {"probe"}
     assert audits[0]["agreement"] == audits[1]["agreement"]
@@ -105,6 +110,8 @@ def test_a_drifted_rail_makes_its_host_an_outlier_and_no_fabric_no_comparison(ma
     assert code == 2
     [fabric] = report["agreement"]["fabrics"]
     [mtu] = [row for row in fabric["values"] if row["name"] == "mtu"]
+    [driver] = [row for row in fabric["values"] if row["name"] == "driver"]  # from the facts
+    assert driver["agree"] and driver["majority"] == {"value": "veth", "shown": "veth", "count": 3}
     assert mtu["outliers"] == [{"value": {"rails": [1500, 9000]}, "shown": "1500|9000 (rails differ)",
                                 "hosts": [b.name]}]
     # The lab's own inventory names no fabric: the same audit compares nothing.
