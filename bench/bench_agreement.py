@@ -36,12 +36,6 @@ TARGET_SECONDS = 1.0
 OUTLIER_EVERY = 100  # 1 % of the hosts
 
 
-class _Host:
-    def __init__(self, name: str, fabric: str):
-        self.name = name
-        self.vars = {"nictune_fabric": fabric}
-
-
 def _change(family, target, name, value):
     return {"key": {"family": family, "target": target, "name": name}, "before": value,
             "after": value, "status": "ok"}
@@ -84,7 +78,7 @@ def fleet(n: int, rails: int, fabrics: int, seed: int = 24):
         odd = rng.choice(odd_values) if i % OUTLIER_EVERY == 7 else ""
         if odd:
             injected.add(name)
-        members.add(_Host(name, f"fabric{i % fabrics}"))
+        members.add(name, f"fabric{i % fabrics}")
         reports.append(host_report(name, rails, odd))
     return reports, members, injected
 
@@ -117,8 +111,9 @@ def main() -> int:
     print(f"reports built in {built:.2f} s (not timed); agreement's peak allocation "
           f"{peak / 2**20:.1f} MiB; {doc['summary']['compared']} values compared, "
           f"{doc['summary']['disagreeing']} disagree, {doc['summary']['outlier_hosts']} outlier hosts")
-    verdict = "MET" if med(times) < TARGET_SECONDS else "MISSED"
-    print(f"target: under {TARGET_SECONDS:.0f} s for 10,000 hosts: {verdict}")
+    if args.hosts >= 10000:
+        verdict = "MET" if med(times) < TARGET_SECONDS else "MISSED"
+        print(f"target: under {TARGET_SECONDS:.0f} s for 10,000 hosts: {verdict}")
     if found != injected:
         print(f"UNEXPECTED: outliers found {len(found)}, injected {len(injected)}; "
               f"missed {sorted(injected - found)[:5]}, extra {sorted(found - injected)[:5]}")

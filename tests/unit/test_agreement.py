@@ -5,8 +5,6 @@ the disagreement predicts."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
 from nictune.control.review import agreement as ag
@@ -32,9 +30,7 @@ def report(name, changes, facts=None, error=None):
 def members(names_fabrics, docs=None):
     m = ag.Membership()
     for name, fabric in names_fabrics:
-        host = SimpleNamespace(name=name, vars={} if fabric is None else {"nictune_fabric": fabric})
-        doc = (docs or {}).get(name)
-        m.add(host, SimpleNamespace(doc=doc) if doc else None)
+        m.add(name, ag.fabric_name(fabric), (docs or {}).get(name))
     return m
 
 
@@ -179,9 +175,33 @@ def test_text_lines_say_the_verdict_per_fabric():
     assert ag.text_lines(None) == []
 
 
-@pytest.mark.parametrize("value", [None, "", {"a": 1}, ["x"]])
+@pytest.mark.parametrize("value", [None, ""])
 def test_a_fabric_variable_that_names_no_fabric(value):
-    assert ag.fabric_of(SimpleNamespace(name="h", vars={"nictune_fabric": value})) is None
+    assert ag.fabric_name(value) is None
+    assert ag.fabric_name(7) == "7"
+
+
+@pytest.mark.parametrize("value", [{"a": 1}, ["x"]])
+def test_a_fabric_variable_that_cannot_name_one(value):
+    with pytest.raises(ValueError, match="must be a fabric's name"):
+        ag.fabric_name(value)
+
+
+def test_a_bad_fabric_variable_stops_the_audit_before_any_host(tmp_path):
+    from typer.testing import CliRunner
+
+    from nictune.cli.app import app
+
+    inventory = tmp_path / "inv.yaml"
+    inventory.write_text("all:\n  hosts:\n    h1:\n      ansible_host: 198.18.0.1\n"
+                         "      nictune_fabric: [east, west]\n")
+    profile = tmp_path / "p.yaml"
+    profile.write_text("nictune: 1\n")
+    result = CliRunner().invoke(app, ["audit", str(profile), "-i", str(inventory)])
+    assert result.exit_code == 1
+    assert f"{inventory}:5" in result.output and "nictune_fabric of host 'h1' must be a fabric's name" \
+        in result.output
+    assert "Traceback" not in result.output
 
 
 def test_every_row_names_a_failure_and_a_known_source():

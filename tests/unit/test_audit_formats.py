@@ -217,8 +217,6 @@ def test_write_report_file_errors_are_one_paragraph(tmp_path):
 def agreeing_fleet():
     """Three hosts of fabric f, each as its profile wants; c's MTU and
     NCCL_IB_TC differ from a's and b's (control/review/agreement.py)."""
-    from types import SimpleNamespace
-
     from nictune.control.review.agreement import Membership, agreement
     from nictune.host.knobs import nccl
 
@@ -230,7 +228,7 @@ def agreeing_fleet():
     hosts = [one("a", 9000, 106), one("b", 9000, 106), one("c", 4200, 0)]
     members = Membership()
     for h in hosts:
-        members.add(SimpleNamespace(name=h["host"], vars={"nictune_fabric": "f"}))
+        members.add(h["host"], "f")
     return envelope("audit", hosts, agreement=agreement(hosts, members))
 
 

@@ -157,7 +157,7 @@ def _local(target: str, base_path: Optional[str], relabelled, opts: Options, her
 
 def _fleet(target: str, base_path: Optional[str], relabelled, revision, opts: Options,
            out: Printer):
-    from nictune.cli.fleet_cmds import _gate, _ssh_options, run_jobs
+    from nictune.cli.fleet_cmds import _gate, _ssh_options, fabric_members, run_jobs
     from nictune.control.remote import fleet
     from nictune.control.review.change import BaseProfiles, with_base
     from nictune.inventory import load_inventory
@@ -170,6 +170,7 @@ def _fleet(target: str, base_path: Optional[str], relabelled, revision, opts: Op
     _, document = read_target(target)
     profiles = fleet.Profiles(target, _gate("plan", opts), document)
     bases = BaseProfiles(base_path, _base_layers(revision, opts.inventory, out), relabelled)
+    members = fabric_members([(hosts, profiles)])  # before any host: a bad nictune_fabric stops here
     jobs = fleet.jobs_for("plan", hosts, profiles, _ssh_options(opts), opts.show_file_content)
     by_name = {h.name: h for h in hosts}
     base_errors: Dict[str, dict] = {}
@@ -185,18 +186,7 @@ def _fleet(target: str, base_path: Optional[str], relabelled, revision, opts: Op
     with out.progress("plan", len(jobs)) as tick:
         reports = run_jobs("plan", jobs, opts, tick)  # on the hosts, or from their snapshots
     # As for every fleet plan, the gate's lint warnings are not in the report.
-    return reports, base_errors, [], _members(hosts, profiles)
-
-
-def _members(hosts: list, profiles):
-    """The fabrics of the hosts (control/review/agreement.py)."""
-    from nictune.cli.fleet_cmds import _profile_or_none
-    from nictune.control.review.agreement import Membership
-
-    members = Membership()
-    for host in hosts:
-        members.add(host, _profile_or_none(profiles, host))
-    return members
+    return reports, base_errors, [], members
 
 
 def _base_layers(revision, inventory_path: str, out: Printer):

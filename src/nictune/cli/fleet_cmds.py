@@ -56,25 +56,43 @@ def _run(command: str, target: Optional[str], opts: Options, out: Printer) -> di
     # Every host the limit allows, in inventory order (Ansible's), not the limit's.
     hosts = inventory.select(None, limit=opts.limit)
     profiles = fleet.Profiles(target, _gate(command, opts), document) if kind else None
+    # An audit's fabrics before any host is reached: a bad nictune_fabric stops it.
+    members = fabric_members([(hosts, profiles)]) if command == "audit" else None
     report = envelope(command, _pool(_agent_command(command), hosts, profiles, opts, out))
-    if command == "audit":
-        _agree(report, [(hosts, profiles)])
+    if members:
+        _agree(report, members)
     return report
 
 
-def _agree(report: dict, plays: list) -> None:
-    """An audit's fabric agreement (control/review/agreement.py), from the
-    reports it read: `plays` is [(inventory hosts, their Profiles)].  A
-    disagreement is drift of the fabric: exit code 2 at least."""
+def fabric_members(plays: list):
+    """The fabric of each host (control/review/agreement.py) and its
+    profile's agreement: section; `plays` is [(inventory hosts, their
+    Profiles)].  Raises InventoryError, naming the variable's file and
+    line, for a nictune_fabric that cannot name a fabric."""
     from nictune.control.review import agreement
-    from nictune.host.errors import EXIT_PENDING
+    from nictune.inventory.errors import InventoryError
 
     members = agreement.Membership()
     for hosts, profiles in plays:
         for host in hosts:
-            members.add(host, _profile_or_none(profiles, host))
-    if not members:
-        return  # no host names a fabric: nothing to compare
+            value = fleet._plain(host, agreement.FABRIC_VARIABLE)  # no vault, no template
+            try:
+                name = agreement.fabric_name(value)
+            except ValueError as e:
+                file, line = host.where_of(agreement.FABRIC_VARIABLE) or (None, None)
+                raise InventoryError(file, line, f"{agreement.FABRIC_VARIABLE} of host "
+                                                 f"{host.name!r} {e}") from None
+            profile = _profile_or_none(profiles, host) if name is not None else None
+            members.add(host.name, name, getattr(profile, "doc", None))
+    return members
+
+
+def _agree(report: dict, members) -> None:
+    """An audit's fabric agreement, from the reports it read.  A
+    disagreement is drift of the fabric: exit code 2 at least."""
+    from nictune.control.review import agreement
+    from nictune.host.errors import EXIT_PENDING
+
     for r in report["hosts"]:
         if r["host"] in members.fabric:
             r["fabric"] = members.fabric[r["host"]]
@@ -153,12 +171,11 @@ def _run_playbook(command: str, path: str, parsed: Parsed, inventory, opts: Opti
         out.warn(warning)
     reports: List[dict] = []
     rollouts = []
-    audited = []
-    for play, gate, hosts in zip(plays, gates, play_hosts):
-        profiles = fleet.PlayProfiles(play, _gate(command, opts))
+    every = [(hosts, fleet.PlayProfiles(play, _gate(command, opts))) for play, hosts in zip(plays, play_hosts)]
+    members = fabric_members(every) if command == "audit" else None
+    for play, gate, (hosts, profiles) in zip(plays, gates, every):
         if command != "apply":
             reports += _pool(_agent_command(command), hosts, profiles, opts, out, play)
-            audited.append((hosts, profiles))
             continue
 
         def run_some(cmd: str, some: list, profiles=profiles, play=play) -> List[dict]:
@@ -176,8 +193,8 @@ def _run_playbook(command: str, path: str, parsed: Parsed, inventory, opts: Opti
         if result["stopped"]:
             break  # a stopped play stops the playbook, as in Ansible
     report = envelope(command, reports, **({"rollouts": rollouts} if rollouts else {}))
-    if command == "audit":
-        _agree(report, audited)
+    if members:
+        _agree(report, members)
     if rollouts:
         # The same order as for hosts (4, 3, 1, 2): a plain max would rank drift over error.
         report["exit_code"] = combined_exit([report["exit_code"]] + [r["exit_code"] for r in rollouts])

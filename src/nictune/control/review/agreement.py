@@ -303,28 +303,30 @@ class Settings:
 
 class Membership:
     """Which fabric each audited host is in, and its profile's Settings;
-    filled by the fleet commands as they build each host's request."""
+    filled by the fleet commands from the inventory (cli/fleet_cmds.py)."""
 
     def __init__(self):
         self.fabric: Dict[str, str] = {}
         self.settings: Dict[str, Settings] = {}
 
-    def add(self, host, profile=None) -> None:
-        name = fabric_of(host)
-        if name is None:
+    def add(self, host: str, fabric: Optional[str], doc: Optional[dict] = None) -> None:
+        if fabric is None:
             return
-        self.fabric[host.name] = name
-        self.settings[host.name] = Settings.of_profile(getattr(profile, "doc", None))
+        self.fabric[host] = fabric
+        self.settings[host] = Settings.of_profile(doc)
 
     def __bool__(self) -> bool:
         return bool(self.fabric)
 
 
-def fabric_of(host) -> Optional[str]:
-    """The host's fabric: its nictune_fabric variable as text; None: none."""
-    value = host.vars.get(FABRIC_VARIABLE)
-    if value is None or value == "" or isinstance(value, (dict, list)):
+def fabric_name(value) -> Optional[str]:
+    """A nictune_fabric value as the fabric's name; None: no fabric.
+    Raises ValueError for one that cannot name a fabric (a mapping, a list)."""
+    if value is None or value == "":
         return None
+    if isinstance(value, (dict, list)):
+        raise ValueError("must be a fabric's name (text or a number), not a "
+                         f"{'mapping' if isinstance(value, dict) else 'list'}")
     return str(value)
 
 
@@ -347,12 +349,13 @@ def agreement(reports: Iterable[dict], membership: Membership, side: str = "befo
     """The agreement document of the reports of the members' hosts.
     side: "before" (what the hosts have: audit) or "after" (what a plan
     leaves them with)."""
-    by_fabric: Dict[str, list] = {}
+    by_fabric: Dict[str, dict] = {}
     for report in reports:
         fabric = membership.fabric.get(report.get("host"))
-        if fabric is not None:
-            by_fabric.setdefault(fabric, []).append(report)
-    fabrics = [_fabric(name, by_fabric[name], membership, side) for name in sorted(by_fabric)]
+        if fabric is not None:  # a host twice (two plays): its last report
+            by_fabric.setdefault(fabric, {})[report["host"]] = report
+    fabrics = [_fabric(name, list(by_fabric[name].values()), membership, side)
+               for name in sorted(by_fabric)]
     disagreeing = [row for f in fabrics for row in f["values"] if not row["agree"]]
     outliers = {(f["fabric"], h) for f in fabrics for row in f["values"] if not row["agree"]
                 for o in row["outliers"] for h in o["hosts"]}
