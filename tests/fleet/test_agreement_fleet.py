@@ -2,8 +2,8 @@
 two profiles, one fabric.  Every host matches its own profile (no drift),
 yet the group `canary` runs NCCL_IB_TC 0 and MTU 4200 where `rest` runs
 106 and 9000: `nictune audit` names the outlier, the values and the
-failure they predict, from the reports the audit read anyway: the first
-audit through each host's agent, the next through the probe.
+failure they predict, from the reports the audit read anyway: through
+each host's agent, through the probe and through the resident agent.
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 from fleet_helpers import nictune
+from test_resident_audit_fleet import start_agent, stop  # the resident agent, run as its unit runs it
 
+from nictune.control.remote import agentzip
 from nictune.lab.fleet import run_in
 
 pytestmark = pytest.mark.netns
@@ -79,6 +81,16 @@ def test_two_groups_that_each_match_their_profile_disagree_with_their_fabric(mak
     assert {h["via"] for h in audits[0]["hosts"]} == {"zipapp"}
     assert {h["via"] for h in audits[1]["hosts"]} == {"probe"}
     assert audits[0]["agreement"] == audits[1]["agreement"]
+
+    # Through the hosts' resident agents: the same agreement again.
+    procs = []
+    try:
+        procs = [start_agent(fleet, h, agentzip.build().data) for h in fleet.of_kind("sshd")]
+        code, resident = nictune("audit", book, "-i", inventory, "--no-probe")
+        assert code == 2 and {h["via"] for h in resident["hosts"]} == {"resident"}
+        assert resident["agreement"] == audits[0]["agreement"]
+    finally:
+        stop(procs)
 
     failures = [c for c in ET.parse(junit).getroot().iter("testcase") if c.find("failure") is not None]
     assert sorted(c.get("name") for c in failures) == [f"NCCL_IB_TC on {canary}", f"mtu on {canary}"]
