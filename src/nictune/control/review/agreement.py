@@ -50,7 +50,6 @@ The agreement document ("agreement" in the --json envelope), format 1:
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Dict, Iterable, List, Optional, Tuple
