@@ -207,7 +207,7 @@ def test_a_bad_fabric_variable_stops_the_audit_before_any_host(tmp_path):
 def test_every_row_names_a_failure_and_a_known_source():
     assert len(ag.MUST_MATCH) >= 30 and len(set(ag.NAMES)) == len(ag.NAMES)
     for row in ag.MUST_MATCH:
-        assert row.predicts and row.source.kind in ("env", "rail", "fact", "count"), row.name
+        assert row.predicts and row.source.kind in ("env", "rail", "fact", "count", "gid"), row.name
 
 
 def plan_report(name, new_mtu, old_mtu):
@@ -281,3 +281,29 @@ def test_a_host_cannot_claim_a_fabric():
 
     sent = {"host": "h1", "changes": [], "warnings": [], "error": None, "seconds": 0.1, "fabric": "other"}
     assert "fabric" not in accept(sent, "h1", "verify")
+
+
+def test_the_kind_of_gid_nccl_will_use_on_each_rail():
+    # Same NCCL_IB_GID_INDEX everywhere; on h3 index 3 is a RoCE v1 GID
+    # (another GID table layout): NCCL on h3 talks RoCE v1 to RoCE v2 peers.
+    v2 = {"0": "RoCE v1 IPv6 link-local", "1": "RoCE v2 IPv6 link-local", "2": "RoCE v1 IPv4", "3": "RoCE v2 IPv4"}
+    v1 = {"0": "RoCE v1 IPv6 link-local", "3": "RoCE v1 IPv4"}
+
+    def host(name, kinds, env):
+        return report(name, [nccl_file(env), change("link", "rail0", "mtu", 9000)],
+                      {"rail0": {"rdma_device": "mlx5_0", "rdma_port": 1, "roce_gids": kinds}})
+
+    fixed = {"NCCL_IB_GID_INDEX": 3}
+    rows = rows_by_name(ag.agreement([host("h1", v2, fixed), host("h2", v2, fixed), host("h3", v1, fixed)],
+                                     members([("h1", "f"), ("h2", "f"), ("h3", "f")])))
+    assert rows["nccl_gid"]["majority"]["value"] == "RoCE v2 IPv4"
+    assert [(o["value"], o["hosts"]) for o in rows["nccl_gid"]["outliers"]] == [("RoCE v1 IPv4", ["h3"])]
+    assert rows["NCCL_IB_GID_INDEX"]["agree"]  # the variable alone says nothing is wrong
+
+    # Unset: NCCL selects RoCE v2 IPv4 (its defaults); h3 has none to select.
+    rows = rows_by_name(ag.agreement([host("h1", v2, {}), host("h2", v2, {}), host("h3", v1, {})],
+                                     members([("h1", "f"), ("h2", "f"), ("h3", "f")])))
+    assert rows["nccl_gid"]["outliers"][0]["value"] == "no RoCE v2 IPv4 GID"
+    six = {"NCCL_IB_ADDR_FAMILY": "AF_INET6"}
+    assert ag._gid_used(six, v2) == "no RoCE v2 IPv6 GID"
+    assert ag._gid_used({"NCCL_IB_GID_INDEX": "7"}, v2) == "no GID at index 7"

@@ -23,6 +23,12 @@ The table, MUST_MATCH: value name -> where the per-host report has it
                                roce_active_mtu), over the host's rails
     count(what)                how many rails / RDMA devices the host's
                                profile matched
+    nccl_gid()                 the kind of GID NCCL will use on each rail
+                               ("RoCE v2 IPv4"): the rail's roce_gids fact at
+                               NCCL_IB_GID_INDEX, or, with it unset, whether
+                               the rail has a GID of the version and family
+                               NCCL selects (NCCL_IB_ROCE_VERSION_NUM,
+                               NCCL_IB_ADDR_FAMILY)
 
 A host's value over its rails is the rails' common value; rails that
 differ among themselves give the sorted tuple of their values, which
@@ -84,6 +90,10 @@ def count(what: str) -> Source:
     return Source("count", "", what)
 
 
+def nccl_gid() -> Source:
+    return Source("gid", "nccl", "roce_gids")
+
+
 @dataclass(frozen=True)
 class MustMatch:
     name: str
@@ -105,6 +115,7 @@ MUST_MATCH: Tuple[MustMatch, ...] = (
     MustMatch("NCCL_IB_GID_INDEX", env("nccl", "NCCL_IB_GID_INDEX", "(NCCL selects)"), _GID),
     MustMatch("NCCL_IB_ROCE_VERSION_NUM", env("nccl", "NCCL_IB_ROCE_VERSION_NUM", "2"), _GID),
     MustMatch("NCCL_IB_ADDR_FAMILY", env("nccl", "NCCL_IB_ADDR_FAMILY", "AF_INET"), _GID),
+    MustMatch("nccl_gid", nccl_gid(), _GID),
     MustMatch("NCCL_IB_HCA", env("nccl", "NCCL_IB_HCA", "(all)"),
               "they use another set of RDMA NICs: ranks open a different number of rails and "
               "the rings do not line up (hang or a fraction of the bandwidth)"),
@@ -270,11 +281,30 @@ class HostValues:
             return _over_rails(self.rails.get((source.family, source.name), []))
         if source.kind == "fact":
             return _over_rails([f[source.name] for f in self.facts if source.name in f])
+        if source.kind == "gid":
+            return self._nccl_gid()
         if source.name == "rails":
             number = len(self.targets)
         else:
             number = len({f["rdma_device"] for f in self.facts if "rdma_device" in f})
         return (number, number) if number else None
+
+    def _nccl_gid(self):
+        env = self.files.get("nccl")
+        if env is None:
+            return None
+        return _over_rails([_gid_used(env, f["roce_gids"]) for f in self.facts
+                            if isinstance(f.get("roce_gids"), dict)])
+
+
+def _gid_used(env: dict, kinds: dict) -> str:
+    """The kind of GID NCCL uses on a rail whose GIDs are `kinds`."""
+    index = env.get("NCCL_IB_GID_INDEX")
+    if index not in (None, "", "-1"):
+        return kinds.get(str(index).strip(), f"no GID at index {index}")
+    family = "IPv6" if env.get("NCCL_IB_ADDR_FAMILY") == "AF_INET6" else "IPv4"
+    wanted = f"RoCE v{env.get('NCCL_IB_ROCE_VERSION_NUM') or '2'} {family}"
+    return wanted if wanted in kinds.values() else f"no {wanted} GID"
 
 
 # -- which rows a host takes part in -----------------------------------------------

@@ -115,18 +115,40 @@ def gids(host, device: str, port: int) -> list:
 
 def netdev_ports(host) -> Dict[str, Tuple[str, int]]:
     """{netdev: (device, port)} for every netdev a GID entry is built from;
-    the first port in device and port order wins.  Reads only
+    the first port in device and port order wins."""
+    return {netdev: entries[0][:2] for netdev, entries in populated(host).items()}
+
+
+def populated(host) -> Dict[str, list]:
+    """{netdev: [(device, port, index), ...]}: the populated GID entries
+    built from each netdev, in device, port and index order.  Reads only
     gid_attrs/ndevs: an unpopulated entry's read fails (EINVAL), so an
     entry that names a netdev is a populated one."""
-    found: Dict[str, Tuple[str, int]] = {}
+    found: Dict[str, list] = {}
     for dev in devices(host):
         for port in ports(host, dev):
             ndevs = host.path(IB_CLASS, dev, "ports", str(port), "gid_attrs", "ndevs")
             for n in _numbers(host.io, ndevs):
                 netdev = _read(os.path.join(ndevs, str(n)), host.io)
                 if netdev:
-                    found.setdefault(netdev, (dev, port))
+                    found.setdefault(netdev, []).append((dev, port, n))
     return found
+
+
+def gid_kind(host, device: str, port: int, index: int) -> Optional[str]:
+    """"RoCE v2 IPv4", "RoCE v1 IPv6", "RoCE v2 IPv6 link-local"... of one
+    populated entry, as NCCL tells GIDs apart (getGidAddrFamily,
+    linkLocalGid); None when unreadable.  From the text alone, without
+    ipaddress: kept off the agent's start-up."""
+    base = host.path(IB_CLASS, check_ibdev(device), "ports", str(port))
+    kind = _read(os.path.join(base, "gid_attrs", "types", str(index)), host.io)
+    gid = _read(os.path.join(base, "gids", str(index)), host.io)
+    if not kind or not gid or gid == _ZERO_GID:
+        return None
+    version = "RoCE v2" if kind == ROCE_V2 else "RoCE v1"
+    if gid.startswith("0000:0000:0000:0000:0000:ffff:"):
+        return f"{version} IPv4"
+    return f"{version} IPv6" + (" link-local" if gid.startswith("fe80:0000:0000:0000:") else "")
 
 
 def port_of(host, ifname: str) -> Optional[tuple]:
