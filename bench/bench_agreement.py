@@ -21,6 +21,7 @@ There is no --baseline: the agreement did not exist before this bench.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import random
 import sys
@@ -65,6 +66,8 @@ def host_report(name: str, rails: int, odd: str) -> dict:
         facts[rail] = {"driver": "mlx5_core", "firmware": "28.37.1014" if odd == "firmware" else "28.39.1002",
                        "link_speed_mbps": 400000, "rdma_device": f"mlx5_{i}", "rdma_port": 1,
                        "roce_active_mtu": 4096,
+                       "roce_gids": {"0": "RoCE v1 IPv6 link-local", "1": "RoCE v2 IPv6 link-local",
+                                     "2": "RoCE v1 IPv4", "3": "RoCE v2 IPv4"},
                        "counters": {"rx_prio3_pause": 1200, "np_cnp_sent": 567}}
     return {"host": name, "changes": changes, "facts": facts, "error": None, "warnings": []}
 
@@ -93,11 +96,12 @@ def main() -> int:
     built = time.perf_counter()
     reports, members, injected = fleet(args.hosts, args.rails, args.fabrics)
     built = time.perf_counter() - built
-    times, doc = [], None
+    times, cpu, doc = [], [], None
     for _ in range(args.repeat):
-        started = time.perf_counter()
+        started, used = time.perf_counter(), time.process_time()
         doc = ag.agreement(reports, members)
         times.append(time.perf_counter() - started)
+        cpu.append(time.process_time() - used)
     tracemalloc.start()
     ag.agreement(reports, members)
     peak = tracemalloc.get_traced_memory()[1]
@@ -106,8 +110,10 @@ def main() -> int:
     print(f"fleet agreement over {args.hosts} synthetic host reports ({args.rails} rails each, "
           f"{args.fabrics} fabrics, {len(injected)} injected outliers); "
           f"Python {platform.python_version()}, {platform.machine()}")
-    print(table([("agreement()", f"{med(times):.3f}", f"{min(times):.3f}")],
+    print(table([("agreement() wall", f"{med(times):.3f}", f"{min(times):.3f}"),
+                 ("agreement() CPU", f"{med(cpu):.3f}", f"{min(cpu):.3f}")],
                 ("step", "median s", "min s")))
+    print(f"load average over the last minute: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPU(s)")
     print(f"reports built in {built:.2f} s (not timed); agreement's peak allocation "
           f"{peak / 2**20:.1f} MiB; {doc['summary']['compared']} values compared, "
           f"{doc['summary']['disagreeing']} disagree, {doc['summary']['outlier_hosts']} outlier hosts")
