@@ -31,8 +31,11 @@ The table, MUST_MATCH: value name -> where the per-host report has it
                                NCCL_IB_ADDR_FAMILY)
 
 A host's value over its rails is the rails' common value; rails that
-differ among themselves give the sorted tuple of their values, which
-shows as "4200|9000" and disagrees with a fabric whose rails all say 9000.
+differ among themselves give {"rails": [their distinct values]}, which
+shows as "4200|9000 (rails differ)" and disagrees with a fabric whose
+rails all say 9000.  An audit compares what the hosts have (`before`); a
+change review (change_effect) what the base and the new profile want
+(`after` of each side's plan).
 A host whose report has no value for a row (its profile does not manage
 that file or key, it was unreachable) takes no part in that row.
 
