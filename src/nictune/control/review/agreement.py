@@ -240,6 +240,13 @@ def _syntax(family: str):
     return load(family).syntax
 
 
+@lru_cache(maxsize=1024)
+def _parsed(family: str, text: str) -> dict:
+    """A file's variables; a fleet's hosts mostly share a few texts, so each
+    is parsed once.  Callers only read the dict."""
+    return _syntax(family).parse(text)
+
+
 class HostValues:
     """One host report, indexed once for every row."""
 
@@ -266,7 +273,7 @@ class HostValues:
             elif pair[0] in ENV_FAMILIES and key["target"] == HOST and (any_status or c.get("status") in READ):
                 value = c.get(side)
                 if isinstance(value, str):
-                    self.files[pair[0]] = _syntax(pair[0]).parse(value)
+                    self.files[pair[0]] = _parsed(pair[0], value)
         self.facts = [f for name, f in (report.get("facts") or {}).items()
                       if isinstance(f, dict) and (not targets or name in targets)]
         self.targets = targets
