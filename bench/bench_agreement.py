@@ -65,7 +65,6 @@ def host_report(name: str, rails: int, odd: str) -> dict:
         ]
         facts[rail] = {"driver": "mlx5_core", "firmware": "28.37.1014" if odd == "firmware" else "28.39.1002",
                        "link_speed_mbps": 400000, "rdma_device": f"mlx5_{i}", "rdma_port": 1,
-                       "roce_active_mtu": 4096,
                        "roce_gids": {"0": "RoCE v1 IPv6 link-local", "1": "RoCE v2 IPv6 link-local",
                                      "2": "RoCE v1 IPv4", "3": "RoCE v2 IPv4"},
                        "counters": {"rx_prio3_pause": 1200, "np_cnp_sent": 567}}

@@ -91,7 +91,9 @@ def test_values_come_from_what_the_host_has_not_what_its_profile_wants():
     # What a plan leaves the hosts with (a change review): all agree.
     after = ag.agreement(reports, members([("h1", "f"), ("h2", "f"), ("h3", "f")]), side="after")
     assert rows_by_name(after)["mtu"]["agree"]
-    assert ag.newly_disagreeing(after, doc) == {"hosts": ["h3"], "rows": ["f: mtu"], "fixed_hosts": []}
+    # 1500 also leaves RoCE a 1024-byte MTU where 9000 gives 4096.
+    assert ag.newly_disagreeing(after, doc) == {"hosts": ["h3"], "rows": ["f: mtu", "f: roce_active_mtu"],
+                                                "fixed_hosts": []}
     assert ag.newly_disagreeing(doc, after) == {"hosts": [], "rows": [], "fixed_hosts": ["h3"]}
 
 
@@ -116,14 +118,16 @@ def test_unreadable_values_and_unreached_hosts_take_no_part():
 def test_facts_firmware_speed_active_mtu_and_rdma_nic_count():
     def host(name, fw, speed, mtu, devices):
         facts = {f"rail{i}": {"driver": "mlx5_core", "firmware": fw, "link_speed_mbps": speed,
-                              "rdma_device": dev, "rdma_port": 1, "roce_active_mtu": mtu}
+                              "rdma_device": dev, "rdma_port": 1}
                  for i, dev in enumerate(devices)}
         facts["eth0"] = {"driver": "igb", "link_speed_mbps": 1000}  # not a rail of the profile
-        return report(name, [change("link", t, "mtu", 9000) for t in facts if t != "eth0"], facts)
+        return report(name, [change("link", t, "mtu", mtu) for t in facts if t != "eth0"], facts)
 
-    reports = [host("h1", "28.39.1002", 400000, 4096, ["mlx5_0", "mlx5_1"]),
-               host("h2", "28.39.1002", 400000, 4096, ["mlx5_0", "mlx5_1"]),
-               host("h3", "28.37.1014", 200000, 1024, ["mlx5_0"])]
+    # The RoCE MTU by the kernel's rule (rdma.roce_mtu): 9000 and 4200 both
+    # give 4096, 1500 gives 1024.
+    reports = [host("h1", "28.39.1002", 400000, 9000, ["mlx5_0", "mlx5_1"]),
+               host("h2", "28.39.1002", 400000, 4200, ["mlx5_0", "mlx5_1"]),
+               host("h3", "28.37.1014", 200000, 1500, ["mlx5_0"])]
     rows = rows_by_name(ag.agreement(reports, members([("h1", "f"), ("h2", "f"), ("h3", "f")])))
     for name, majority, outlier in (("firmware", "28.39.1002", "28.37.1014"),
                                     ("link_speed_mbps", 400000, 200000),
@@ -170,7 +174,8 @@ def test_text_lines_say_the_verdict_per_fabric():
     reports = [report("h1", [change("link", "rail0", "mtu", 9000)]), report("h2", [change("link", "rail0", "mtu", 9000)]),
                report("h3", [change("link", "rail0", "mtu", 4200)])]
     lines = ag.text_lines(ag.agreement(reports, members([("h1", "f"), ("h2", "f"), ("h3", "f")])))
-    assert lines[0] == "fabric f: 3 host(s), 2 value(s) compared, 1 value(s) disagree"
+    # mtu, roce_active_mtu (4096 for both 9000 and 4200: it agrees) and rails
+    assert lines[0] == "fabric f: 3 host(s), 3 value(s) compared, 1 value(s) disagree"
     assert lines[1].startswith("  fabric f: mtu 9000 on 2 hosts, 4200 on 1 (h3): frames larger")
     assert ag.text_lines(None) == []
 
@@ -207,7 +212,7 @@ def test_a_bad_fabric_variable_stops_the_audit_before_any_host(tmp_path):
 def test_every_row_names_a_failure_and_a_known_source():
     assert len(ag.MUST_MATCH) >= 30 and len(set(ag.NAMES)) == len(ag.NAMES)
     for row in ag.MUST_MATCH:
-        assert row.predicts and row.source.kind in ("env", "rail", "fact", "count", "gid"), row.name
+        assert row.predicts and row.source.kind in ("env", "rail", "fact", "count", "gid", "roce_mtu"), row.name
 
 
 def plan_report(name, new_mtu, old_mtu):

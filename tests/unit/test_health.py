@@ -37,7 +37,6 @@ def test_a_healthy_rail(health):
         "link_speed_mbps": 400000,
         "pcie_speed_gts": 32, "pcie_width": 16, "pcie_max_speed_gts": 32, "pcie_max_width": 16,
         "rdma_device": "mlx5_0", "rdma_port": 1,
-        "roce_active_mtu": 4096,  # ports/1/active_mtu "4096 (5)": what fleet agreement compares
         # The port's GIDs as NCCL tells them apart (types/<n>, the GID's text).
         "roce_gids": {"0": "RoCE v1 IPv6 link-local", "1": "RoCE v2 IPv6 link-local",
                       "2": "RoCE v1 IPv4", "3": "RoCE v2 IPv4"},
@@ -54,7 +53,6 @@ def test_a_port_down_and_trained_below_its_maximum(health):
     assert (facts["pcie_speed_gts"], facts["pcie_width"]) == (16, 8)
     assert (facts["pcie_max_speed_gts"], facts["pcie_max_width"]) == (32, 16)
     assert facts["rdma_device"] == "mlx5_1"
-    assert "roce_active_mtu" not in facts  # no active_mtu file: absent, not an error
     assert "roce_gids" not in facts  # entries name the netdev, but no gids/<n> to read
     assert facts["counters"]["np_cnp_sent"] == 0 and "rp_cnp_handled" not in facts["counters"]
 

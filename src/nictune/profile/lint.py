@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..host.facts import nicclass
+from ..host.facts.rdma import IB_MTUS, ROCE_HEADERS, roce_mtu
 from ..host.transaction.aside import IPV6_MIN_MTU
 from ..host.knobs.nccl import HCA_ITEM, nccl_list
 from ..host.knobs.sysctl import SPREAD, normalise, spread_note
@@ -50,11 +51,7 @@ MACSEC_SECTAG_SCI, MACSEC_ICV, ETH_PAYLOAD = 16, 16, 1500
 # IV (8), pad length and next header (2), up to 3 bytes of padding, ICV (16).
 ESP_OVERHEAD = 8 + 8 + 2 + 3 + 16
 
-# include/rdma/ib_addr.h iboe_get_mtu(): the netdev MTU minus the RoCE
-# headers (GRH 40 + UDP 8 + BTH 12 + XRC 4 + AtomicETH 28 + ICRC 4 bytes)
-# is rounded down to an IB MTU of 256..4096.
-ROCE_HEADERS = 96
-IB_MTUS = (4096, 2048, 1024, 512, 256)
+# IB_MTUS, ROCE_HEADERS, roce_mtu: the kernel's RoCE MTU rule (host/facts/rdma.py).
 
 # NVIDIA's usual RoCE recipe puts CNPs on DSCP 48 / priority 6, a class of
 # their own that no PFC pause can hold back.
@@ -126,12 +123,6 @@ class Finding:
 
     def __str__(self) -> str:
         return f"{self.severity}: {self.text}"
-
-
-def roce_mtu(netdev_mtu: int) -> Optional[int]:
-    """The RoCE path MTU a netdev MTU allows, as the kernel computes it."""
-    room = netdev_mtu - ROCE_HEADERS
-    return next((m for m in IB_MTUS if room >= m), None)
 
 
 def lint_file(path: str) -> List[Finding]:

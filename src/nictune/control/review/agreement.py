@@ -19,8 +19,11 @@ The table, MUST_MATCH: value name -> where the per-host report has it
     rail(family, key)          a per-interface key (link mtu, dcb pfc ...)
                                as read back, over the host's rails
     fact(name)                 an interface fact of the verify report
-                               (driver, firmware, link_speed_mbps,
-                               roce_active_mtu), over the host's rails
+                               (driver, firmware, link_speed_mbps), over
+                               the host's rails
+    roce_mtu()                 the RoCE active MTU each rail's MTU gives
+                               (rdma.roce_mtu, the kernel's rule: sysfs has
+                               no file for it)
     count(what)                how many rails / RDMA devices the host's
                                profile matched
     nccl_gid()                 the kind of GID NCCL will use on each rail
@@ -63,6 +66,8 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Dict, Iterable, List, Optional, Tuple
 
+from nictune.host.facts.rdma import roce_mtu as _kernel_roce_mtu
+
 AGREEMENT_FORMAT = 1
 FABRIC_VARIABLE = "nictune_fabric"
 HOST = "host"
@@ -91,6 +96,10 @@ def fact(name: str) -> Source:
 
 def count(what: str) -> Source:
     return Source("count", "", what)
+
+
+def roce_mtu() -> Source:
+    return Source("roce_mtu", "link", "mtu")
 
 
 def nccl_gid() -> Source:
@@ -170,7 +179,7 @@ MUST_MATCH: Tuple[MustMatch, ...] = (
     MustMatch("mtu", rail("link", "mtu"),
               "frames larger than the smaller MTU are dropped between them: NCCL hangs "
               "at the first large message"),
-    MustMatch("roce_active_mtu", fact("roce_active_mtu"),
+    MustMatch("roce_active_mtu", roce_mtu(),
               "their QPs negotiate another path MTU: RoCE between them runs at the smaller "
               "one, or fails to connect"),
     MustMatch("link_speed_mbps", fact("link_speed_mbps"),
@@ -190,7 +199,8 @@ MUST_MATCH: Tuple[MustMatch, ...] = (
 
 NAMES = tuple(row.name for row in MUST_MATCH)
 ENV_FAMILIES = ("nccl", "ucx", "nvshmem")
-_RAIL_KEYS = frozenset((r.source.family, r.source.name) for r in MUST_MATCH if r.source.kind == "rail")
+_RAIL_KEYS = frozenset((r.source.family, r.source.name) for r in MUST_MATCH
+                       if r.source.kind in ("rail", "roce_mtu"))
 
 
 # -- a host's values -------------------------------------------------------------
@@ -292,6 +302,9 @@ class HostValues:
             return _over_rails([f[source.name] for f in self.facts if source.name in f])
         if source.kind == "gid":
             return self._nccl_gid()
+        if source.kind == "roce_mtu":
+            mtus = [_roce_mtu(v) for v in self.rails.get((source.family, source.name), [])]
+            return _over_rails([m for m in mtus if m is not None])
         if source.name == "rails":
             number = len(self.targets)
         else:
@@ -304,6 +317,12 @@ class HostValues:
             return None
         return _over_rails([_gid_used(env, f["roce_gids"]) for f in self.facts
                             if isinstance(f.get("roce_gids"), dict)])
+
+
+def _roce_mtu(netdev_mtu):
+    if isinstance(netdev_mtu, bool) or not isinstance(netdev_mtu, int):
+        return None
+    return _kernel_roce_mtu(netdev_mtu)
 
 
 def _gid_used(env: dict, kinds: dict) -> str:

@@ -11,8 +11,6 @@ through Host.path(), so tests point the Host at a fixture tree.
     pcie_speed_gts, pcie_width  /sys/class/net/X/device/current_link_{speed,width}
     pcie_max_speed_gts, pcie_max_width              .../max_link_{speed,width}
     rdma_device, rdma_port      the RDMA port whose GID table names X
-    roce_active_mtu             that port's active (path) MTU in bytes, from
-                                .../ports/<port>/active_mtu ("4096 (5)")
     roce_gids                   that port's GIDs built from X: {index: "RoCE v2
                                 IPv4" | "RoCE v1 IPv6" | ...}, from gids/<n> and
                                 gid_attrs/types/<n> of the populated entries only
@@ -247,10 +245,6 @@ class Health:
         port = self.rdma_port(name)
         if port:
             facts["rdma_device"], facts["rdma_port"] = port
-            active_mtu = _active_mtu(_read(self.host.path(rdma.IB_CLASS, port[0], "ports", str(port[1]),
-                                                           "active_mtu"), self.host.io))
-            if active_mtu:
-                facts["roce_active_mtu"] = active_mtu
             kinds = self.gid_kinds(name)
             if kinds:
                 facts["roce_gids"] = kinds
@@ -384,12 +378,6 @@ class Health:
         if self._ports is None:
             self._ports = rdma.populated(self.host)
         return self._ports
-
-
-def _active_mtu(text: Optional[str]) -> Optional[int]:
-    """4096 of "4096 (5)" (ib_core sysfs.c show_port_active_mtu)."""
-    first = (text or "").split(" ", 1)[0]
-    return int(first) if first.isdigit() else None
 
 
 def _read_counters(io, base: str, names, out: Dict[str, int]) -> None:

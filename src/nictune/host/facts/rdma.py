@@ -33,6 +33,21 @@ ROCE_V1 = "IB/RoCE v1"
 _ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 
 
+# include/rdma/ib_addr.h iboe_get_mtu(): the netdev MTU minus the RoCE
+# headers (GRH 40 + UDP 8 + BTH 12 + XRC 4 + AtomicETH 28 + ICRC 4 bytes)
+# is rounded down to an IB MTU of 256..4096.  RoCE drivers report it as
+# the port's active MTU (mlx5_ib, rxe: min(its maximum, this)); sysfs has
+# no file for it, so it is worked out from the netdev MTU.
+ROCE_HEADERS = 96
+IB_MTUS = (4096, 2048, 1024, 512, 256)
+
+
+def roce_mtu(netdev_mtu: int) -> Optional[int]:
+    """The RoCE path MTU a netdev MTU allows, as the kernel computes it."""
+    room = netdev_mtu - ROCE_HEADERS
+    return next((m for m in IB_MTUS if room >= m), None)
+
+
 def check_ibdev(name: object) -> str:
     """mlx5_0, mana_0, rxe0 ... (the kernel allows more; we refuse anything
     that could leave the directory or reach a shell)."""
