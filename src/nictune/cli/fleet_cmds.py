@@ -171,7 +171,8 @@ def _run_playbook(command: str, path: str, parsed: Parsed, inventory, opts: Opti
         out.warn(warning)
     reports: List[dict] = []
     rollouts = []
-    every = [(hosts, fleet.PlayProfiles(play, _gate(command, opts))) for play, hosts in zip(plays, play_hosts)]
+    every = [(hosts, fleet.PlayProfiles(play, _gate(command, opts)))
+             for play, hosts in zip(plays, play_hosts)]
     members = fabric_members(every) if command == "audit" else None
     for play, gate, (hosts, profiles) in zip(plays, gates, every):
         if command != "apply":
