@@ -424,35 +424,34 @@ def agreement(reports: Iterable[dict], membership: Membership, side: str = "befo
 
 
 def _fabric(name: str, reports: List[dict], membership: Membership, side: str) -> dict:
-    # Row by row over the hosts that share a profile's Settings (a fleet
-    # has a few): the inner loop is what 10,000 hosts pay for.
-    hosts_of: Dict[Settings, list] = {}
+    # Host by host, each report indexed and let go: 10,000 indexes kept at
+    # once would cost more in the garbage collector's passes than the
+    # comparison itself (bench/bench_agreement.py).
+    seen: Dict[str, Dict[object, List[str]]] = {}
+    sample: Dict[object, object] = {}  # ident -> the first value that had it
+    rows: Dict[str, MustMatch] = {}
     not_compared = []
     for report in reports:
         host = report["host"]
         if report.get("error") and not report.get("changes"):
             not_compared.append(host)
             continue
-        hosts_of.setdefault(membership.settings[host], []).append((host, HostValues(report, side)))
-    seen: Dict[str, Dict[object, List[str]]] = {}
-    sample: Dict[object, object] = {}  # ident -> the first value that had it
-    rows: Dict[str, MustMatch] = {}
-    for settings, hosts in hosts_of.items():
-        for row in settings.rows:
-            by_ident = seen.get(row.name, {})
-            for host, values in hosts:
-                found = values.value(row.source)
-                if found is None:
-                    continue
-                ident, value = found
-                if ident not in by_ident:
-                    by_ident[ident] = [host]
-                    sample.setdefault(ident, value)
-                else:
-                    by_ident[ident].append(host)
-            if by_ident:
-                seen[row.name] = by_ident
-                rows.setdefault(row.name, row)
+        values = HostValues(report, side)
+        for row in membership.settings[host].rows:
+            found = values.value(row.source)
+            if found is None:
+                continue
+            ident, value = found
+            by_ident = seen.get(row.name)
+            if by_ident is None:
+                seen[row.name] = by_ident = {}
+                rows[row.name] = row
+            hosts = by_ident.get(ident)
+            if hosts is None:
+                by_ident[ident] = [host]
+                sample.setdefault(ident, value)
+            else:
+                hosts.append(host)
     compared = len(reports) - len(not_compared)
     out = [_row(rows[n], seen[n], sample, compared) for n in [r for r in NAMES if r in seen] +
            sorted(n for n in seen if n not in NAMES)]
