@@ -425,8 +425,8 @@ def agreement(reports: Iterable[dict], membership: Membership, side: str = "befo
 
 def _fabric(name: str, reports: List[dict], membership: Membership, side: str) -> dict:
     # Host by host, each report indexed and let go: 10,000 indexes kept at
-    # once would cost more in the garbage collector's passes than the
-    # comparison itself (bench/bench_agreement.py).
+    # once cost twice the CPU (bench/bench_agreement.py; most likely the
+    # garbage collector's passes over them).
     seen: Dict[str, Dict[object, List[str]]] = {}
     sample: Dict[object, object] = {}  # ident -> the first value that had it
     rows: Dict[str, MustMatch] = {}
