@@ -210,3 +210,46 @@ def test_write_report_file_errors_are_one_paragraph(tmp_path):
     assert str(tmp_path / "missing" / "x.xml") in info.value.message and "\n" not in info.value.message
     with pytest.raises(ReportFileError, match="is a directory"):
         write_report_file(str(tmp_path), "x")
+
+
+# -- fabric agreement ------------------------------------------------------------------
+
+def agreeing_fleet():
+    """Three hosts of fabric f, each as its profile wants; c's MTU and
+    NCCL_IB_TC differ from a's and b's (control/review/agreement.py)."""
+    from nictune.control.review.agreement import Membership, agreement
+    from nictune.host.knobs import nccl
+
+    def one(name, mtu, tc):
+        return host(name, [change("link", "rail0", "mtu", mtu, mtu, "ok"),
+                           change("nccl", "host", "/etc/nccl.conf", nccl.render({"NCCL_IB_TC": tc}),
+                                  nccl.render({"NCCL_IB_TC": tc}), "ok")])
+
+    hosts = [one("a", 9000, 106), one("b", 9000, 106), one("c", 4200, 0)]
+    members = Membership()
+    for h in hosts:
+        members.add(h["host"], "f")
+    return envelope("audit", hosts, agreement=agreement(hosts, members))
+
+
+def test_junit_a_failure_per_outlier_of_a_fabric():
+    root = ET.fromstring(junit(agreeing_fleet()).encode())
+    suite = root.find("testsuite[@name='nictune fabric agreement']")
+    failed = {c.get("name"): c.find("failure") for c in suite.iter("testcase") if c.find("failure") is not None}
+    assert set(failed) == {"mtu on c", "NCCL_IB_TC on c"}
+    assert failed["NCCL_IB_TC on c"].get("type") == "disagreement"
+    assert failed["NCCL_IB_TC on c"].get("message").startswith(
+        "c: NCCL_IB_TC 0, the fabric's majority 106 on 2 host(s): their QPs use the peer's traffic class")
+    assert (suite.get("failures"), root.get("failures")) == ("2", "2")
+    assert int(root.get("tests")) == 3 + int(suite.get("tests"))  # the hosts' cases and the fabric's
+
+
+def test_prometheus_a_series_per_compared_value_and_per_outlier():
+    text = prometheus(agreeing_fleet(), NOW)
+    samples = parse_exposition(text)
+    outliers = {s["name"]: v for s, v in samples["nictune_fabric_value_outliers"]}
+    assert outliers["mtu"] == 1 and outliers["NCCL_IB_TC"] == 1 and outliers["NCCL_IB_SL"] == 0
+    assert sorted((s["name"], s["host"]) for s, _ in samples["nictune_fabric_outlier"]) == [
+        ("NCCL_IB_TC", "c"), ("mtu", "c")]
+    assert "4200" not in text and "106" not in text  # names, never values, in labels
+    assert "nictune_fabric_" not in prometheus(fleet(), NOW)  # no fabric: no agreement series

@@ -37,6 +37,9 @@ def test_a_healthy_rail(health):
         "link_speed_mbps": 400000,
         "pcie_speed_gts": 32, "pcie_width": 16, "pcie_max_speed_gts": 32, "pcie_max_width": 16,
         "rdma_device": "mlx5_0", "rdma_port": 1,
+        # The port's GIDs as NCCL tells them apart (types/<n>, the GID's text).
+        "roce_gids": {"0": "RoCE v1 IPv6 link-local", "1": "RoCE v2 IPv6 link-local",
+                      "2": "RoCE v1 IPv4", "3": "RoCE v2 IPv4"},
         # ethtool -S: only the RoCE-relevant ones; hw_counters: the four that matter
         "counters": {"np_cnp_sent": 567, "np_ecn_marked_roce_packets": 1234, "out_of_sequence": 0,
                      "rp_cnp_handled": 89, "rx_out_of_buffer": 7, "rx_prio0_pause": 0,
@@ -50,6 +53,7 @@ def test_a_port_down_and_trained_below_its_maximum(health):
     assert (facts["pcie_speed_gts"], facts["pcie_width"]) == (16, 8)
     assert (facts["pcie_max_speed_gts"], facts["pcie_max_width"]) == (32, 16)
     assert facts["rdma_device"] == "mlx5_1"
+    assert "roce_gids" not in facts  # entries name the netdev, but no gids/<n> to read
     assert facts["counters"]["np_cnp_sent"] == 0 and "rp_cnp_handled" not in facts["counters"]
 
 

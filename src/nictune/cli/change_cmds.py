@@ -94,15 +94,21 @@ def _run(target: str, opts: Options, out: Printer, here: ThisHost):
             return profile
     try:
         lint = _lint_change(target, base_path, relabelled)
+        members = None
         if opts.inventory is None:
             hosts, base_errors, findings = _local(target, base_path, relabelled, opts, here)
         else:
-            hosts, base_errors, findings = _fleet(target, base_path, relabelled, revision, opts, out)
+            hosts, base_errors, findings, members = _fleet(target, base_path, relabelled, revision,
+                                                           opts, out)
     except BaseException:
         if revision is not None:
             revision.close()
         raise
     report = envelope("plan", hosts, change=change.effect(hosts, base_doc, lint, base_errors))
+    if members:
+        from nictune.control.review.agreement import change_effect
+
+        report["change"]["agreement"] = change_effect(hosts, members)
     if findings:
         report["lint"] = [f.as_dict() for f in findings]
     return report, revision
@@ -151,7 +157,7 @@ def _local(target: str, base_path: Optional[str], relabelled, opts: Options, her
 
 def _fleet(target: str, base_path: Optional[str], relabelled, revision, opts: Options,
            out: Printer):
-    from nictune.cli.fleet_cmds import _gate, _ssh_options, run_jobs
+    from nictune.cli.fleet_cmds import _gate, _ssh_options, fabric_members, run_jobs
     from nictune.control.remote import fleet
     from nictune.control.review.change import BaseProfiles, with_base
     from nictune.inventory import load_inventory
@@ -164,6 +170,7 @@ def _fleet(target: str, base_path: Optional[str], relabelled, revision, opts: Op
     _, document = read_target(target)
     profiles = fleet.Profiles(target, _gate("plan", opts), document)
     bases = BaseProfiles(base_path, _base_layers(revision, opts.inventory, out), relabelled)
+    members = fabric_members([(hosts, profiles)])  # before any host: a bad nictune_fabric stops here
     jobs = fleet.jobs_for("plan", hosts, profiles, _ssh_options(opts), opts.show_file_content)
     by_name = {h.name: h for h in hosts}
     base_errors: Dict[str, dict] = {}
@@ -179,7 +186,7 @@ def _fleet(target: str, base_path: Optional[str], relabelled, revision, opts: Op
     with out.progress("plan", len(jobs)) as tick:
         reports = run_jobs("plan", jobs, opts, tick)  # on the hosts, or from their snapshots
     # As for every fleet plan, the gate's lint warnings are not in the report.
-    return reports, base_errors, []
+    return reports, base_errors, [], members
 
 
 def _base_layers(revision, inventory_path: str, out: Printer):

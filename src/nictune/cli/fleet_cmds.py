@@ -59,7 +59,58 @@ def _run(command: str, target: Optional[str], opts: Options, out: Printer) -> di
     # Every host the limit allows, in inventory order (Ansible's), not the limit's.
     hosts = inventory.select(None, limit=opts.limit)
     profiles = fleet.Profiles(target, _gate(command, opts), document) if kind else None
-    return envelope(command, _pool(_agent_command(command), hosts, profiles, opts, out))
+    # An audit's fabrics before any host is reached: a bad nictune_fabric stops it.
+    members = fabric_members([(hosts, profiles)]) if command == "audit" else None
+    report = envelope(command, _pool(_agent_command(command), hosts, profiles, opts, out))
+    if members:
+        _agree(report, members)
+    return report
+
+
+def fabric_members(plays: list):
+    """The fabric of each host (control/review/agreement.py) and its
+    profile's agreement: section; `plays` is [(inventory hosts, their
+    Profiles)].  Raises InventoryError, naming the variable's file and
+    line, for a nictune_fabric that cannot name a fabric."""
+    from nictune.control.review import agreement
+    from nictune.inventory.errors import InventoryError
+
+    members = agreement.Membership()
+    for hosts, profiles in plays:
+        for host in hosts:
+            value = fleet._plain(host, agreement.FABRIC_VARIABLE)  # no vault, no template
+            try:
+                name = agreement.fabric_name(value)
+            except ValueError as e:
+                file, line = host.where_of(agreement.FABRIC_VARIABLE) or (None, None)
+                raise InventoryError(file, line, f"{agreement.FABRIC_VARIABLE} of host "
+                                                 f"{host.name!r} {e}") from None
+            profile = _profile_or_none(profiles, host) if name is not None else None
+            members.add(host.name, name, getattr(profile, "doc", None))
+    return members
+
+
+def _agree(report: dict, members) -> None:
+    """An audit's fabric agreement, from the reports it read.  A
+    disagreement is drift of the fabric: exit code 2 at least."""
+    from nictune.control.review import agreement
+    from nictune.host.errors import EXIT_PENDING
+
+    for r in report["hosts"]:
+        if r["host"] in members.fabric:
+            r["fabric"] = members.fabric[r["host"]]
+    report["agreement"] = doc = agreement.agreement(report["hosts"], members)
+    if doc["summary"]["disagreeing"]:
+        report["exit_code"] = combined_exit([report["exit_code"], EXIT_PENDING])
+
+
+def _profile_or_none(profiles, host):
+    """The host's profile, already built for its request; None for a host
+    whose profile failed (its report carries the error)."""
+    try:
+        return profiles.for_host(host) if profiles else None
+    except Exception:  # noqa: BLE001 - the same error is in the host's report
+        return None
 
 
 def _cabling_plan(opts: Options):
@@ -146,8 +197,10 @@ def _run_playbook(command: str, path: str, parsed: Parsed, inventory, opts: Opti
         out.warn(warning)
     reports: List[dict] = []
     rollouts = []
-    for play, gate, hosts, name in zip(plays, gates, play_hosts, names):
-        profiles = fleet.PlayProfiles(play, _gate(command, opts))
+    every = [(hosts, fleet.PlayProfiles(play, _gate(command, opts)))
+             for play, hosts in zip(plays, play_hosts)]
+    members = fabric_members(every) if command == "audit" else None
+    for play, gate, (hosts, profiles), name in zip(plays, gates, every, names):
         if command != "apply":
             reports += _pool(_agent_command(command), hosts, profiles, opts, out, play)
             continue
@@ -167,6 +220,8 @@ def _run_playbook(command: str, path: str, parsed: Parsed, inventory, opts: Opti
         if result["stopped"]:
             break  # a stopped play stops the playbook, as in Ansible
     report = envelope(command, reports, **({"rollouts": rollouts} if rollouts else {}))
+    if members:
+        _agree(report, members)
     if rollouts:
         # The same order as for hosts (4, 3, 1, 2): a plain max would rank drift over error.
         report["exit_code"] = combined_exit([report["exit_code"]] + [r["exit_code"] for r in rollouts])

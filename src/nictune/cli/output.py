@@ -215,11 +215,19 @@ class Printer:
         self._fleet_warnings(report["hosts"])
         self._host_table(report["hosts"])
         self._cabling(report.get("cabling"))
+        self._agreement(report.get("agreement"))
         self.line(_fleet_summary(report), "bold")
 
     def _cabling(self, doc) -> None:
         """The cabling plan's verdict, and a line per rail not as planned."""
         from nictune.control.review.cabling import text_lines
+
+        for line in text_lines(doc):
+            self.line(line, "bold red" if line.startswith("  ") else "bold")
+
+    def _agreement(self, doc) -> None:
+        """Each fabric's verdict, and a line per value its hosts disagree on."""
+        from nictune.control.review.agreement import text_lines
 
         for line in text_lines(doc):
             self.line(line, "bold red" if line.startswith("  ") else "bold")

@@ -60,13 +60,24 @@ def fleet_summary(report: dict) -> str:
     rollouts = report.get("rollouts") or []
     not_started = sum(len(r.get("not_started") or []) for r in rollouts)
     stops = [r["stopped"].get("message", "") for r in rollouts if isinstance(r.get("stopped"), dict)]
+    fabric = _fabric_words(report.get("agreement"))
     if not (not_started or stops):
-        return f"{len(hosts)} host(s): {parts or 'none selected'}."
+        return f"{len(hosts)} host(s): {parts or 'none selected'}{fabric}."
     # A rollout that stopped before a batch ran has no host report: say why,
     # not "none selected".
     ran = f"{len(hosts)} host(s): {parts}" if hosts else "no host was written"
     why = f", the rollout stopped: {'; '.join(m.rstrip('.') for m in stops)}" if stops else ""
     return f"{ran}; {not_started} host(s) not started{why}."
+
+
+def _fabric_words(doc) -> str:
+    """"; 2 fabric value(s) disagree on 5 host(s)": why an audit whose
+    hosts are all ok exits 2 (control/review/agreement.py)."""
+    summary = (doc or {}).get("summary") or {}
+    if not summary.get("disagreeing"):
+        return ""
+    return (f"; {summary['disagreeing']} fabric value(s) disagree on "
+            f"{summary['outlier_hosts']} host(s)")
 
 
 def value(v) -> str:

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..host.facts import nicclass
+from ..host.facts.rdma import IB_MTUS, ROCE_HEADERS, roce_mtu
 from ..host.transaction.aside import IPV6_MIN_MTU
 from ..host.knobs.nccl import HCA_ITEM, nccl_list
 from ..host.knobs.sysctl import SPREAD, normalise, spread_note
@@ -57,11 +58,7 @@ MACSEC_SECTAG_SCI, MACSEC_ICV, ETH_PAYLOAD = 16, 16, 1500
 # IV (8), pad length and next header (2), up to 3 bytes of padding, ICV (16).
 ESP_OVERHEAD = 8 + 8 + 2 + 3 + 16
 
-# include/rdma/ib_addr.h iboe_get_mtu(): the netdev MTU minus the RoCE
-# headers (GRH 40 + UDP 8 + BTH 12 + XRC 4 + AtomicETH 28 + ICRC 4 bytes)
-# is rounded down to an IB MTU of 256..4096.
-ROCE_HEADERS = 96
-IB_MTUS = (4096, 2048, 1024, 512, 256)
+# IB_MTUS, ROCE_HEADERS, roce_mtu: the kernel's RoCE MTU rule (host/facts/rdma.py).
 
 # NVIDIA's usual RoCE recipe puts CNPs on DSCP 48 / priority 6, a class of
 # their own that no PFC pause can hold back.
@@ -162,12 +159,6 @@ def _esp_on_entry(entry: dict, crypto: dict, at) -> Tuple[Optional[str], Optiona
     return None, at("ipsec", "sas") if sas else None
 
 
-def roce_mtu(netdev_mtu: int) -> Optional[int]:
-    """The RoCE path MTU a netdev MTU allows, as the kernel computes it."""
-    room = netdev_mtu - ROCE_HEADERS
-    return next((m for m in IB_MTUS if room >= m), None)
-
-
 def lint_file(path: str) -> List[Finding]:
     """Load (schema and extends included) and lint; raises ProfileError."""
     return lint(load_profile(path))
@@ -253,6 +244,7 @@ class _Linter:
         self.host_side_effects()
         self.nccl_rules(entries)
         self.host_tc_rules(entries)
+        self.agreement_rules()
         return self.findings
 
     # -- PCIe settings that slow GPUDirect RDMA (knobs/pcie.py) ---------------
@@ -279,6 +271,22 @@ class _Linter:
                      f"{name} expects a translating IOMMU without ATS: every GPUDirect RDMA "
                      "transfer waits for an IOMMU translation in the root complex (iommu=pt at "
                      "boot, or ATS on the NIC, avoids it)", at("iommu"))
+    # -- fleet agreement: variables compared that the profile never sets --------
+    def agreement_rules(self) -> None:
+        """agreement.env names variables the hosts' files must share; a file
+        the profile does not write is not in the hosts' reports, so nothing
+        is compared (control/review/agreement.py)."""
+        wanted = _get(self.doc, "agreement", "env")
+        if not isinstance(wanted, dict):
+            return
+        host = self.doc.get("host") or {}
+        for family, names in wanted.items():
+            if not isinstance(names, list) or isinstance(host.get(family), dict):
+                continue
+            self.add("agreement-file-unset", WARNING,
+                     f"agreement.env.{family} lists {', '.join(map(str, names))}, but the profile "
+                     f"writes no host.{family} file: the hosts' reports carry no {family} values, "
+                     "so nothing of it is compared", self.p.source("agreement", "env", family))
 
     # -- ring sizes the NIC class would round or refuse -----------------------
     def rings_rules(self, name: str, entry: dict) -> None:

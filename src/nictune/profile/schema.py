@@ -275,6 +275,30 @@ _SWITCH_ID = r"^[0-9a-fA-F]{2,64}$"
 register_words({_SWITCH_ID: "a switch id: 2-64 hex digits, as /sys/class/net/X/phys_switch_id shows it"})
 
 
+def _agreement() -> dict:
+    """The profile's say in fleet agreement (control/review/agreement.py):
+    the controller reads it; hosts ignore it."""
+    from nictune.control.review.agreement import ENV_FAMILIES, NAMES
+    from nictune.host.knobs import load
+
+    variables = {family: {"type": "array", "items": _text(load(family).syntax.name_pattern, 128),
+                          "uniqueItems": True, "maxItems": 64,
+                          "description": f"More {family} variables every host of the fabric must share."}
+                 for family in ENV_FAMILIES}
+    return {"type": "object", "additionalProperties": False,
+            "description": "Fleet agreement: `nictune audit` compares, per fabric (the hosts with the same "
+                           "nictune_fabric inventory variable), the values every host must share, and "
+                           "names the hosts that differ. This section tunes the set for the hosts of "
+                           "this profile.",
+            "properties": {
+                "skip": {"type": "array", "items": {"enum": list(NAMES)}, "uniqueItems": True,
+                         "maxItems": len(NAMES),
+                         "description": "Values these hosts take no part in comparing."},
+                "env": {"type": "object", "additionalProperties": False, "properties": variables,
+                        "description": "Variables to compare besides the declared set, by the file "
+                                       "they are in (host.nccl, host.ucx, host.nvshmem)."}}}
+
+
 def build(families=REGISTERED) -> Dict[str, Any]:
     """The whole profile schema, with the families' sections in their
     registration order."""
@@ -346,6 +370,7 @@ def build(families=REGISTERED) -> Dict[str, Any]:
             },
             "on_unsupported": _on_unsupported("the host or a device"),
             "on_drift": _on_drift("the host or a device"),
+            "agreement": _agreement(),
             "host": {"type": "object", "description": "Host-wide settings.",
                      "properties": host_props, "additionalProperties": False},
             "interfaces": {

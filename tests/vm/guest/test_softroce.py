@@ -86,6 +86,23 @@ def test_discovery_matches_sysfs_and_the_rdma_tool(softroce):
     assert (link["port"], link["netdev"], link["state"]) == (1, softroce.ifname, "ACTIVE")
 
 
+def test_health_facts_give_what_fleet_agreement_compares(softroce):
+    """The kinds of the port's GIDs built from the netdev (host/facts/health.py),
+    as sysfs shows them."""
+    from nictune.host.facts.health import Health
+
+    host = Host("/")
+    [iface] = [i for i in host.interfaces() if i.name == softroce.ifname]
+    facts = Health(host).of(iface)
+    kinds = {int(index): kind for index, kind in facts["roce_gids"].items()}
+    table = [row for row in sysfs_gid_table(softroce.ibdev) if row[3] == softroce.ifname]
+    assert table and set(kinds) == {index for index, _, _, _ in table}
+    assert kinds[expected_gid_index(softroce)] == "RoCE v2 IPv4"
+    for index, gid, kind, _ in table:
+        assert kinds[index].startswith("RoCE v2" if kind == "RoCE v2" else "RoCE v1"), (index, kind)
+        assert kinds[index].endswith("IPv4") == gid.startswith("0000:0000:0000:0000:0000:ffff:"), (index, gid)
+
+
 def roce_profile(tmp_path, sr, mode: str, tos: int) -> str:
     path = tmp_path / f"roce-{mode}-{tos}.yaml"
     path.write_text(

@@ -24,7 +24,7 @@ from nictune.host.agent import verdict
 from nictune.host.errors import TransportError
 
 # Fields only the controller sets (ssh.py, fleet.py).
-_CONTROLLER_FIELDS = ("transport", "unreachable")
+_CONTROLLER_FIELDS = ("transport", "unreachable", "fabric")
 
 
 class ProtocolError(TransportError):

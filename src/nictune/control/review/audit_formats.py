@@ -122,6 +122,13 @@ def junit(envelope: dict) -> str:
     root = ET.Element("testsuites", name=suite_name, **counts, time=f"{seconds:.3f}")
     suite = ET.SubElement(root, "testsuite", name=suite_name, **counts, skipped="0", time=f"{seconds:.3f}")
     suite.extend(cases)
+    if envelope.get("agreement"):
+        fabric_cases = _agreement_cases(envelope["agreement"])
+        bad = sum(1 for c in fabric_cases if c.find("failure") is not None)
+        ET.SubElement(root, "testsuite", name="nictune fabric agreement", tests=str(len(fabric_cases)),
+                      failures=str(bad), errors="0", skipped="0", time="0.000").extend(fabric_cases)
+        root.set("tests", str(len(cases) + len(fabric_cases)))
+        root.set("failures", str(failures + bad))
     if envelope.get("cabling"):
         _cabling_suite(root, envelope["cabling"])
     ET.indent(root)
@@ -162,6 +169,31 @@ def _cabling_suite(root: ET.Element, doc: dict) -> None:
     suite.extend(cases)
     for name, add in (("tests", len(cases)), ("failures", failures)):
         root.set(name, str(int(root.get(name, "0")) + add))
+def _agreement_cases(doc: dict) -> List[ET.Element]:
+    """A testcase per value a fabric agrees on; per value it does not, a
+    testcase with a failure per outlier host (JUnit takes one failure per
+    testcase: control/review/agreement.py)."""
+    from nictune.control.review.agreement import sentence
+
+    cases = []
+    for fabric in doc.get("fabrics") or []:
+        name = fabric["fabric"]
+        for row in fabric["values"]:
+            classname = _xml_text(f"nictune.fabric.{name}")
+            if row["agree"]:
+                cases.append(ET.Element("testcase", classname=classname, name=_xml_text(row["name"]), time="0.000"))
+                continue
+            for outlier in row["outliers"]:
+                for host in outlier["hosts"]:
+                    case = ET.Element("testcase", classname=classname,
+                                      name=_xml_text(f"{row['name']} on {host}"), time="0.000")
+                    message = (f"{host}: {row['name']} {outlier['shown']}, the fabric's majority "
+                               f"{row['majority']['shown']} on {row['majority']['count']} host(s): "
+                               f"{row['predicts']}")
+                    ET.SubElement(case, "failure", type="disagreement", message=_xml_text(message)).text = \
+                        _xml_text(sentence(name, row))
+                    cases.append(case)
+    return cases
 
 
 # -- JUnit of a playbook's rollouts (apply --junit) ------------------------------
@@ -306,6 +338,9 @@ _METRICS = {
     "nictune_audit_drifted_keys": "Number of settings on the host that differ from the profile.",
     "nictune_audit_switch_mismatch": "Whether the rail's switch port disagrees with the profile on a check (1) or agrees (0).",
     "nictune_audit_last_run_timestamp_seconds": "When nictune last audited the host, in seconds since the Unix epoch.",
+    "nictune_fabric_value_outliers": "Hosts of the fabric whose value differs from the fabric's majority "
+                                     "(0: every host agrees), per must-match value.",
+    "nictune_fabric_outlier": "1 for each host whose must-match value differs from its fabric's majority.",
 }
 
 
@@ -344,14 +379,35 @@ def prometheus(envelope: dict, now: float) -> str:
             name, host.get("changes") or [], (MISMATCHED,), "nictune_audit_switch_mismatch"))
         families["nictune_audit_drifted_keys"].append(_sample(
             "nictune_audit_drifted_keys", labels, str(len(drifted(host)))))
+    _agreement_samples(envelope.get("agreement") or {}, families)
     lines: List[str] = []
     for metric, samples in families.items():
         if metric == "nictune_audit_switch_mismatch" and not samples:
             continue  # only with switch: checks (knobs/switch.py)
+        if metric.startswith("nictune_fabric_") and not envelope.get("agreement"):
+            continue  # no host names a fabric: no agreement, not "0 outliers"
         lines.append(f"# HELP {metric} {_METRICS[metric]}")
         lines.append(f"# TYPE {metric} gauge")
         lines.extend(samples)
     return "\n".join(lines) + "\n"
+
+
+def _agreement_samples(doc: dict, families: dict) -> None:
+    """A series per value each fabric compares (its outlier count) and one
+    per outlier host: the values themselves stay out of the labels."""
+    seen: set = set()
+    for fabric in doc.get("fabrics") or []:
+        name = printable(fabric["fabric"])
+        for row in fabric["values"]:
+            labels = {"fabric": name, "name": printable(row["name"])}
+            if tuple(labels.values()) in seen:
+                continue
+            seen.add(tuple(labels.values()))
+            hosts = sorted({printable(h) for o in row["outliers"] for h in o["hosts"]})
+            families["nictune_fabric_value_outliers"].append(_sample(
+                "nictune_fabric_value_outliers", labels, str(len(hosts))))
+            families["nictune_fabric_outlier"].extend(
+                _sample("nictune_fabric_outlier", {**labels, "host": h}, "1") for h in hosts)
 
 
 def _drift_samples(host: str, changes: Iterable[dict], bad: tuple = DRIFTED,

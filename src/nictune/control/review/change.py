@@ -32,7 +32,11 @@ The change document (`"change"` in the `--json` envelope), format 1:
      "effect": [{"hosts": [...], "rows": [ROW, ...]}, ...],   # most hosts first
      "drift": [{"hosts": [...], "rows": [DRIFT, ...]}, ...],
      "errors": [{"host", "side": "new"|"base", "kind", "message"}],
-     "lint": {"introduced": [FINDING], "fixed": [FINDING]}}
+     "lint": {"introduced": [FINDING], "fixed": [FINDING]},
+     "agreement": {"hosts", "rows", "fixed_hosts", "after"}}  # hosts in a fabric only
+    (agreement: control/review/agreement.py change_effect: the hosts the change
+    makes disagree with their fabric, the rows, the hosts it brings back, and
+    the agreement document of what the new profile wants.)
     ROW:   {"key": {family, target, name}, "change": "changed"|"added"|"removed",
             "old": WANT | null, "new": WANT | null}
     WANT:  {"value": ..., "bound": null|"min"|"max", "source": "file:line"}
@@ -294,6 +298,11 @@ def text_lines(doc: dict) -> List[str]:
     out = [f"Change against {base_label(doc['base'])}: {s['affected']} of {s['hosts']} host(s) "
            f"affected, in {s['groups']} group(s); {s['drifted']} host(s) already drift from the "
            f"base; {s['errors']} host(s) with errors."]
+    from nictune.control.review.agreement import change_line
+
+    fabric = change_line(doc.get("agreement"))
+    if fabric:
+        out.append(fabric)
     for g in doc["effect"]:
         out.append(f"effect on {len(g['hosts'])} host(s): {listing(g['hosts'])}")
         out += _table(("target", "setting", "old wanted", "new wanted", "old source", "new source"),

@@ -224,6 +224,8 @@ def report(envelope: dict, target: str = "", show_ok: bool = False, limit: int =
         return "\n".join(out)
 
     add_groups(budget, groups, render, "host")
+    if envelope.get("agreement"):
+        budget.add(agreement_block(envelope["agreement"], "Fabric agreement"))
     lint = envelope.get("lint") or []
     if lint:
         budget.add(_lint_table("Lint", [("", f) for f in lint]))
@@ -272,6 +274,33 @@ def _cabling_note(row: dict) -> str:
     if row.get("planned_for"):
         return f"planned for {row['planned_for']}"
     return ""
+def _fabric_line(effect: Optional[dict]) -> Optional[str]:
+    from nictune.control.review.agreement import change_line
+
+    line = change_line(effect)
+    if line and effect["hosts"]:
+        return f"**{esc(line)}**"
+    return esc(line) if line else None
+
+
+def agreement_block(doc: dict, title: str) -> str:
+    """Each fabric's disagreements (control/review/agreement.py): a row per
+    value and outlier value, with the failure it predicts."""
+    rows = []
+    for f in doc.get("fabrics") or []:
+        for row in f["values"]:
+            for o in row["outliers"]:
+                rows.append((code(f["fabric"], True), code(row["name"], True),
+                             code(f"{row['majority']['shown']}", True) + f" on {row['majority']['count']:,}",
+                             code(o["shown"], True) + f" on {len(o['hosts']):,}: " +
+                             ", ".join(code(h, True) for h in o["hosts"][:HOSTS_INLINE]) +
+                             (f" and {len(o['hosts']) - HOSTS_INLINE:,} more" if len(o["hosts"]) > HOSTS_INLINE else ""),
+                             esc(row["predicts"])))
+    fabrics = len(doc.get("fabrics") or [])
+    if not rows:
+        return f"#### {esc(title)}\n\nEvery value agrees in each of {fabrics} fabric(s).\n"
+    return (f"#### {esc(title)}\n\n" +
+            table(("fabric", "value", "majority", "outliers", "predicted failure"), rows))
 
 
 def _lint_table(title: str, findings: List[tuple]) -> str:
@@ -301,6 +330,9 @@ def change(envelope: dict, target: str = "", limit: int = LIMIT) -> str:
         summary.append(f"**{s['errors']:,} host(s) could not be planned** (see Errors).")
     summary.append(f"Lint: {len(lint['introduced'])} finding(s) introduced, "
                    f"{len(lint['fixed'])} fixed.")
+    fabric = _fabric_line(doc.get("agreement"))
+    if fabric:
+        summary.append(fabric)
     if envelope.get("error"):
         summary.append(f"**Error:** {esc(envelope['error'].get('message', ''))}")
     budget.must("\n".join(f"- {line}" for line in summary) + "\n")
@@ -328,6 +360,8 @@ def change(envelope: dict, target: str = "", limit: int = LIMIT) -> str:
         budget.add(_lint_table("Lint findings this change introduces or fixes",
                                [("introduced", f) for f in lint["introduced"]]
                                + [("fixed", f) for f in lint["fixed"]]))
+    if (doc.get("agreement") or {}).get("hosts"):
+        budget.add(agreement_block(doc["agreement"]["after"], "Fabric disagreements once this change is applied"))
     if doc["effect"]:
         budget.must("#### What this change does\n")
         add_groups(budget, doc["effect"], render, "effect")

@@ -11,6 +11,9 @@ through Host.path(), so tests point the Host at a fixture tree.
     pcie_speed_gts, pcie_width  /sys/class/net/X/device/current_link_{speed,width}
     pcie_max_speed_gts, pcie_max_width              .../max_link_{speed,width}
     rdma_device, rdma_port      the RDMA port whose GID table names X
+    roce_gids                   that port's GIDs built from X: {index: "RoCE v2
+                                IPv4" | "RoCE v1 IPv6" | ...}, from gids/<n> and
+                                gid_attrs/types/<n> of the populated entries only
     counters                    ethtool statistics (ETHTOOL_GSTATS) and the
                                 RDMA port's hw_counters, RoCE-relevant ones
                                 (ROCE_HEALTH: the names that say "RoCE is
@@ -215,7 +218,7 @@ class Health:
         self.source = counter_source(host)
         self._read_stats = stats if stats is not None else self.source.ethtool_stats
         self._stats: Dict[str, Dict[str, int]] = {}
-        self._ports: Optional[Dict[str, Tuple[str, int]]] = None
+        self._ports: Optional[Dict[str, list]] = None  # rdma.populated()
         self._ipsec = None  # host.ipsec.IpsecView, made on first use
         self._sa_present: Optional[bool] = None  # _any_sa()
         self._tls: Optional[Dict[str, int]] = None
@@ -242,6 +245,9 @@ class Health:
         port = self.rdma_port(name)
         if port:
             facts["rdma_device"], facts["rdma_port"] = port
+            kinds = self.gid_kinds(name)
+            if kinds:
+                facts["roce_gids"] = kinds
         counters = self.counters(name, roce_only=True)
         if counters:
             facts["counters"] = counters
@@ -353,9 +359,25 @@ class Health:
 
     def rdma_port(self, ifname: str) -> Optional[Tuple[str, int]]:
         """(RDMA device, port) whose GID table is built from `ifname`."""
+        entries = self._gid_entries().get(ifname)
+        return entries[0][:2] if entries else None
+
+    def gid_kinds(self, ifname: str) -> Dict[str, str]:
+        """{index: "RoCE v2 IPv4"...} of the GIDs built from `ifname` on its
+        port: what NCCL_IB_GID_INDEX points at, or what NCCL may select."""
+        entries = self._gid_entries().get(ifname) or []
+        port = entries[0][:2] if entries else None
+        kinds = {}
+        for dev, number, index in entries:
+            kind = rdma.gid_kind(self.host, dev, number, index) if (dev, number) == port else None
+            if kind:
+                kinds[str(index)] = kind
+        return kinds
+
+    def _gid_entries(self) -> Dict[str, list]:
         if self._ports is None:
-            self._ports = rdma.netdev_ports(self.host)
-        return self._ports.get(ifname)
+            self._ports = rdma.populated(self.host)
+        return self._ports
 
 
 def _read_counters(io, base: str, names, out: Dict[str, int]) -> None:

@@ -33,6 +33,21 @@ ROCE_V1 = "IB/RoCE v1"
 _ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 
 
+# include/rdma/ib_addr.h iboe_get_mtu(): the netdev MTU minus the RoCE
+# headers (GRH 40 + UDP 8 + BTH 12 + XRC 4 + AtomicETH 28 + ICRC 4 bytes)
+# is rounded down to an IB MTU of 256..4096.  RoCE drivers report it as
+# the port's active MTU (mlx5_ib, rxe: min(its maximum, this)); sysfs has
+# no file for it, so it is worked out from the netdev MTU.
+ROCE_HEADERS = 96
+IB_MTUS = (4096, 2048, 1024, 512, 256)
+
+
+def roce_mtu(netdev_mtu: int) -> Optional[int]:
+    """The RoCE path MTU a netdev MTU allows, as the kernel computes it."""
+    room = netdev_mtu - ROCE_HEADERS
+    return next((m for m in IB_MTUS if room >= m), None)
+
+
 def check_ibdev(name: object) -> str:
     """mlx5_0, mana_0, rxe0 ... (the kernel allows more; we refuse anything
     that could leave the directory or reach a shell)."""
@@ -115,18 +130,40 @@ def gids(host, device: str, port: int) -> list:
 
 def netdev_ports(host) -> Dict[str, Tuple[str, int]]:
     """{netdev: (device, port)} for every netdev a GID entry is built from;
-    the first port in device and port order wins.  Reads only
+    the first port in device and port order wins."""
+    return {netdev: entries[0][:2] for netdev, entries in populated(host).items()}
+
+
+def populated(host) -> Dict[str, list]:
+    """{netdev: [(device, port, index), ...]}: the populated GID entries
+    built from each netdev, in device, port and index order.  Reads only
     gid_attrs/ndevs: an unpopulated entry's read fails (EINVAL), so an
     entry that names a netdev is a populated one."""
-    found: Dict[str, Tuple[str, int]] = {}
+    found: Dict[str, list] = {}
     for dev in devices(host):
         for port in ports(host, dev):
             ndevs = host.path(IB_CLASS, dev, "ports", str(port), "gid_attrs", "ndevs")
             for n in _numbers(host.io, ndevs):
                 netdev = _read(os.path.join(ndevs, str(n)), host.io)
                 if netdev:
-                    found.setdefault(netdev, (dev, port))
+                    found.setdefault(netdev, []).append((dev, port, n))
     return found
+
+
+def gid_kind(host, device: str, port: int, index: int) -> Optional[str]:
+    """"RoCE v2 IPv4", "RoCE v1 IPv6", "RoCE v2 IPv6 link-local"... of one
+    populated entry, as NCCL tells GIDs apart (getGidAddrFamily,
+    linkLocalGid); None when unreadable.  From the text alone, without
+    ipaddress: kept off the agent's start-up."""
+    base = host.path(IB_CLASS, check_ibdev(device), "ports", str(port))
+    kind = _read(os.path.join(base, "gid_attrs", "types", str(index)), host.io)
+    gid = _read(os.path.join(base, "gids", str(index)), host.io)
+    if not kind or not gid or gid == _ZERO_GID:
+        return None
+    version = "RoCE v2" if kind == ROCE_V2 else "RoCE v1"
+    if gid.startswith("0000:0000:0000:0000:0000:ffff:"):
+        return f"{version} IPv4"
+    return f"{version} IPv6" + (" link-local" if gid.startswith("fe80:0000:0000:0000:") else "")
 
 
 def port_of(host, ifname: str) -> Optional[tuple]:
