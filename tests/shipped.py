@@ -13,7 +13,10 @@ from nictune.profile.loader import load_profile, load_profile_text
 from nictune.profile.schema import SCHEMA
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CX7 = load_profile(os.path.join(REPO, "profiles", "connectx7-training.yaml"))
+CX7_TRAINING = load_profile(os.path.join(REPO, "profiles", "connectx7-training.yaml"))
+# The training profile without its PCIe section (the file says why).
+CX7_PATH = os.path.join(REPO, "tests", "fixtures", "profiles", "connectx7-training-no-pcie.yaml")
+CX7 = load_profile(CX7_PATH)
 MAIA = load_profile(os.path.join(REPO, "profiles", "maia-mana.yaml"))
 # The shipped profile names the TSO bits; ethtool's "tso" alias stands for
 # every tx-tcp*-segmentation bit, mixed on a fresh MANA VF.

@@ -26,7 +26,7 @@ from nictune.profile import SCHEMA
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROFILES = os.path.join(REPO, "profiles")
-CX7 = os.path.join(PROFILES, "connectx7-training.yaml")
+CX7 = os.path.join(REPO, "tests", "fixtures", "profiles", "connectx7-training-no-pcie.yaml")
 
 
 def invoke(*args: str):
@@ -186,7 +186,7 @@ def test_invalid_netns_name(tmp_path):
 
 
 def test_fleet_options_and_playbooks_need_an_inventory(tmp_path):
-    playbook = os.path.join(os.path.dirname(CX7), "..", "playbooks", "connectx7-fleet.yaml")
+    playbook = os.path.join(REPO, "playbooks", "connectx7-fleet.yaml")
     result = invoke("plan", playbook, "--state-dir", str(tmp_path))
     assert result.exit_code == 1
     assert "is a playbook" in one_paragraph(result.stderr) and "-i INVENTORY" in result.stderr

@@ -101,8 +101,8 @@ def test_the_apply_order_keeps_its_rules():
     assert before("dcb", "roce")             # ECN enables follow the DCB priorities
     # MTU and state last of what is written; then the expectations and the
     # switch port's view, only read.
-    assert order[-4:] == ["link", "expect", "switch", "gpudirect"]
-    assert [f.name for f in FAMILIES if f.read_only] == ["expect", "switch", "gpudirect"]
+    assert order[-4:] == ["link", "expect", "gpudirect", "switch"]
+    assert [f.name for f in FAMILIES if f.read_only] == ["expect", "gpudirect", "switch"]
 
 
 class _Toy(Family):

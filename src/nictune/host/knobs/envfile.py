@@ -241,7 +241,7 @@ class OwnedFileFamily(Family):
     """A file nictune owns whole (see the module docstring); a subclass
     names its section, its default path and its Syntax."""
 
-    position = 20
+    position = 12
     position_note = "with the sysctls, before any device setting: a file cannot cut the management path"
     section: ClassVar[str] = ""
     values_key: ClassVar[str] = "env"  # the section's mapping of settings

@@ -269,7 +269,7 @@ host:
   enroot_mounts:
     mounts: {/etc/nccl.conf: /etc/nccl.conf}
 """
-    position = 21  # after host.nccl, whose file it binds
+    position = 20  # after host.nccl (12), whose file it binds
     name = "enroot_mounts"
     host_sections = ("enroot_mounts",)
     settings = ("enroot_mounts.path", "enroot_mounts.mounts", "enroot_mounts.adopt",
