@@ -86,7 +86,11 @@ def test_a_shaped_rail_fails_the_gate_naming_pair_and_rail(rails_fleet, tmp_path
     assert not result["passed"]
     [tcp] = rows_of(result, b.name, a.name, "iperf3-tcp")
     assert not tcp["passed"] and tcp["figures"]["gbps"] < 0.1 and "min_gbps 0.5" in tcp["why"]
-    assert f"batch 3: the traffic gate failed: {b.name} > {a.name} on data0 (iperf3-tcp)" in result["message"]
+    # The other direction rides b's bucket too (its ACKs): on a loaded
+    # machine it may fall short as well, so the shaped pair is looked for
+    # among the failures named, not first.
+    assert result["message"].startswith("batch 3: the traffic gate failed: ")
+    assert f"{b.name} > {a.name} on data0 (iperf3-tcp)" in result["message"]
     assert iperf3_left(rails_fleet) == []
 
 

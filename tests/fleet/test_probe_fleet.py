@@ -52,7 +52,7 @@ def test_audits_through_the_probe_equal_the_agents(make_fleet, tmp_path, monkeyp
     assert len(learned) >= 3
     for path in learned:  # questions only: nothing a host answered is kept
         kept = json.load(open(path))
-        assert set(kept) == {"format", "files", "kernel", "nofollow"}
+        assert set(kept) == {"format", "files", "kernel", "nofollow"}, kept
         assert "NCCL_DEBUG" not in json.dumps(kept)
 
     second = audit(fleet, profile)
@@ -73,9 +73,13 @@ def test_audits_through_the_probe_equal_the_agents(make_fleet, tmp_path, monkeyp
     for name in probed:
         assert comparable(probed[name]) == comparable(agents[name]), name
     assert drift_of(probed[a.name]) == {("rail1", "mtu"), ("rail0", "rx-gro")}
-    assert drift_of(probed[b.name]) == {("host", "net.ipv4.tcp_ecn"), ("rail1", "net.ipv4.conf.rail1.arp_ignore")}
-    # A file nictune did not write is not nictune's to replace: both paths say so.
-    assert [ch["status"] for ch in probed[b.name]["changes"] if ch["key"]["family"] == "nccl"] == ["unsupported"]
+    # A file nictune did not write that differs is drift to an audit (an
+    # apply would still refuse to replace it without adopt: true): both
+    # paths say so.
+    assert drift_of(probed[b.name]) == {("host", "net.ipv4.tcp_ecn"), ("rail1", "net.ipv4.conf.rail1.arp_ignore"),
+                                        ("host", "/etc/nccl.conf")}
+    [nccl] = [ch for ch in probed[b.name]["changes"] if ch["key"]["family"] == "nccl"]
+    assert nccl["status"] == "drift" and "adopt: true" in nccl["note"], nccl
     assert drift_of(probed[c.name]) == set()
 
     # A new matching interface on c: its reads were never asked, so c's agent

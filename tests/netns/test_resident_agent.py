@@ -315,5 +315,5 @@ def test_a_link_whose_name_is_not_utf8_stops_neither_the_agent_nor_its_metrics(l
     r = lab.run(lab.ns_a, [sys.executable, "-c", "import urllib.request; print(urllib.request"
                            ".urlopen('http://127.0.0.1:9463/metrics', timeout=5).status)"])
     assert r.stdout.strip() == "200", r.stderr
-    assert wait_for(lambda: textfile.exists() and 'interface="nt:xff:xfe"' in textfile.read_text(),
+    assert wait_for(lambda: textfile.exists() and 'device="nt:xff:xfe"' in textfile.read_text(),
                     10), a.stop()
