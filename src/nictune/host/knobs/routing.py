@@ -46,6 +46,23 @@ IPV4 = r"^((25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1?[0-9]
 _SCOPE_LINK, _SCOPE_UNIVERSE, _RTN_UNICAST = 253, 0, 1
 
 
+# What one "N+rail" claims for lint's collision check: N to N + MAX_RAILS - 1.
+MAX_RAILS = 32
+# The ARP sysctls rails in one subnet need, and the values that do.
+ARP_SYSCTLS = {"ipv4.arp_ignore": (1, 2), "ipv4.arp_announce": (2,)}
+ARP_NOTE = "arp_ignore 1 or 2, arp_announce 2"
+
+
+def claimed(spec) -> set:
+    """The numbers a `table`/`priority` value may take over the rails (lint)."""
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        return {spec}
+    if isinstance(spec, str) and spec.endswith("+rail") and spec[:-5].isdigit():
+        base = int(spec[:-5])
+        return set(range(base, base + MAX_RAILS))
+    return set()
+
+
 def rail_number(spec, index: int) -> int:
     """A `table`/`priority` value for the rail at `index`: a number as is,
     "N+rail" as N + index."""
