@@ -50,6 +50,12 @@ observed.json) says what the host's kernel shows:
                RAW QP, DPDK, holds the MANA port's vPort)
     facts      {ifname: {fact: value}}: facts the driver rules
                (nicclass.RULES) ask of a port beyond those the fake derives
+    addresses, rules, routes
+               lists of dicts as host/transports/netlink/inet.py's
+               addresses(), rules() and routes() give them (addresses may
+               name only dev, local and prefixlen: IPv4 is the default),
+               served and changed by FakeInet; empty when left out, never
+               this machine's own
 
 An observed.json may start from a recorded state and change parts of it:
 {"base": "cx7-host", ...overlay...}; mappings merge, null deletes, and
@@ -195,6 +201,9 @@ class FakeKernel:
         self.buffers = {name: {"owner": dev.get("buffer_owner", "firmware"), "headroom_for_m": None}
                         for name, dev in self.state.get("dcb", {}).items()}
         self.tunables = copy.deepcopy(self.state.get("tunables", {}))
+        self.addresses = [{"family": 4, **a} for a in self.state.get("addresses", [])]
+        self.rules = copy.deepcopy(self.state.get("rules", []))
+        self.routes = copy.deepcopy(self.state.get("routes", []))
         self.faults: list = []
         self.writes: list = []  # (op, ifname, values) of every write that reached the kernel
         self.on_write: list = []  # callables(op, ifname, values), run before each write
@@ -885,6 +894,57 @@ class FakeCounters:
         self.io.sleep(seconds)
 
 
+class FakeInet:
+    """Addresses, rules and routes (netlink/inet.py's Inet) of a FakeKernel:
+    an exact duplicate is EEXIST and a delete of what is not there ENOENT,
+    as rtnetlink answers."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def addresses(self, names):
+        return copy.deepcopy(self.kernel.addresses)
+
+    def rules(self):
+        return copy.deepcopy(self.kernel.rules)
+
+    def routes(self, names):
+        return copy.deepcopy(self.kernel.routes)
+
+    def add_rule(self, r: dict) -> None:
+        self._add(self.kernel.rules, dict(r))
+
+    def delete_rule(self, r: dict) -> None:
+        self._delete(self.kernel.rules, r)
+
+    def add_route(self, r: dict, index, expires=None) -> None:
+        self._add(self.kernel.routes, dict(r))
+
+    def delete_route(self, r: dict, index) -> None:
+        self._delete(self.kernel.routes, r)
+
+    def _add(self, table: list, item: dict) -> None:
+        if item in table:
+            raise OSError(errno.EEXIST, "File exists")
+        self.kernel.writes.append(("inet", item.get("dev"), item))
+        table.append(item)
+
+    def _delete(self, table: list, item: dict) -> None:
+        if item not in table:
+            raise OSError(errno.ENOENT, "No such file or directory")
+        self.kernel.writes.append(("inet-delete", item.get("dev"), item))
+        table.remove(item)
+
+
 class FakeHost(Host):
     """nictune's Host over a FakeKernel; files live under `root`."""
 
@@ -908,6 +968,9 @@ class FakeHost(Host):
 
     def rtnl(self):
         return self._rtnl
+
+    def inet(self):
+        return FakeInet(self.kernel)
 
     def ethtool(self):
         return self._ethtool
