@@ -174,8 +174,10 @@ interfaces:
         if what is None or "priority" not in what:
             return None
         for rule in self._rules:
-            if rule["priority"] == what["priority"] and rule["family"] == 4 \
-                    and not _same(rule, what, _RULE_FIELDS):
+            # nictune's own rules into the same table (a rail with two
+            # addresses) share the priority by design.
+            ours = rule["proto"] == RTPROT_NICTUNE and rule["table"] == what["table"]
+            if rule["priority"] == what["priority"] and rule["family"] == 4 and not ours:
                 return (f"priority {what['priority']} already holds another rule (from "
                         f"{rule['src'] or 'all'} lookup {rule['table']}): choose another priority")
         return None
