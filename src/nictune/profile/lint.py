@@ -26,6 +26,10 @@ different places, and nothing stops them from disagreeing:
     PCIe (pcie:): relaxed ordering off on the NIC while NCCL registers with
     it, a max_read_request below 4096 on a GPUDirect rail, a translating
     IOMMU without ATS
+    per-rail routing (routing:): tables or rule priorities two entries
+    share, priorities outside nictune's band, routed rails without the ARP
+    sysctls one subnet needs, or whose IPv6 addresses may move the GID a
+    library file names by index
 
 It also warns about settings whose kernel side effects a rollback can undo
 only in part (nictune/host/transaction/aside.py): an MTU below 1280, `state: down`,
@@ -647,12 +651,13 @@ class _Linter:
                 for other, other_numbers, other_at in claims[what]:
                     if numbers & other_numbers:
                         self.add("routing-collision", ERROR,
-                                 f"interfaces.{name} and interfaces.{other}: routing {what}s overlap "
+                                 f"interfaces.{name} and interfaces.{other}: their routing {what} ranges overlap "
                                  f"at {min(numbers & other_numbers)} (N+rail claims N to "
                                  f"N+{routing.MAX_RAILS - 1}): give each entry its own range", at, other_at)
                 claims[what].append((name, numbers, at))
             self.routing_band(name, spec)
             self.routing_arp(name, entry)
+            self.stable_gids(name, entry)
 
     def routing_band(self, name: str, spec: dict) -> None:
         low, high = routing.PRIORITY_BAND
@@ -681,6 +686,28 @@ class _Linter:
                      f"({routing.ARP_NOTE}): rails in one subnet answer ARP for each other, and the "
                      "peer's traffic to one rail's address arrives on another",
                      self.p.source("interfaces", name, "routing"))
+
+    def stable_gids(self, name: str, entry: dict) -> None:
+        """Rails whose GID index a library file names by number need IPv6
+        addresses that do not come and go: each one takes or frees a RoCE
+        GID slot, and the IPv4 GID can land at another index."""
+        numbered = [(section, key) for section, key in GID_INDEX_KEYS
+                    if _number(_get(self.doc, "host", section, "env", key)) is not None]
+        if not numbered:
+            return
+        sysctls = entry.get("sysctl") or {}
+        if _as_int(sysctls.get("ipv6.disable_ipv6")) == 1:
+            return
+        missing = [f"{key} {value}" for key, value in STABLE_GID_SYSCTLS
+                   if sysctls.get(key) is None or _as_int(sysctls.get(key)) != value]
+        if missing:
+            section, key = numbered[0]
+            self.add("gid-index-may-move", WARNING,
+                     f"interfaces.{name}: {key} names a GID index, but the rails do not set "
+                     f"{', '.join(missing)}: a SLAAC or generated link-local address takes a GID "
+                     "slot and the RoCE v2 IPv4 GID can move to another index",
+                     self.p.source("interfaces", name, "routing"),
+                     self.p.source("host", section, "env", key))
 
     # -- NCCL, whole profile -------------------------------------------------
     def nccl_rules(self, entries: dict) -> None:
@@ -727,6 +754,14 @@ class _Linter:
                      f"by name ({', '.join(sorted(globs))}): NCCL's bootstrap would use an interface "
                      "this profile does not tune", self.nccl("NCCL_SOCKET_IFNAME"),
                      *(self.p.source("interfaces", e, "match", "name") for e in sorted(globs)))
+
+
+# Library files that may name a GID index by number, and the rails' IPv6
+# sysctls that keep the GID table from moving: no generated addresses
+# (addr_gen_mode 1: none), no router advertisements.
+GID_INDEX_KEYS = (("nccl", "NCCL_IB_GID_INDEX"), ("ucx", "UCX_IB_GID_INDEX"),
+                  ("nvshmem", "NVSHMEM_IB_GID_INDEX"))
+STABLE_GID_SYSCTLS = (("ipv6.addr_gen_mode", 1), ("ipv6.accept_ra", 0))
 
 
 def _as_int(value: Any) -> int:
