@@ -201,7 +201,7 @@ class FakeKernel:
         self.buffers = {name: {"owner": dev.get("buffer_owner", "firmware"), "headroom_for_m": None}
                         for name, dev in self.state.get("dcb", {}).items()}
         self.tunables = copy.deepcopy(self.state.get("tunables", {}))
-        self.addresses = [{"family": 4, **a} for a in self.state.get("addresses", [])]
+        self.addresses = [full_address(a) for a in self.state.get("addresses", [])]
         self.rules = copy.deepcopy(self.state.get("rules", []))
         self.routes = copy.deepcopy(self.state.get("routes", []))
         self.faults: list = []
@@ -894,6 +894,13 @@ class FakeCounters:
         self.io.sleep(seconds)
 
 
+def full_address(a: dict) -> dict:
+    """An address as netlink/inet.py's addresses() gives it, from what a
+    state names (dev, local, prefixlen): IPv4, permanent, no extras."""
+    return {"family": 4, "peer": None, "broadcast": None, "label": None, "scope": 0,
+            "flags": 0x80, "metric": None, "proto": None, "preferred": None, "valid": None, **a}
+
+
 class FakeInet:
     """Addresses, rules and routes (netlink/inet.py's Inet) of a FakeKernel:
     an exact duplicate is EEXIST and a delete of what is not there ENOENT,
@@ -911,6 +918,11 @@ class FakeInet:
     def close(self) -> None:
         pass
 
+    def links(self):
+        return [{"index": link.index, "name": link.name, "mtu": link.mtu, "up": link.up,
+                 "kind": link.kind, "lower": None, "master": None}
+                for link in self.kernel.links.values()]
+
     def addresses(self, names):
         return copy.deepcopy(self.kernel.addresses)
 
@@ -919,6 +931,17 @@ class FakeInet:
 
     def routes(self, names):
         return copy.deepcopy(self.kernel.routes)
+
+    def add_address(self, a: dict, index, lifetime=None) -> None:
+        self._add(self.kernel.addresses, full_address(
+            {"dev": self._name(index), "local": a["local"], "prefixlen": a["prefixlen"]}))
+
+    def delete_address(self, a: dict, index) -> None:
+        self._delete(self.kernel.addresses, full_address(
+            {"dev": self._name(index), "local": a["local"], "prefixlen": a["prefixlen"]}))
+
+    def _name(self, index) -> str:
+        return next(link.name for link in self.kernel.links.values() if link.index == index)
 
     def add_rule(self, r: dict) -> None:
         self._add(self.kernel.rules, dict(r))

@@ -27,7 +27,7 @@ nictune: 1
 interfaces:
   rails:
     match: {driver: mlx5_core}
-    routing: {table: %s, priority: %s}
+    routing: {table: %s, priority: %s%s}
 """
 
 
@@ -37,7 +37,7 @@ def engine(tmp_path, **overlay):
 
 
 def profile(table="100+rail", priority="30100+rail"):
-    return load_profile_text(RAILS % (table, priority), "p.yaml", PROFILES)
+    return load_profile_text(RAILS % (table, priority, ""), "p.yaml", PROFILES)
 
 
 def routing_changes(out) -> dict:
@@ -94,7 +94,7 @@ def test_rollback_deletes_what_apply_added_and_nothing_else(tmp_path):
     lookalike = {**parse(Key("routing", P1, "rule 30101 from 198.18.7.2 lookup 101")), "proto": 3}
     h, e = engine(tmp_path, rules=[lookalike])
     before = (list(h.kernel.rules), list(h.kernel.routes))
-    p = load_profile_text(RAILS % ("100+rail", "30100+rail") + "    on_unsupported: skip\n",
+    p = load_profile_text(RAILS % ("100+rail", "30100+rail", "") + "    on_unsupported: skip\n",
                           "p.yaml", PROFILES)
     out = e.apply(p.doc, p.sources, p.path)
     assert out.error is None, out
@@ -104,3 +104,28 @@ def test_rollback_deletes_what_apply_added_and_nothing_else(tmp_path):
     out = e.rollback()
     assert out.error is None, out
     assert (h.kernel.rules, h.kernel.routes) == before
+
+
+def test_declared_addresses_are_added_and_only_those_removed(tmp_path):
+    # Rail 0 already has its declared address (the operator's): it stays
+    # after rollback; rail 1's is nictune's and goes.
+    h, e = engine(tmp_path, addresses=[{"dev": P0, "local": "198.18.8.1", "prefixlen": 24}])
+    before = list(h.kernel.addresses)
+    p = load_profile_text(RAILS % ("100+rail", "30100+rail", ", address: 198.18.8.1/24+rail"),
+                          "p.yaml", PROFILES)
+    changes = routing_changes(e.plan(p.doc, p.sources))
+    assert changes[(P0, "address 198.18.8.1/24")].status == "ok"
+    assert changes[(P1, "address 198.18.8.2/24")].status == "pending"
+    assert changes[(P1, "rule 30101 from 198.18.8.2 lookup 101")].source == "p.yaml:5"
+    assert e.apply(p.doc, p.sources, p.path).error is None
+    assert {(a["dev"], a["local"]) for a in h.kernel.addresses} == {(P0, "198.18.8.1"), (P1, "198.18.8.2")}
+    assert e.rollback().error is None
+    assert h.kernel.addresses == before and h.kernel.rules == [] and h.kernel.routes == []
+
+
+def test_a_declared_address_outside_its_subnet_is_refused(tmp_path):
+    _, e = engine(tmp_path)
+    p = load_profile_text(RAILS % ("100+rail", "30100+rail", ", address: 198.18.8.254/24+rail"),
+                          "p.yaml", PROFILES)
+    with pytest.raises(InvalidInput, match=r"p.yaml:5: routing.address '198.18.8.254/24\+rail' for "):
+        e.plan(p.doc, p.sources)

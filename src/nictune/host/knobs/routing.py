@@ -42,6 +42,7 @@ PRIORITY_BAND = (30000, 32765)
 # Tables the kernel owns: unspec, compat, default, main, local.
 RESERVED_TABLES = (0, 252, 253, 254, 255)
 RAIL_NUMBER = r"^[0-9]{1,10}\+rail$"
+RAIL_ADDRESS = r"^[0-9.]{7,15}/[0-9]{1,2}(\+rail)?$"
 IPV4 = r"^((25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])$"
 _SCOPE_LINK, _SCOPE_UNIVERSE, _RTN_UNICAST = 253, 0, 1
 
@@ -63,6 +64,23 @@ def claimed(spec) -> set:
     return set()
 
 
+def rail_address(spec: str, index: int):
+    """(address, prefixlen) a `routing.address` value declares for the rail
+    at `index`: "198.18.7.1/24" as is, "198.18.7.1/24+rail" that address
+    plus the index; None when it is not one (or runs out of the subnet)."""
+    text, plus = (spec[:-5], index) if spec.endswith("+rail") else (spec, 0)
+    try:
+        iface = ipaddress.IPv4Interface(text)
+        address = iface.ip + plus
+    except ValueError:
+        return None
+    net = iface.network
+    if address not in net or (net.prefixlen < 31 and address in (net.network_address,
+                                                                  net.broadcast_address)):
+        return None
+    return str(address), iface.network.prefixlen
+
+
 def rail_number(spec, index: int) -> int:
     """A `table`/`priority` value for the rail at `index`: a number as is,
     "N+rail" as N + index."""
@@ -79,6 +97,7 @@ interfaces:
     routing:
       table: 100+rail          # rail 0 -> table 100, rail 1 -> 101 ...
       priority: 30100+rail     # the rule's priority (30000-32765 by default)
+      address: 198.18.0.1/24+rail   # optional: rail 0 gets .1, rail 1 .2 ...
       gateway: 198.18.0.254    # optional: a default route in the rail's table
 """
     name = "routing"
@@ -86,7 +105,7 @@ interfaces:
     position_note = ("after the link settings: a rail's routes are added through a link that is "
                      "up, with its addresses in place")
     sections = ("routing",)
-    settings = ("routing.table", "routing.priority", "routing.gateway")
+    settings = ("routing.table", "routing.priority", "routing.address", "routing.gateway")
     offline_plan = ("the rails' addresses, rules and routes are read over rtnetlink, which a "
                     "recorded show does not hold")
 
@@ -103,6 +122,12 @@ interfaces:
                 "priority": {**number, "description": "The rule's priority: a number, or N+rail "
                              "(default 30100+rail). Keep it above the operator's rules and "
                              "below the main table's 32766."},
+                "address": s.text(RAIL_ADDRESS, 24,
+                                  "An IPv4 address the rail must have, with its prefix length; "
+                                  "+rail adds the rail's index (198.18.7.1/24+rail: rail 0 gets "
+                                  ".1, rail 1 .2). nictune adds it, and a rollback removes it only "
+                                  "when nictune added it.",
+                                  words="an IPv4 address/prefix, optionally followed by +rail"),
                 "gateway": s.text(IPV4, 15, "A gateway on the rail's subnet: the rail's table "
                                   "gets a default route through it.", words="an IPv4 address"),
             })}}
@@ -126,7 +151,17 @@ interfaces:
             raise InvalidInput(f"{source('routing', 'table')}: routing.table {table} for {target} "
                                "is one of the kernel's tables (0, 252-255); choose another")
         out = []
-        for address, prefixlen in self._rail_addresses(target):
+        found = self._rail_addresses(target)
+        if spec.get("address"):
+            declared = rail_address(spec["address"], index)
+            if declared is None:
+                raise InvalidInput(f"{source('routing', 'address')}: routing.address "
+                                   f"{str(spec['address'])[:40]!r} for {target} (rail {index}) is "
+                                   "not an IPv4 address with a prefix length")
+            out.append(Desired(Key(self.name, target, _address_name(*declared)), Want(PRESENT),
+                               source("routing", "address")))
+            found = list(dict.fromkeys(found + [declared]))
+        for address, prefixlen in found:
             net = ipaddress.ip_network(f"{address}/{prefixlen}", strict=False)
             rule = {"family": 4, "priority": priority, "src": address, "src_len": 32,
                     "dst": None, "dst_len": 0, "table": table, "proto": RTPROT_NICTUNE}
@@ -158,11 +193,16 @@ interfaces:
         with self.host.inet() as inet:
             self._rules = inet.rules()
             self._routes = inet.routes(names)
+            self._addresses = [(a["dev"], a["local"], a["prefixlen"])
+                               for a in inet.addresses(names) if a["family"] == 4]
         out = {}
         for key in keys:
             what = parse(key)
             if what is None:
                 out[key] = Unsupported(f"not a rule or route nictune writes: {key.name[:80]!r}")
+            elif "local" in what:
+                out[key] = PRESENT if any(a[0] == key.target and a[1:] == (what["local"], what["prefixlen"])
+                                          for a in self._addresses) else ABSENT
             elif _present(what, self._rules if "priority" in what else self._routes):
                 out[key] = PRESENT
             else:
@@ -184,25 +224,33 @@ interfaces:
 
     # -- values -> host -----------------------------------------------------------
     def apply(self, items):
-        # Rules last: a rule that points at an empty table would send the
-        # rail's traffic nowhere for the moment in between.
+        # Addresses first (a route's source must be one), rules last: a rule
+        # that points at an empty table would send the rail's traffic
+        # nowhere for the moment in between.
         with self.host.inet() as inet:
-            for key, value in sorted(items, key=lambda kv: kv[0].name.startswith("rule")):
+            for key, value in sorted(items, key=lambda kv: _STAGE[kv[0].name.split()[0]]):
                 self._write(inet, key, value)
+        self.host.forget()
 
     def revert(self, items):
         # Rules first: the rail's traffic goes back to the main table before
         # the routes it used go away.
         with self.host.inet() as inet:
-            for key, value in sorted(items, key=lambda kv: not kv[0].name.startswith("rule")):
+            for key, value in sorted(items, key=lambda kv: -_STAGE[kv[0].name.split()[0]]):
                 self._write(inet, key, value)
+        self.host.forget()
 
     def _write(self, inet, key: Key, value) -> None:
         what = parse(key)
         if what is None:
             raise ValueError(f"not a rule or route nictune writes: {key.name[:80]!r}")
         is_rule = "priority" in what
-        if value == ABSENT:
+        if "local" in what:
+            if value == ABSENT:
+                inet.delete_address(what, self._index(key.target))
+            else:
+                inet.add_address(what, self._index(key.target))
+        elif value == ABSENT:
             if is_rule:
                 inet.delete_rule(what)
             else:
@@ -254,11 +302,22 @@ def _name(what: dict) -> str:
     return f"route {what['dst']}/{what['dst_len']} table {what['table']} src {what['prefsrc']}"
 
 
+_STAGE = {"address": 0, "route": 1, "rule": 2}
+
+
+def _address_name(address: str, prefixlen: int) -> str:
+    return f"address {address}/{prefixlen}"
+
+
 def parse(key: Key):
-    """The rule or route dict a key name (_name) stands for; None for a
-    name that is not one (a journal edited by hand)."""
+    """The address, rule or route dict a key name (_name, _address_name)
+    stands for; None for a name that is not one (a journal edited by hand)."""
     words = key.name.split()
     try:
+        if len(words) == 2 and words[0] == "address":
+            iface = ipaddress.IPv4Interface(words[1])
+            return {"family": 4, "local": str(iface.ip), "prefixlen": iface.network.prefixlen,
+                    "peer": None, "scope": _SCOPE_UNIVERSE, "flags": 0}
         if len(words) == 6 and words[0] == "rule" and words[2] == "from" and words[4] == "lookup":
             ipaddress.IPv4Address(words[3])
             return {"family": 4, "priority": int(words[1]), "src": words[3], "src_len": 32,

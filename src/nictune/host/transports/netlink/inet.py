@@ -18,7 +18,7 @@ from nictune.host.transports.netlink.rtnl import IFF_UP, RTEXT_FILTER_SKIP_STATS
 from nictune.host.transports.netlink.socket import NETLINK_ROUTE, NLM_F_ACK, NLM_F_REQUEST, NetlinkSocket
 
 RTM_NEWLINK, RTM_GETLINK = 16, 18
-RTM_NEWADDR, RTM_GETADDR = 20, 22
+RTM_NEWADDR, RTM_DELADDR, RTM_GETADDR = 20, 21, 22
 RTM_NEWROUTE, RTM_DELROUTE, RTM_GETROUTE = 24, 25, 26
 RTM_NEWRULE, RTM_DELRULE, RTM_GETRULE = 32, 33, 34
 FR_ACT_TO_TBL = 1  # a rule's action: look the packet up in FRA_TABLE
@@ -187,6 +187,14 @@ class Inet:
                                             "cstamp": 0, "tstamp": 0}))
         msg["attrs"] = attrs
         self._nl.request(msg, RTM_NEWADDR, _CREATE)
+
+    def delete_address(self, a: dict, index: int) -> None:
+        """Delete address `a` (its local address and prefix length) from link `index`."""
+        msg = addrmsg()
+        msg["family"] = FAMILIES[a["family"]]
+        msg["prefixlen"], msg["index"] = a["prefixlen"], index
+        msg["attrs"] = [("IFA_LOCAL", a["local"]), ("IFA_ADDRESS", a.get("peer") or a["local"])]
+        self._nl.request(msg, RTM_DELADDR, NLM_F_REQUEST | NLM_F_ACK)
 
     def add_route(self, r: dict, index: Optional[int], expires: Optional[int] = None) -> None:
         """Create single-path route `r` (as routes() gives it) through link `index`."""
