@@ -203,7 +203,7 @@ class FakeKernel:
         self.tunables = copy.deepcopy(self.state.get("tunables", {}))
         self.addresses = [full_address(a) for a in self.state.get("addresses", [])]
         self.rules = copy.deepcopy(self.state.get("rules", []))
-        self.routes = copy.deepcopy(self.state.get("routes", []))
+        self.routes = [full_route(r) for r in self.state.get("routes", [])]
         self.faults: list = []
         self.writes: list = []  # (op, ifname, values) of every write that reached the kernel
         self.on_write: list = []  # callables(op, ifname, values), run before each write
@@ -901,6 +901,16 @@ def full_address(a: dict) -> dict:
             "flags": 0x80, "metric": None, "proto": None, "preferred": None, "valid": None, **a}
 
 
+def full_route(r: dict) -> dict:
+    """A route as netlink/inet.py's routes() gives it, from the fields a
+    state or a write names: single path, no extras."""
+    return {"family": 4, "dst": None, "dst_len": 0, "src": None, "src_len": 0, "tos": 0,
+            "table": 254, "proto": 4, "scope": 0, "type": 1, "onlink": False, "dev": None,
+            "gateway": None, "via": None, "metric": None, "prefsrc": None, "metrics": None,
+            "flow": None, "pref": None, "expires": None, "nexthops": None, "nh_id": None,
+            "encap": False, **r}
+
+
 class FakeInet:
     """Addresses, rules and routes (netlink/inet.py's Inet) of a FakeKernel:
     an exact duplicate is EEXIST and a delete of what is not there ENOENT,
@@ -950,10 +960,10 @@ class FakeInet:
         self._delete(self.kernel.rules, r)
 
     def add_route(self, r: dict, index, expires=None) -> None:
-        self._add(self.kernel.routes, dict(r))
+        self._add(self.kernel.routes, full_route(r))
 
     def delete_route(self, r: dict, index) -> None:
-        self._delete(self.kernel.routes, r)
+        self._delete(self.kernel.routes, full_route(r))
 
     def _add(self, table: list, item: dict) -> None:
         if item in table:

@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import ipaddress
 
-from nictune.host.errors import InvalidInput
+from nictune.host.errors import InvalidInput, NictuneError
 from nictune.host.knobs.base import Family
 from nictune.host.model import Desired, Key, Unsupported, Want
 
 PRESENT, ABSENT = "present", "absent"
+UNREAD = "rules and routes"  # the one key of a rail whose addresses cannot be read
 RTPROT_NICTUNE = 245  # rtm_protocol / FRA_PROTOCOL of what nictune writes
 DEFAULT_TABLE = "100+rail"
 DEFAULT_PRIORITY = "30100+rail"
@@ -106,8 +107,15 @@ interfaces:
                      "up, with its addresses in place")
     sections = ("routing",)
     settings = ("routing.table", "routing.priority", "routing.address", "routing.gateway")
-    offline_plan = ("the rails' addresses, rules and routes are read over rtnetlink, which a "
-                    "recorded show does not hold")
+
+    @classmethod
+    def plan_reads(cls, host) -> None:
+        # The addresses expand reads, and the rules and routes read() does.
+        names = {link.index: link.name for link in host.links()}
+        with host.inet() as inet:
+            inet.addresses(names)
+            inet.rules()
+            inet.routes(names)
 
     @classmethod
     def schema(cls, s):
@@ -136,6 +144,7 @@ interfaces:
         super().__init__(host)
         self._rail_of: dict = {}     # id(section) -> [targets], for the rail index
         self._addresses = None       # [(ifname, address, prefixlen)]
+        self._unread = ""            # why the addresses could not be read
         self._rules: list = []
         self._routes: list = []
 
@@ -152,6 +161,8 @@ interfaces:
                                "is one of the kernel's tables (0, 252-255); choose another")
         out = []
         found = self._rail_addresses(target)
+        if self._unread:
+            return [Desired(Key(self.name, target, UNREAD), Want(PRESENT), source("routing"))]
         if spec.get("address"):
             declared = rail_address(spec["address"], index)
             if declared is None:
@@ -179,12 +190,17 @@ interfaces:
         return Desired(Key(self.name, target, _name(what)), Want(PRESENT), where)
 
     def _rail_addresses(self, target: str) -> list:
-        """The IPv4 addresses of `target` as (address, prefixlen)."""
+        """The IPv4 addresses of `target` as (address, prefixlen).  A host
+        whose addresses cannot be read (a snapshot, which does not record
+        rtnetlink) is no error here: read() answers for UNREAD."""
         if self._addresses is None:
-            names = {link.index: link.name for link in self.host.links()}
-            with self.host.inet() as inet:
-                self._addresses = [(a["dev"], a["local"], a["prefixlen"])
-                                   for a in inet.addresses(names) if a["family"] == 4]
+            try:
+                names = {link.index: link.name for link in self.host.links()}
+                with self.host.inet() as inet:
+                    self._addresses = [(a["dev"], a["local"], a["prefixlen"])
+                                       for a in inet.addresses(names) if a["family"] == 4]
+            except (OSError, ValueError, NictuneError) as e:
+                self._addresses, self._unread = [], str(e)
         return [(a, p) for dev, a, p in self._addresses if dev == target]
 
     # -- host -> values ---------------------------------------------------------
@@ -198,7 +214,9 @@ interfaces:
         out = {}
         for key in keys:
             what = parse(key)
-            if what is None:
+            if key.name == UNREAD:
+                out[key] = Unsupported(f"cannot read the addresses of {key.target}: {self._unread}")
+            elif what is None:
                 out[key] = Unsupported(f"not a rule or route nictune writes: {key.name[:80]!r}")
             elif "local" in what:
                 out[key] = PRESENT if any(a[0] == key.target and a[1:] == (what["local"], what["prefixlen"])
