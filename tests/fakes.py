@@ -50,6 +50,12 @@ observed.json) says what the host's kernel shows:
                RAW QP, DPDK, holds the MANA port's vPort)
     facts      {ifname: {fact: value}}: facts the driver rules
                (nicclass.RULES) ask of a port beyond those the fake derives
+    addresses, rules, routes
+               lists of dicts as host/transports/netlink/inet.py's
+               addresses(), rules() and routes() give them (addresses may
+               name only dev, local and prefixlen: IPv4 is the default),
+               served and changed by FakeInet; empty when left out, never
+               this machine's own
 
 An observed.json may start from a recorded state and change parts of it:
 {"base": "cx7-host", ...overlay...}; mappings merge, null deletes, and
@@ -195,6 +201,9 @@ class FakeKernel:
         self.buffers = {name: {"owner": dev.get("buffer_owner", "firmware"), "headroom_for_m": None}
                         for name, dev in self.state.get("dcb", {}).items()}
         self.tunables = copy.deepcopy(self.state.get("tunables", {}))
+        self.addresses = [full_address(a) for a in self.state.get("addresses", [])]
+        self.rules = copy.deepcopy(self.state.get("rules", []))
+        self.routes = [full_route(r) for r in self.state.get("routes", [])]
         self.faults: list = []
         self.writes: list = []  # (op, ifname, values) of every write that reached the kernel
         self.on_write: list = []  # callables(op, ifname, values), run before each write
@@ -885,6 +894,90 @@ class FakeCounters:
         self.io.sleep(seconds)
 
 
+def full_address(a: dict) -> dict:
+    """An address as netlink/inet.py's addresses() gives it, from what a
+    state names (dev, local, prefixlen): IPv4, permanent, no extras."""
+    return {"family": 4, "peer": None, "broadcast": None, "label": None, "scope": 0,
+            "flags": 0x80, "metric": None, "proto": None, "preferred": None, "valid": None, **a}
+
+
+def full_route(r: dict) -> dict:
+    """A route as netlink/inet.py's routes() gives it, from the fields a
+    state or a write names: single path, no extras."""
+    return {"family": 4, "dst": None, "dst_len": 0, "src": None, "src_len": 0, "tos": 0,
+            "table": 254, "proto": 4, "scope": 0, "type": 1, "onlink": False, "dev": None,
+            "gateway": None, "via": None, "metric": None, "prefsrc": None, "metrics": None,
+            "flow": None, "pref": None, "expires": None, "nexthops": None, "nh_id": None,
+            "encap": False, **r}
+
+
+class FakeInet:
+    """Addresses, rules and routes (netlink/inet.py's Inet) of a FakeKernel:
+    an exact duplicate is EEXIST and a delete of what is not there ENOENT,
+    as rtnetlink answers."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def links(self):
+        return [{"index": link.index, "name": link.name, "mtu": link.mtu, "up": link.up,
+                 "kind": link.kind, "lower": None, "master": None}
+                for link in self.kernel.links.values()]
+
+    def addresses(self, names):
+        return copy.deepcopy(self.kernel.addresses)
+
+    def rules(self):
+        return copy.deepcopy(self.kernel.rules)
+
+    def routes(self, names):
+        return copy.deepcopy(self.kernel.routes)
+
+    def add_address(self, a: dict, index, lifetime=None) -> None:
+        self._add(self.kernel.addresses, full_address(
+            {"dev": self._name(index), "local": a["local"], "prefixlen": a["prefixlen"]}))
+
+    def delete_address(self, a: dict, index) -> None:
+        self._delete(self.kernel.addresses, full_address(
+            {"dev": self._name(index), "local": a["local"], "prefixlen": a["prefixlen"]}))
+
+    def _name(self, index) -> str:
+        return next(link.name for link in self.kernel.links.values() if link.index == index)
+
+    def add_rule(self, r: dict) -> None:
+        self._add(self.kernel.rules, dict(r))
+
+    def delete_rule(self, r: dict) -> None:
+        self._delete(self.kernel.rules, r)
+
+    def add_route(self, r: dict, index, expires=None) -> None:
+        self._add(self.kernel.routes, full_route(r))
+
+    def delete_route(self, r: dict, index) -> None:
+        self._delete(self.kernel.routes, full_route(r))
+
+    def _add(self, table: list, item: dict) -> None:
+        if item in table:
+            raise OSError(errno.EEXIST, "File exists")
+        self.kernel.writes.append(("inet", item.get("dev"), item))
+        table.append(item)
+
+    def _delete(self, table: list, item: dict) -> None:
+        if item not in table:
+            raise OSError(errno.ENOENT, "No such file or directory")
+        self.kernel.writes.append(("inet-delete", item.get("dev"), item))
+        table.remove(item)
+
+
 class FakeHost(Host):
     """nictune's Host over a FakeKernel; files live under `root`."""
 
@@ -908,6 +1001,9 @@ class FakeHost(Host):
 
     def rtnl(self):
         return self._rtnl
+
+    def inet(self):
+        return FakeInet(self.kernel)
 
     def ethtool(self):
         return self._ethtool

@@ -6,9 +6,9 @@ Without a policy rule per rail, the kernel sends everything from data1's
 address out of data0 (its connected route comes first): the gate refuses
 the data1 measurement, naming host, rail and NIC, even though this
 iperf3 (3.12) has --bind-dev -- it does not pass a rail whose traffic
-would leave by another.  With a rule and table per data1 address (and
-arp_ignore/arp_announce, so that each address is answered for by its own
-NIC), the gate measures (two streams: with this iperf3, 3.12, two
+would leave by another.  With nictune's own routing family applied (a
+table and rule per rail, and arp_ignore/arp_announce, so that each address
+is answered for by its own NIC), the gate measures (two streams: with this iperf3, 3.12, two
 one-stream processes on two ports), and the rails' own packet counters
 (ip -j -s link) show the bytes on data1, not on data0.
 """
@@ -22,13 +22,15 @@ import subprocess
 import pytest
 from fleet_helpers import gate_playbook, run_gate, running_fleet
 
+from typer.testing import CliRunner
+
+from nictune.cli.app import app
 from nictune.control.rollout import gate as gatemod
 from nictune.lab import fleet as fleetlab
 
 pytestmark = pytest.mark.netns
 
 RAILS = ("data0", "data1")
-TABLE = "101"
 
 
 def _ip(*argv: str) -> None:
@@ -64,25 +66,36 @@ def twin_rails(tmp_path_factory):
                 subprocess.run(["ip", "link", "del", name], capture_output=True)
 
 
-def route_data1_by_itself(host, address: str) -> None:
-    """What a same-subnet multi-rail host needs: data1's address looked up
-    in a table of its own, and each NIC answering ARP for its own address
-    only (else the peer's frames to data1's address may arrive on data0)."""
-    for argv in (["rule", "add", "from", address, "table", TABLE],
-                 ["route", "add", f"{address.rsplit('.', 1)[0]}.0/24", "dev", "data1", "src", address,
-                  "table", TABLE]):
-        _ip("-n", host.netns, *argv)
-    for key in ("arp_ignore=1", "arp_announce=2"):
-        subprocess.run(["ip", "netns", "exec", host.netns, "sysctl", "-qw", f"net.ipv4.conf.all.{key}"],
-                       check=True, capture_output=True)
+RAIL_PROFILE = """\
+nictune: 1
+interfaces:
+  rails:
+    match: {name: "data*"}
+    routing: {table: 100+rail, priority: 30100+rail}
+    sysctl: {ipv4.arp_ignore: 1, ipv4.arp_announce: 2}
+"""
 
 
-def unroute(host, address: str) -> None:
-    subprocess.run(["ip", "-n", host.netns, "rule", "del", "from", address, "table", TABLE], capture_output=True)
-    subprocess.run(["ip", "-n", host.netns, "route", "flush", "table", TABLE], capture_output=True)
-    for key in ("arp_ignore=0", "arp_announce=0"):
-        subprocess.run(["ip", "netns", "exec", host.netns, "sysctl", "-qw", f"net.ipv4.conf.all.{key}"],
-                       capture_output=True)
+def nictune_on(host, state, *args: str) -> dict:
+    """`nictune ARGS --netns` of the fleet host's namespace, as its JSON report."""
+    result = CliRunner().invoke(app, [*args, "--netns", host.netns, "--state-dir", str(state), "--json"])
+    return {"exit_code": result.exit_code, "output": result.output}
+
+
+def route_rails_by_themselves(host, tmp_path) -> None:
+    """What a same-subnet multi-rail host needs, from nictune's own routing
+    family (knobs/routing.py): each rail's addresses looked up in a table of
+    their own, and each NIC answering ARP for its own address only (else the
+    peer's frames to data1's address may arrive on data0)."""
+    profile = tmp_path / "rails.yaml"
+    profile.write_text(RAIL_PROFILE)
+    done = nictune_on(host, tmp_path / host.name, "apply", str(profile))
+    assert done["exit_code"] == 0, done["output"]
+
+
+def unroute(host, tmp_path) -> None:
+    done = nictune_on(host, tmp_path / host.name, "rollback")
+    assert done["exit_code"] == 0, done["output"]
 
 
 def byte_counters(hosts) -> dict:
@@ -125,15 +138,17 @@ def test_same_subnet_rails_without_policy_routing_are_refused_not_measured(twin_
 def test_with_a_route_per_rail_the_gate_measures_data1_on_data1(twin_rails, tmp_path):
     fleet, addresses = twin_rails
     a, b = fleet.of_kind("sshd")
+    routed = []
     try:
         for host in (a, b):
-            route_data1_by_itself(host, addresses[(host.name, "data1")])
+            route_rails_by_themselves(host, tmp_path)
+            routed.append(host)
         before = byte_counters((a, b))
         result = run_gate(fleet, gate_playbook(tmp_path, GATE))
         moved = rises(before, byte_counters((a, b)))
     finally:
-        for host in (a, b):
-            unroute(host, addresses[(host.name, "data1")])
+        for host in routed:
+            unroute(host, tmp_path)
     assert result["passed"], result["message"]
     rows = [r for r in result["results"] if r["tool"] == "iperf3-tcp"]
     assert len(rows) == 2 and all(r["figures"]["gbps"] > 0.2 for r in rows), rows

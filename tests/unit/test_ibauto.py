@@ -349,3 +349,22 @@ def test_a_bad_address_range_refuses_the_command_naming_where(tmp_path):
     with pytest.raises(Refused) as e:
         Engine(host, str(tmp_path / "s")).plan(profile, {"host/nccl/env": "p.yaml:9"})
     assert e.value.message.startswith("p.yaml:9: NCCL_IB_ADDR_RANGE")
+
+
+def test_ucx_files_index_that_went_stale_is_drift_with_the_reason(tmp_path):
+    # The same GID move as above, under UCX's file: verify names UCX's key.
+    host = make_host(tmp_path)
+    os.makedirs(host.path("etc/ucx"), exist_ok=True)
+    engine = Engine(host, str(tmp_path / "s"))
+    profile = _profile(FRONT, {})
+    profile["host"] = {"ucx": {"env": {"UCX_IB_GID_INDEX": "auto", "UCX_NET_DEVICES": "auto"}}}
+    applied = engine.apply(profile, {}, "p.yaml")
+    ucx = next(c for c in applied.changes if c.key.family == "ucx")
+    assert applied.error is None and "UCX_IB_GID_INDEX=5" in ucx.after, ucx
+    fresh = next(c for c in engine.plan(profile, {}, "verify").changes if c.key.family == "ucx")
+    assert fresh.status == "ok" and "points at" not in (fresh.note or "")
+    set_gid(host, "mlx5_3", 5, "2001:db8:0:9::2", ndev=FRONT)
+    set_gid(host, "mlx5_3", 7, "198.18.1.1", ndev=FRONT)
+    stale = next(c for c in engine.plan(profile, {}, "verify").changes if c.key.family == "ucx")
+    assert stale.status == "drift"
+    assert "UCX_IB_GID_INDEX 5 points at the RoCE v2 IPv6 GID" in stale.note, stale.note

@@ -86,7 +86,7 @@ def test_plan_rows(cx7, capsys):
     assert "rx-gro" not in out and "rp_filter" not in out
     assert err == ""
     # P0 is up: its MTU, rings and channels changes re-create mlx5's channels.
-    assert lines[-1] == ("25 change(s) pending, 13 setting(s) already as wanted. 4 of them "
+    assert lines[-1] == ("33 change(s) pending, 13 setting(s) already as wanted. 4 of them "
                          "disruptive (the link drops or queues are reset: see DISRUPTIVE).")
     assert row(out, P0, "link mtu", "1500", "9000", "pending", "connectx7-training.yaml:16",
                "DISRUPTIVE: mlx5")
@@ -142,19 +142,19 @@ def test_apply_verify_rollback_summaries(cx7, capsys):
     out, _ = render(cx7.run("apply", CX7), capsys)
     assert row(out, P1, "link mtu", "1500", "9000", "applied")
     assert out.splitlines()[-1] == (
-        "Applied 25 change(s), each verified by reading it back; 13 already as wanted.")
+        "Applied 33 change(s), each verified by reading it back; 13 already as wanted.")
 
     out, _ = render(cx7.run("apply", CX7), capsys)
-    assert out.splitlines()[-1] == "Nothing to change: 38 setting(s) already as wanted."
+    assert out.splitlines()[-1] == "Nothing to change: 46 setting(s) already as wanted."
 
     out, _ = render(cx7.run("verify", CX7), capsys)
-    assert out.splitlines()[-1] == "No drift: 38 setting(s) as wanted."
+    assert out.splitlines()[-1] == "No drift: 46 setting(s) as wanted."
 
     cx7.host.kernel.links[P0].mtu = 1500
     out, _ = render(cx7.run("verify", CX7), capsys)
     assert row(out, "actual", "expected", "status")  # what the value columns mean for verify
     assert row(out, P0, "link mtu", "1500", "9000", "drift")
-    assert out.splitlines()[-1] == "Drift: 1 setting(s) differ from the profile, 37 as wanted."
+    assert out.splitlines()[-1] == "Drift: 1 setting(s) differ from the profile, 45 as wanted."
 
     cx7.host.kernel.links[P0].mtu = 9000
     report = cx7.run("rollback")
@@ -162,10 +162,10 @@ def test_apply_verify_rollback_summaries(cx7, capsys):
     # restored (the before-value), then undone (what the apply had written)
     assert row(out, "restored", "undone", "status")
     assert row(out, P1, "link mtu", "1500", "9000", "reverted")
-    assert out.splitlines()[-1] == f"Restored 25 setting(s) from apply {report['journal']}."
+    assert out.splitlines()[-1] == f"Restored 33 setting(s) from apply {report['journal']}."
 
     out, _ = render(cx7.run("plan", CX7), capsys)
-    assert out.splitlines()[-1].startswith("25 change(s) pending, 13 setting(s) already as wanted. 4 of")
+    assert out.splitlines()[-1].startswith("33 change(s) pending, 13 setting(s) already as wanted. 4 of")
 
 
 def test_a_failed_apply_prints_the_error_last(cx7, capsys):

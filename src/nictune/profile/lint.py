@@ -26,6 +26,10 @@ different places, and nothing stops them from disagreeing:
     PCIe (pcie:): relaxed ordering off on the NIC while NCCL registers with
     it, a max_read_request below 4096 on a GPUDirect rail, a translating
     IOMMU without ATS
+    per-rail routing (routing:): tables or rule priorities two entries
+    share, priorities outside nictune's band, routed rails without the ARP
+    sysctls one subnet needs, or whose IPv6 addresses may move the GID a
+    library file names by index
 
 It also warns about settings whose kernel side effects a rollback can undo
 only in part (nictune/host/transaction/aside.py): an MTU below 1280, `state: down`,
@@ -47,6 +51,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..host.facts import nicclass
 from ..host.facts.rdma import IB_MTUS, ROCE_HEADERS, roce_mtu
 from ..host.transaction.aside import IPV6_MIN_MTU
+from ..host.knobs import routing
 from ..host.knobs.nccl import HCA_ITEM, nccl_list
 from ..host.knobs.sysctl import SPREAD, normalise, spread_note
 from .loader import Profile, load_profile
@@ -242,6 +247,7 @@ class _Linter:
             if isinstance(entry.get("pcie"), dict):
                 self.pcie_rules(name, entry["pcie"])
         self.host_side_effects()
+        self.routing_rules(entries)
         self.nccl_rules(entries)
         self.host_tc_rules(entries)
         self.agreement_rules()
@@ -629,6 +635,80 @@ class _Linter:
                          f"host sysctl {key} 1 makes the kernel remove the IPv6 addresses and routes "
                          f"of {where}; {ROLLBACK_PART}", at)
 
+    # -- per-rail routing (knobs/routing.py) ------------------------------------
+    def routing_rules(self, entries: dict) -> None:
+        """Tables and priorities that two entries would share, priorities
+        outside nictune's band, and the ARP sysctls rails in one subnet need."""
+        claims: Dict[str, list] = {"table": [], "priority": []}
+        for name, entry in entries.items():
+            spec = entry.get("routing")
+            if not isinstance(spec, dict):
+                continue
+            for what, default in (("table", routing.DEFAULT_TABLE), ("priority", routing.DEFAULT_PRIORITY)):
+                numbers = routing.claimed(spec.get(what, default))
+                at = self.p.source("interfaces", name, "routing", what) if what in spec \
+                    else self.p.source("interfaces", name, "routing")
+                for other, other_numbers, other_at in claims[what]:
+                    if numbers & other_numbers:
+                        self.add("routing-collision", ERROR,
+                                 f"interfaces.{name} and interfaces.{other}: their routing {what} ranges overlap "
+                                 f"at {min(numbers & other_numbers)} (N+rail claims N to "
+                                 f"N+{routing.MAX_RAILS - 1}): give each entry its own range", at, other_at)
+                claims[what].append((name, numbers, at))
+            self.routing_band(name, spec)
+            self.routing_arp(name, entry)
+            self.stable_gids(name, entry)
+
+    def routing_band(self, name: str, spec: dict) -> None:
+        low, high = routing.PRIORITY_BAND
+        numbers = routing.claimed(spec.get("priority", routing.DEFAULT_PRIORITY))
+        if numbers and not (low <= min(numbers) and max(numbers) <= high):
+            self.add("routing-priority-outside-band", WARNING,
+                     f"interfaces.{name}: routing priorities {min(numbers)}-{max(numbers)} leave "
+                     f"nictune's band {low}-{high}: below it they are looked at before the "
+                     "operator's usual rules and may shadow them; from 32766 on, after the main table",
+                     self.p.source("interfaces", name, "routing", "priority"))
+
+    def routing_arp(self, name: str, entry: dict) -> None:
+        """Rails in one subnet answer ARP for each other's addresses unless
+        arp_ignore is 1 or 2 and arp_announce 2: the peer's replies to rail
+        1 would then arrive on rail 0, whatever the routing tables say."""
+        sysctls = entry.get("sysctl") or {}
+        host = (self.doc.get("host") or {}).get("sysctl") or {}
+        # The kernel takes the larger of conf.all and the interface's own
+        # (IN_DEV_ARP_IGNORE, IN_DEV_ARP_ANNOUNCE: IN_DEV_MAXCONF).
+        missing = [key for key, good in routing.ARP_SYSCTLS.items()
+                   if max(_as_int(sysctls.get(key)), _as_int(host.get(f"net.ipv4.conf.all.{key[5:]}")))
+                   not in good]
+        if missing:
+            self.add("routing-without-arp-sysctls", WARNING,
+                     f"interfaces.{name}: routing without {', '.join(missing)} "
+                     f"({routing.ARP_NOTE}): rails in one subnet answer ARP for each other, and the "
+                     "peer's traffic to one rail's address arrives on another",
+                     self.p.source("interfaces", name, "routing"))
+
+    def stable_gids(self, name: str, entry: dict) -> None:
+        """Rails whose GID index a library file names by number need IPv6
+        addresses that do not come and go: each one takes or frees a RoCE
+        GID slot, and the IPv4 GID can land at another index."""
+        numbered = [(section, key) for section, key in GID_INDEX_KEYS
+                    if _number(_get(self.doc, "host", section, "env", key)) is not None]
+        if not numbered:
+            return
+        sysctls = entry.get("sysctl") or {}
+        if _as_int(sysctls.get("ipv6.disable_ipv6")) == 1:
+            return
+        missing = [f"{key} {value}" for key, value in STABLE_GID_SYSCTLS
+                   if sysctls.get(key) is None or _as_int(sysctls.get(key)) != value]
+        if missing:
+            section, key = numbered[0]
+            self.add("gid-index-may-move", WARNING,
+                     f"interfaces.{name}: {key} names a GID index, but the rails do not set "
+                     f"{', '.join(missing)}: a SLAAC or generated link-local address takes a GID "
+                     "slot and the RoCE v2 IPv4 GID can move to another index",
+                     self.p.source("interfaces", name, "routing"),
+                     self.p.source("host", section, "env", key))
+
     # -- NCCL, whole profile -------------------------------------------------
     def nccl_rules(self, entries: dict) -> None:
         hca = self.env.get("NCCL_IB_HCA")
@@ -674,6 +754,20 @@ class _Linter:
                      f"by name ({', '.join(sorted(globs))}): NCCL's bootstrap would use an interface "
                      "this profile does not tune", self.nccl("NCCL_SOCKET_IFNAME"),
                      *(self.p.source("interfaces", e, "match", "name") for e in sorted(globs)))
+
+
+# Library files that may name a GID index by number, and the rails' IPv6
+# sysctls that keep the GID table from moving: no generated addresses
+# (addr_gen_mode 1: none), no router advertisements.
+GID_INDEX_KEYS = (("nccl", "NCCL_IB_GID_INDEX"), ("ucx", "UCX_IB_GID_INDEX"),
+                  ("nvshmem", "NVSHMEM_IB_GID_INDEX"))
+STABLE_GID_SYSCTLS = (("ipv6.addr_gen_mode", 1), ("ipv6.accept_ra", 0))
+
+
+def _as_int(value: Any) -> int:
+    """A sysctl value the profile gives, as an int; 0 (the kernel's default) when unset or not one."""
+    value = normalise(value) if value is not None else 0
+    return value if isinstance(value, int) else 0
 
 
 def _disabled_ipv6_on(key: str) -> str:

@@ -356,12 +356,15 @@ def _named_ports(hca, tables: dict) -> Optional[list]:
     return [key for key in tables if key in found]
 
 
-def gid_index_problem(host, env: dict, interfaces: Optional[Iterable[str]] = None) -> str:
+def gid_index_problem(host, env: dict, interfaces: Optional[Iterable[str]] = None,
+                      index_key: str = GID_INDEX, devices_key: str = HCA) -> str:
     """"" or why the numeric NCCL_IB_GID_INDEX of `env` does not point at a
     GID NCCL would select on every port it applies to: the ports its
     NCCL_IB_HCA list names, else those auto would take from `interfaces`.
+    Another library's file (ucx.conf: UCX_IB_GID_INDEX, UCX_NET_DEVICES, an
+    exact dev:port list) is asked the same with its own keys.
     Never raises: a bad NCCL_IB_ADDR_* value is itself the problem."""
-    index = _index(env.get(GID_INDEX))
+    index = _index(env.get(index_key))
     if index is None or index < 0:
         return ""  # unset, auto or -1: NCCL (or auto) selects it
     try:
@@ -369,7 +372,11 @@ def gid_index_problem(host, env: dict, interfaces: Optional[Iterable[str]] = Non
     except InvalidInput as e:
         return e.message
     tables = _roce_tables(host)
-    named = _named_ports(env.get(HCA), tables)
+    devices = env.get(devices_key)
+    if devices_key != HCA and isinstance(devices, str) and devices and not _is_auto(devices) \
+            and devices.lower() != "all":
+        devices = "=" + devices  # UCX names devices exactly
+    named = _named_ports(devices, tables)
     if named is None:
         ports, _ = select(host, wanted, interfaces)
         named = [(p.device, p.port) for p in ports]
@@ -383,5 +390,5 @@ def gid_index_problem(host, env: dict, interfaces: Optional[Iterable[str]] = Non
         best = wanted.pick(table)
         where = (f"the {wanted} is at {best.index}" if best is not None
                  else f"it has no {wanted}")
-        problems.append(f"{GID_INDEX} {index} points at {what} of {device} port {port} now; {where}")
+        problems.append(f"{index_key} {index} points at {what} of {device} port {port} now; {where}")
     return "; ".join(problems)

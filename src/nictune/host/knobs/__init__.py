@@ -25,6 +25,7 @@ Adding a family: its module, its tests, its line in REGISTRY, then
 # family, in REGISTERED order.
 REGISTRY = (
     "link.LinkFamily",
+    "routing.RoutingFamily",
     "firmware.FirmwareFamily",
     "eswitch.EswitchFamily",
     "sriov.SriovFamily",
@@ -60,6 +61,7 @@ REGISTRY = (
 # name -> (module, class, entry sections, host sections), in REGISTERED order.
 CATALOG = {
     "link": ("link", "LinkFamily", ("mtu", "txqueuelen", "state"), ()),
+    "routing": ("routing", "RoutingFamily", ("routing",), ()),
     "firmware": ("firmware", "FirmwareFamily", ("firmware",), ()),
     "eswitch": ("eswitch", "EswitchFamily", ("eswitch",), ()),
     "sriov": ("sriov", "SriovFamily", ("sriov",), ()),

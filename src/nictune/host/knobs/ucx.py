@@ -52,6 +52,7 @@ from __future__ import annotations
 from typing import Dict
 
 from nictune.host.errors import InvalidInput
+from nictune.host.facts import ibauto
 from nictune.host.knobs.envfile import OwnedFileFamily, Syntax, auto_schema
 from nictune.host.knobs.nccl import auto_as
 from nictune.host.validate import UCX_NAME, UCX_VALUE
@@ -142,6 +143,14 @@ host:
 
     def note(self, key):
         said = super().note(key)
+        text = self._text.get(key)
+        if isinstance(text, str) and key not in self._foreign:
+            # A written UCX_IB_GID_INDEX that no longer points at the RoCE v2
+            # GID (an address came or went and the GID table moved): verify says why.
+            stale = ibauto.gid_index_problem(self.host, self.syntax.parse(text),
+                                             ibauto.interfaces_for_auto(self.profile_interfaces),
+                                             "UCX_IB_GID_INDEX", "UCX_NET_DEVICES")
+            said = "; ".join(s for s in (said, stale) if s)
         if key in self._foreign:
             # How many, not which: the section names are that file's content.
             count = len({n[:n.index("]")] for n in self.syntax.parse(self._text.get(key) or "")

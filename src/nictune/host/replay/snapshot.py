@@ -357,8 +357,9 @@ def _wrap_host(host: Host, log: Log) -> None:
     same for Host and for tests' FakeHost, whose methods are its own)."""
     from nictune.host.facts import health
 
-    # macsec and xfrm: the handles the MACsec and IPsec families open for a phase.
-    for name in ("rtnl", "ethtool", "dcb", "tunables", "macsec", "xfrm"):
+    # macsec, xfrm and inet: the handles the MACsec, IPsec and routing
+    # families open for a phase.
+    for name in ("rtnl", "ethtool", "dcb", "tunables", "macsec", "xfrm", "inet"):
         setattr(host, name, lambda make=getattr(host, name), name=name:
                 _RecordingHandle(make(), name, log))
     # devlink() itself may fail (no devlink in the kernel): that is recorded too.
@@ -886,6 +887,9 @@ class RecordedHost(Host):
 
     def xfrm(self):
         return self._handle("xfrm")
+
+    def inet(self):
+        return self._handle("inet")
 
     def _drvinfo(self, ifname: str):
         return _replay_call(self.calls, "host", "drvinfo", (ifname,), {}, self.where)

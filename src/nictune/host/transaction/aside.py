@@ -10,6 +10,9 @@ Some writes make the kernel change more than the key (as of kernel 6.18):
 - `state: down` removes the link's routes and IPv6 addresses (unless
   keep_addr_on_down), and takes its VLANs down with it;
 - disable_ipv6 = 1 removes the link's IPv6 addresses and routes;
+- a rail address knobs/routing.py adds is deleted again by a rollback, and
+  when it was the link's last IPv4 address the kernel flushes every IPv4
+  route through the link with it (fib_disable_ip);
 - ip_forward and the conf.all keys of knobs/sysctl.py's SPREAD set the leaf
   on every interface (and all.accept_redirects for IPv4 forwarding).
 
@@ -96,7 +99,8 @@ class Effect:
 def affected(changes: list) -> List[Effect]:
     """The effects of the pending `changes` that restoring their keys does not undo."""
     found = (_link_effect(c) if c.key.family == "link" else
-             _sysctl_effect(c) if c.key.family == "sysctl" else None for c in changes)
+             _sysctl_effect(c) if c.key.family == "sysctl" else
+             _routing_effect(c) if c.key.family == "routing" else None for c in changes)
     return [e for e in found if e is not None]
 
 
@@ -123,6 +127,16 @@ def _link_effect(c: Change) -> Optional[Effect]:
     if key.name == "state" and c.after == "down" and c.before != "down":
         return Effect(key, f"{key.target}: state down makes the kernel remove its routes and IPv6 "
                            "addresses, and take the VLANs on it down", (key.target,))
+    return None
+
+
+def _routing_effect(c: Change) -> Optional[Effect]:
+    """An address nictune adds to a rail (knobs/routing.py) is deleted again
+    by a rollback; when it is the link's last IPv4 address the kernel then
+    flushes every route through the link (fib_inetaddr_event ->
+    fib_disable_ip), the operator's too: record them, to put them back."""
+    if c.key.name.startswith("address ") and c.before == "absent" and c.after != "absent":
+        return Effect(c.key, "", (c.key.target,))
     return None
 
 

@@ -18,8 +18,10 @@ from nictune.host.transports.netlink.rtnl import IFF_UP, RTEXT_FILTER_SKIP_STATS
 from nictune.host.transports.netlink.socket import NETLINK_ROUTE, NLM_F_ACK, NLM_F_REQUEST, NetlinkSocket
 
 RTM_NEWLINK, RTM_GETLINK = 16, 18
-RTM_NEWADDR, RTM_GETADDR = 20, 22
-RTM_NEWROUTE, RTM_GETROUTE = 24, 26
+RTM_NEWADDR, RTM_DELADDR, RTM_GETADDR = 20, 21, 22
+RTM_NEWROUTE, RTM_DELROUTE, RTM_GETROUTE = 24, 25, 26
+RTM_NEWRULE, RTM_DELRULE, RTM_GETRULE = 32, 33, 34
+FR_ACT_TO_TBL = 1  # a rule's action: look the packet up in FRA_TABLE
 NLM_F_EXCL, NLM_F_CREATE = 0x200, 0x400
 _CREATE = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL
 
@@ -88,6 +90,25 @@ class routemsg(nlmsg):
         (22, "RTA_ENCAP", "cdata"),
         (23, "RTA_EXPIRES", "uint32"),
         (30, "RTA_NH_ID", "uint32"),
+    )
+
+
+class rulemsg(nlmsg):
+    """struct fib_rule_hdr and the FRA attributes nictune reads and writes
+    (include/uapi/linux/fib_rules.h)."""
+
+    fields = (("family", "B"), ("dst_len", "B"), ("src_len", "B"), ("tos", "B"),
+              ("table", "B"), ("res1", "B"), ("res2", "B"), ("action", "B"), ("flags", "I"))
+    nla_map = (
+        (1, "FRA_DST", "ipaddr"),
+        (2, "FRA_SRC", "ipaddr"),
+        (3, "FRA_IIFNAME", "asciiz"),
+        (6, "FRA_PRIORITY", "uint32"),
+        (10, "FRA_FWMARK", "uint32"),
+        (15, "FRA_TABLE", "uint32"),
+        (16, "FRA_FWMASK", "uint32"),
+        (17, "FRA_OIFNAME", "asciiz"),
+        (21, "FRA_PROTOCOL", "uint8"),
     )
 
 
@@ -167,29 +188,93 @@ class Inet:
         msg["attrs"] = attrs
         self._nl.request(msg, RTM_NEWADDR, _CREATE)
 
+    def delete_address(self, a: dict, index: int) -> None:
+        """Delete address `a` (its local address and prefix length) from link `index`."""
+        msg = addrmsg()
+        msg["family"] = FAMILIES[a["family"]]
+        msg["prefixlen"], msg["index"] = a["prefixlen"], index
+        msg["attrs"] = [("IFA_LOCAL", a["local"]), ("IFA_ADDRESS", a.get("peer") or a["local"])]
+        self._nl.request(msg, RTM_DELADDR, NLM_F_REQUEST | NLM_F_ACK)
+
     def add_route(self, r: dict, index: Optional[int], expires: Optional[int] = None) -> None:
         """Create single-path route `r` (as routes() gives it) through link `index`."""
-        msg = routemsg()
-        msg["family"] = FAMILIES[r["family"]]
-        for field in ("dst_len", "src_len", "tos", "proto", "scope", "type"):
-            msg[field] = r[field]
-        msg["table"] = r["table"] if r["table"] < 256 else RT_TABLE_COMPAT
-        msg["flags"] = RTNH_F_ONLINK if r.get("onlink") else 0
-        attrs = [("RTA_TABLE", r["table"])]
-        for attr, field in (("RTA_DST", "dst"), ("RTA_SRC", "src"), ("RTA_GATEWAY", "gateway"),
-                            ("RTA_PRIORITY", "metric"), ("RTA_PREFSRC", "prefsrc"),
-                            ("RTA_FLOW", "flow"), ("RTA_PREF", "pref")):
-            if r.get(field) is not None:
-                attrs.append((attr, r[field]))
-        for attr, field in (("RTA_METRICS", "metrics"), ("RTA_VIA", "via")):
-            if r.get(field):
-                attrs.append((attr, bytes.fromhex(r[field])))
-        if index is not None:
-            attrs.append(("RTA_OIF", index))
-        if expires is not None:
-            attrs.append(("RTA_EXPIRES", expires))
-        msg["attrs"] = attrs
-        self._nl.request(msg, RTM_NEWROUTE, _CREATE)
+        self._nl.request(_route_msg(r, index, expires), RTM_NEWROUTE, _CREATE)
+
+    def delete_route(self, r: dict, index: Optional[int]) -> None:
+        """Delete the single-path route `r` (as routes() gives it) through link `index`."""
+        self._nl.request(_route_msg(r, index, None), RTM_DELROUTE, NLM_F_REQUEST | NLM_F_ACK)
+
+    def rules(self) -> List[dict]:
+        """Every IPv4 and IPv6 policy routing rule, as `ip rule` lists them."""
+        out = []
+        for family in FAMILIES.values():
+            msg = rulemsg()
+            msg["family"] = family
+            out += [_rule(m) for m in self._nl.dump(msg, RTM_GETRULE, {RTM_NEWRULE: rulemsg})]
+        return out
+
+    def add_rule(self, r: dict) -> None:
+        """Create rule `r` (as rules() gives it) that looks up a table."""
+        self._nl.request(_rule_msg(r), RTM_NEWRULE, _CREATE)
+
+    def delete_rule(self, r: dict) -> None:
+        """Delete the rule that matches `r` in every field rules() gives."""
+        self._nl.request(_rule_msg(r), RTM_DELRULE, NLM_F_REQUEST | NLM_F_ACK)
+
+
+def _route_msg(r: dict, index: Optional[int], expires: Optional[int]) -> routemsg:
+    msg = routemsg()
+    msg["family"] = FAMILIES[r["family"]]
+    for field in ("dst_len", "src_len", "tos", "proto", "scope", "type"):
+        msg[field] = r[field]
+    msg["table"] = r["table"] if r["table"] < 256 else RT_TABLE_COMPAT
+    msg["flags"] = RTNH_F_ONLINK if r.get("onlink") else 0
+    attrs = [("RTA_TABLE", r["table"])]
+    for attr, field in (("RTA_DST", "dst"), ("RTA_SRC", "src"), ("RTA_GATEWAY", "gateway"),
+                        ("RTA_PRIORITY", "metric"), ("RTA_PREFSRC", "prefsrc"),
+                        ("RTA_FLOW", "flow"), ("RTA_PREF", "pref")):
+        if r.get(field) is not None:
+            attrs.append((attr, r[field]))
+    for attr, field in (("RTA_METRICS", "metrics"), ("RTA_VIA", "via")):
+        if r.get(field):
+            attrs.append((attr, bytes.fromhex(r[field])))
+    if index is not None:
+        attrs.append(("RTA_OIF", index))
+    if expires is not None:
+        attrs.append(("RTA_EXPIRES", expires))
+    msg["attrs"] = attrs
+    return msg
+
+
+def _rule_msg(r: dict) -> rulemsg:
+    msg = rulemsg()
+    msg["family"] = FAMILIES[r["family"]]
+    msg["src_len"], msg["dst_len"] = r["src_len"], r["dst_len"]
+    msg["action"] = FR_ACT_TO_TBL
+    msg["table"] = r["table"] if r["table"] < 256 else RT_TABLE_COMPAT
+    attrs = [("FRA_TABLE", r["table"]), ("FRA_PRIORITY", r["priority"])]
+    for attr, field in (("FRA_SRC", "src"), ("FRA_DST", "dst"), ("FRA_IIFNAME", "iif"),
+                        ("FRA_OIFNAME", "oif"), ("FRA_FWMARK", "fwmark"),
+                        ("FRA_FWMASK", "fwmask"), ("FRA_PROTOCOL", "proto")):
+        if r.get(field) is not None:
+            attrs.append((attr, r[field]))
+    msg["attrs"] = attrs
+    return msg
+
+
+def _rule(m: rulemsg) -> dict:
+    get = m.get_attr
+    return {
+        "family": _VERSION[m["family"]],
+        "priority": get("FRA_PRIORITY") or 0,
+        "src": get("FRA_SRC"), "src_len": m["src_len"],
+        "dst": get("FRA_DST"), "dst_len": m["dst_len"],
+        "iif": get("FRA_IIFNAME"), "oif": get("FRA_OIFNAME"),
+        "fwmark": get("FRA_FWMARK"), "fwmask": get("FRA_FWMASK"),
+        "table": get("FRA_TABLE") or m["table"],
+        "action": m["action"],
+        "proto": get("FRA_PROTOCOL"),
+    }
 
 
 def _address(m: addrmsg, names: Dict[int, str]) -> dict:

@@ -1,0 +1,131 @@
+"""The routing family (knobs/routing.py) on the recorded ConnectX-7 host
+(tests/fakes.py FakeInet: its addresses, rules and routes): rail numbers,
+the kernel's tables refused, a taken priority refused, a rail with two
+addresses, and a rollback that deletes only what the apply added.  The real
+kernel, with traffic, is tests/netns/test_rail_routing.py."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from fakes import FakeHost
+from nictune.host.errors import InvalidInput
+from nictune.host.knobs.routing import RTPROT_NICTUNE, claimed, parse, rail_number
+from nictune.host.model import Key
+from nictune.host.transaction.engine import Engine
+from nictune.profile.loader import load_profile_text
+
+from shipped import P0, P1, REPO
+
+pytestmark = pytest.mark.recorded
+
+PROFILES = os.path.join(REPO, "profiles")
+RAILS = """\
+nictune: 1
+interfaces:
+  rails:
+    match: {driver: mlx5_core}
+    routing: {table: %s, priority: %s%s}
+"""
+
+
+def engine(tmp_path, **overlay):
+    h = FakeHost({"base": "cx7-host", **overlay}, tmp_path / "root")
+    return h, Engine(h, str(tmp_path / "state"))
+
+
+def profile(table="100+rail", priority="30100+rail"):
+    return load_profile_text(RAILS % (table, priority, ""), "p.yaml", PROFILES)
+
+
+def routing_changes(out) -> dict:
+    return {(c.key.target, c.key.name): c for c in out.changes if c.key.family == "routing"}
+
+
+def test_rail_numbers_and_what_lint_claims():
+    assert [rail_number("100+rail", i) for i in range(3)] == [100, 101, 102]
+    assert rail_number(7, 5) == 7
+    assert claimed(7) == {7} and len(claimed("100+rail")) == 32 and claimed("x+rail") == set()
+
+
+def test_each_rail_gets_its_own_table_and_priority_in_match_order(tmp_path):
+    _, e = engine(tmp_path)
+    p = profile()
+    changes = routing_changes(e.plan(p.doc, p.sources))
+    assert sorted(changes) == [
+        (P0, "route 198.18.7.0/24 table 100 src 198.18.7.1"),
+        (P0, "rule 30100 from 198.18.7.1 lookup 100"),
+        (P1, "route 198.18.7.0/24 table 101 src 198.18.7.2"),
+        (P1, "rule 30101 from 198.18.7.2 lookup 101"),
+    ]
+    assert all((c.before, c.status) == ("absent", "pending") for c in changes.values())
+    assert all(c.source == "p.yaml:5" for c in changes.values())
+
+
+def test_a_table_of_the_kernel_is_refused_naming_the_line(tmp_path):
+    _, e = engine(tmp_path)
+    p = profile(table=254)
+    with pytest.raises(InvalidInput, match=r"p.yaml:5: routing.table 254 .* kernel's tables"):
+        e.plan(p.doc, p.sources)
+
+
+def test_a_priority_another_rule_holds_is_refused_but_a_second_address_is_not(tmp_path):
+    operators = {"family": 4, "priority": 30101, "src": "198.18.9.9", "src_len": 32, "dst": None,
+                 "dst_len": 0, "table": 9, "proto": 3}
+    _, e = engine(tmp_path, rules=[operators])
+    p = profile()
+    changes = routing_changes(e.plan(p.doc, p.sources))
+    refused = changes[(P1, "rule 30101 from 198.18.7.2 lookup 101")]
+    assert refused.status == "unsupported" and "priority 30101 already holds another rule" in refused.note
+    # A second address on rail 0 with its rule already there: one more rule
+    # at the same priority into the same table, nictune's own.
+    ours = parse(Key("routing", P0, "rule 30100 from 198.18.7.1 lookup 100"))
+    _, e = engine(tmp_path / "two", rules=[ours], addresses=[
+        {"dev": P0, "local": "198.18.7.1", "prefixlen": 24},
+        {"dev": P0, "local": "198.18.7.11", "prefixlen": 24}])
+    changes = routing_changes(e.plan(p.doc, p.sources))
+    assert changes[(P0, "rule 30100 from 198.18.7.1 lookup 100")].status == "ok"
+    assert changes[(P0, "rule 30100 from 198.18.7.11 lookup 100")].status == "pending"
+
+
+def test_rollback_deletes_what_apply_added_and_nothing_else(tmp_path):
+    lookalike = {**parse(Key("routing", P1, "rule 30101 from 198.18.7.2 lookup 101")), "proto": 3}
+    h, e = engine(tmp_path, rules=[lookalike])
+    before = (list(h.kernel.rules), list(h.kernel.routes))
+    p = load_profile_text(RAILS % ("100+rail", "30100+rail", "") + "    on_unsupported: skip\n",
+                          "p.yaml", PROFILES)
+    out = e.apply(p.doc, p.sources, p.path)
+    assert out.error is None, out
+    # The operator's rule holds rail 1's priority: its rule is skipped, the rest written.
+    assert h.kernel.rules[0] == lookalike and len(h.kernel.rules) == 2 and len(h.kernel.routes) == 2
+    assert all(r["proto"] == RTPROT_NICTUNE for r in h.kernel.rules[1:] + h.kernel.routes)
+    out = e.rollback()
+    assert out.error is None, out
+    assert (h.kernel.rules, h.kernel.routes) == before
+
+
+def test_declared_addresses_are_added_and_only_those_removed(tmp_path):
+    # Rail 0 already has its declared address (the operator's): it stays
+    # after rollback; rail 1's is nictune's and goes.
+    h, e = engine(tmp_path, addresses=[{"dev": P0, "local": "198.18.8.1", "prefixlen": 24}])
+    before = list(h.kernel.addresses)
+    p = load_profile_text(RAILS % ("100+rail", "30100+rail", ", address: 198.18.8.1/24+rail"),
+                          "p.yaml", PROFILES)
+    changes = routing_changes(e.plan(p.doc, p.sources))
+    assert changes[(P0, "address 198.18.8.1/24")].status == "ok"
+    assert changes[(P1, "address 198.18.8.2/24")].status == "pending"
+    assert changes[(P1, "rule 30101 from 198.18.8.2 lookup 101")].source == "p.yaml:5"
+    assert e.apply(p.doc, p.sources, p.path).error is None
+    assert {(a["dev"], a["local"]) for a in h.kernel.addresses} == {(P0, "198.18.8.1"), (P1, "198.18.8.2")}
+    assert e.rollback().error is None
+    assert h.kernel.addresses == before and h.kernel.rules == [] and h.kernel.routes == []
+
+
+def test_a_declared_address_outside_its_subnet_is_refused(tmp_path):
+    _, e = engine(tmp_path)
+    p = load_profile_text(RAILS % ("100+rail", "30100+rail", ", address: 198.18.8.254/24+rail"),
+                          "p.yaml", PROFILES)
+    with pytest.raises(InvalidInput, match=r"p.yaml:5: routing.address '198.18.8.254/24\+rail' for "):
+        e.plan(p.doc, p.sources)
