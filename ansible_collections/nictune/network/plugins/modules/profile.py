@@ -49,7 +49,7 @@ options:
       - Set by the action plugin, not by the user; the agent zipapp, base64.
     type: str
 author:
-  - nictune contributors
+  - nictune contributors (@nictune)
 attributes:
   check_mode:
     support: full
