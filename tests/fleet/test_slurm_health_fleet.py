@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from fleet_helpers import ECN_PROFILE, running_fleet
@@ -139,3 +140,44 @@ def test_a_check_over_its_budget_drains_nothing(cluster, nodes, tmp_path):
     code, outcome = health(cluster, tmp_path, a, "--budget", "0.001")
     assert (code, outcome["action"]) == (2, "failed") and "budget of 0.001 s" in outcome["message"], outcome
     assert idle(slurm, a.name)
+
+
+def start_resident(host, state_dir) -> subprocess.Popen:
+    """The resident agent on `host` as agent install leaves it: run from its
+    archive at <state dir>/resident/nictune-agent.pyz, its socket in the
+    state directory (host/resident/daemon.py)."""
+    from nictune.control.remote import agentzip
+
+    os.makedirs(os.path.join(state_dir, "resident"), mode=0o700)
+    archive = os.path.join(state_dir, "resident", "nictune-agent.pyz")
+    with open(archive, "wb") as f:
+        f.write(agentzip.build().data)
+    proc = subprocess.Popen(["ip", "netns", "exec", host.netns, "env", "-i", f"PYTHONPATH={archive}", sys.executable,
+                             "-s", "-S", "-m", "nictune.host.resident", "--state-dir", str(state_dir),
+                             "--interval", "600", "--metrics-address", ""],
+                            cwd=state_dir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 20
+    while not os.path.exists(os.path.join(state_dir, "agent.sock")):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the resident agent made no socket"
+        time.sleep(0.05)
+    return proc
+
+
+def test_the_check_asks_the_resident_agent_when_it_runs(cluster, nodes, tmp_path):
+    _, slurm = cluster
+    a, _ = nodes
+    state_dir = tmp_path / f"state-{a.name}"
+    state_dir.mkdir(mode=0o700)
+    proc = start_resident(a, str(state_dir))
+    try:
+        drift(a)  # after the agent started: the socket's answer is a fresh read
+        code, outcome = health(cluster, tmp_path, a)
+        assert (code, outcome["action"], outcome["via"], outcome["reason"]) == (1, "drained", "resident", REASON), outcome
+    finally:
+        proc.terminate()
+        try:
+            proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
