@@ -15,8 +15,7 @@ import sys
 import time
 
 import pytest
-from fleet_helpers import ECN_PROFILE, running_fleet
-from slurm_lab import running_slurm
+from fleet_helpers import ECN_PROFILE
 
 from nictune.lab.fleet import run_in
 
@@ -26,11 +25,10 @@ NICTUNE = os.path.join(os.path.dirname(sys.executable), "nictune")
 REASON = "nictune: sysctl net.ipv4.tcp_ecn 2 != 1"
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with running_fleet(tmp_path_factory, 2) as fleet:
-        with running_slurm(fleet, str(tmp_path_factory.mktemp("slurm"))) as slurm:
-            yield fleet, slurm
+@pytest.fixture
+def cluster(slurm_cluster):
+    """tests/fleet/conftest.py's Slurm over two sshd hosts, this module's."""
+    return slurm_cluster
 
 
 @pytest.fixture
