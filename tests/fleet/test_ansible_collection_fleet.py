@@ -125,3 +125,13 @@ def test_the_verify_form_reports_drift(fleet, tmp_path):
     assert not hosts[b.name]["changed"]
     assert hosts[b.name]["changes"] == ["sysctl net.ipv4.tcp_ecn: 0 -> 1 (drift)"], hosts[b.name]
     assert tcp_ecn(b) == "0"  # verify wrote nothing
+
+
+def test_the_rollback_form_restores_the_last_apply(fleet, tmp_path):
+    a, b = fleet.of_kind("sshd")
+    playbook = site(tmp_path)
+    assert ansible(fleet, playbook)[0] == 0 and {tcp_ecn(h) for h in (a, b)} == {"1"}
+    code, hosts, stats, _ = ansible(fleet, playbook, "-e", "nictune_state=rolled_back")
+    assert code == 0 and {h: s["changed"] for h, s in stats.items()} == {a.name: 1, b.name: 1}, stats
+    assert hosts[a.name]["report"]["command"] == "rollback" and hosts[a.name]["report"]["rolled_back"], hosts[a.name]
+    assert {tcp_ecn(h) for h in (a, b)} == {"2"}
