@@ -135,3 +135,9 @@ def test_the_rollback_form_restores_the_last_apply(fleet, tmp_path):
     assert code == 0 and {h: s["changed"] for h, s in stats.items()} == {a.name: 1, b.name: 1}, stats
     assert hosts[a.name]["report"]["command"] == "rollback" and hosts[a.name]["report"]["rolled_back"], hosts[a.name]
     assert {tcp_ecn(h) for h in (a, b)} == {"2"}
+
+
+def test_the_logged_invocation_carries_neither_the_profile_document_nor_the_agent(fleet, tmp_path):
+    _, _, _, out = ansible(fleet, site(tmp_path), "--check", "-vvv")  # -vvv: the default callback shows invocation
+    assert out.count('"invocation": {') >= 2, out[-3000:]  # the module's raw answer and the shown result
+    assert "nictune_request" not in out and "UEsDB" not in out  # the request; a zip's base64 start

@@ -9,6 +9,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import base64
+import json
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
@@ -28,7 +29,7 @@ def _nictune_request(path, command):
         profile = load_profile(path) if path else None
     except NictuneError as e:
         raise AnsibleActionFail(str(e))
-    return build_request(command, profile), base64.b64encode(agentzip.build().data).decode()
+    return json.dumps(build_request(command, profile)), base64.b64encode(agentzip.build().data).decode()
 
 
 class ActionModule(ActionBase):
@@ -51,4 +52,8 @@ class ActionModule(ActionBase):
             args["profile"] = path
         result.update(self._execute_module(module_name="nictune.network.profile", module_args=args,
                                            task_vars=task_vars))
+        # The module's echo of its arguments would carry the profile's document (secrets
+        # included: MACsec and IPsec keys) and the 380 kB agent into every -v log.
+        result["invocation"] = {"module_args": dict((k, args[k]) for k in ("profile", "state", "state_dir")
+                                                    if k in args)}
         return result

@@ -42,8 +42,9 @@ options:
     default: /var/lib/nictune
   request:
     description:
-      - Set by the action plugin, not by the user; the JSON request nictune's agent takes.
-    type: dict
+      - Set by the action plugin, not by the user; the JSON request nictune's agent takes, as text.
+      - Never logged, it carries the profile's document (keys included).
+    type: str
   agent:
     description:
       - Set by the action plugin, not by the user; the agent zipapp, base64.
@@ -153,8 +154,10 @@ def main():
             profile=dict(type="path"),
             state=dict(type="str", choices=list(COMMANDS), default="applied"),
             state_dir=dict(type="path", default="/var/lib/nictune"),
-            request=dict(type="dict"),
-            agent=dict(type="str", no_log=False),
+            # no_log: neither the profile's document (MACsec, IPsec keys) nor 380 kB of
+            # agent in the invocation Ansible logs; text, so that only these whole values mask.
+            request=dict(type="str", no_log=True),
+            agent=dict(type="str", no_log=True),
         ),
         required_if=[("state", "applied", ("profile",)), ("state", "verified", ("profile",))],
         supports_check_mode=True,
@@ -163,7 +166,10 @@ def main():
     if not request or not agent:
         module.fail_json(msg="nictune.network.profile runs through its action plugin (the controller "
                              "needs nictune installed); request and agent are set by it")
-    request = dict(request, state_dir=module.params["state_dir"])
+    try:
+        request = dict(json.loads(request), state_dir=module.params["state_dir"])
+    except (TypeError, ValueError) as e:
+        module.fail_json(msg="request is not nictune's JSON request: %s" % e)
     state = module.params["state"]
     if module.check_mode and state != "verified":
         request["command"] = "plan"  # check mode: nictune plan, nothing written
