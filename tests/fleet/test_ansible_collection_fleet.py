@@ -62,7 +62,7 @@ def ansible(fleet, playbook: str, *args: str) -> tuple:
     real ansible-playbook run.  The module's result per host is what
     ansible-core's own tree callback writes (the role's last task)."""
     tree = tempfile.mkdtemp(dir=fleet.dir)
-    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": ROOT, "ANSIBLE_HOST_KEY_CHECKING": "False",
+    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": ROOT,
            "ANSIBLE_CALLBACKS_ENABLED": "ansible.builtin.tree", "ANSIBLE_CALLBACK_TREE_DIR": tree,
            "ANSIBLE_NOCOLOR": "1", "ANSIBLE_PYTHON_INTERPRETER": "/usr/bin/python3",
            "ANSIBLE_LOCAL_TEMP": os.path.join(fleet.dir, "ansible-tmp")}
