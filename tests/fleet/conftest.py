@@ -63,3 +63,14 @@ interfaces:
 @pytest.fixture
 def profile(tmp_path):
     return profile_file(tmp_path, RAILS_PROFILE, "rails.yaml")
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster(tmp_path_factory):
+    """A fleet of two sshd hosts with a real Slurm over them
+    (tests/fleet/slurm_lab.py), for one test module: (fleet, slurm)."""
+    from slurm_lab import running_slurm
+
+    with running_fleet(tmp_path_factory, 2) as fleet:
+        with running_slurm(fleet, str(tmp_path_factory.mktemp("slurm"))) as slurm:
+            yield fleet, slurm

@@ -8,7 +8,7 @@ import sys
 import typer
 
 from nictune import __version__
-from nictune.cli import gate_cmds, host_cmds, lab_cmds, lint_cmds, profile_cmds, resident_cmds
+from nictune.cli import gate_cmds, host_cmds, lab_cmds, lint_cmds, profile_cmds, resident_cmds, slurm_cmds
 from nictune.host.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK
 
 # Typer's usage errors (an unknown option, a missing argument, a bad value)
@@ -44,6 +44,7 @@ def root(
 profile_cmds.register(app)
 lint_cmds.register(app)
 host_cmds.register(app)
+slurm_cmds.register(app)
 app.add_typer(lab_cmds.lab, name="lab")
 app.add_typer(resident_cmds.agent, name="agent")
 app.add_typer(gate_cmds.gate, name="gate")
