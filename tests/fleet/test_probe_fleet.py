@@ -40,6 +40,9 @@ interfaces:
 
 
 def test_audits_through_the_probe_equal_the_agents(make_fleet, tmp_path, monkeypatch):
+    # A question cache of this test's own: other tests' refusals (a switch
+    # profile's, say) stay in theirs.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     fleet = make_fleet(3)
     a, b, c = fleet.of_kind("sshd")
     profile = profile_file(tmp_path, PROFILE, "probe.yaml")
@@ -112,6 +115,7 @@ interfaces:
 
 
 def test_a_verify_a_probe_cannot_ask_is_not_learned_again(make_fleet, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     fleet = make_fleet(1)
     profile = profile_file(tmp_path, COUNTERS, "counters.yaml")
     first = audit(fleet, profile)
