@@ -32,7 +32,7 @@ import ipaddress
 
 from nictune.host.errors import InvalidInput, NictuneError
 from nictune.host.knobs.base import Family
-from nictune.host.model import Desired, Key, Unsupported, Want
+from nictune.host.model import Default, Desired, Key, Unsupported, Want
 
 PRESENT, ABSENT = "present", "absent"
 UNREAD = "rules and routes"  # the one key of a rail whose addresses cannot be read
@@ -50,9 +50,29 @@ _SCOPE_LINK, _SCOPE_UNIVERSE, _RTN_UNICAST = 253, 0, 1
 
 # What one "N+rail" claims for lint's collision check: N to N + MAX_RAILS - 1.
 MAX_RAILS = 32
-# The ARP sysctls rails in one subnet need, and the values that do.
-ARP_SYSCTLS = {"ipv4.arp_ignore": (1, 2), "ipv4.arp_announce": (2,)}
-ARP_NOTE = "arp_ignore 1 or 2, arp_announce 2"
+# The per-interface sysctls each layout needs, as defaults a profile's own
+# sysctl: values override (model.Default), and the values that do for lint.
+# The kernel takes the larger of conf.all and the interface's own value for
+# all three (Documentation/networking/ip-sysctl.rst).
+#  - ONE_SUBNET, every rail in one subnet: the kernel answers an ARP request
+#    for any local address on any port (arp_ignore 0), so a peer learns rail
+#    1's address at rail 0's MAC; arp_ignore 1 answers only on the port that
+#    holds the address.  arp_announce 2 puts the sending port's own address in
+#    its ARP requests, so that no peer learns another rail's address with this
+#    port's MAC.  rp_filter 2, loose: ip-sysctl.rst recommends loose mode "if
+#    using asymmetric routing or other complicated routing"; strict mode checks
+#    the reverse path, and in one subnet the main table routes the subnet by
+#    rail 0 alone (only the rules cover the rails' own addresses), so traffic
+#    to anything else that arrives on rail 1 (broadcasts, another address) is
+#    dropped.
+#  - PER_RAIL, each rail in a subnet of its own: a request for rail N's
+#    address reaches rail N only and the main table's connected routes match
+#    the ports, so arp_ignore and a strict rp_filter stay as the host has them;
+#    arp_announce 2 still keeps another rail's address out of a port's ARP
+#    requests (a packet sent from one rail's address by another port).
+ONE_SUBNET = {"ipv4.arp_ignore": 1, "ipv4.arp_announce": 2, "ipv4.rp_filter": 2}
+PER_RAIL = {"ipv4.arp_announce": 2}
+GOOD = {"ipv4.arp_ignore": (1, 2), "ipv4.arp_announce": (2,), "ipv4.rp_filter": (0, 2)}
 
 
 def claimed(spec) -> set:
@@ -107,6 +127,7 @@ interfaces:
                      "up, with its addresses in place")
     sections = ("routing",)
     settings = ("routing.table", "routing.priority", "routing.address", "routing.gateway")
+    defaults_for = ("sysctl",)
 
     @classmethod
     def plan_reads(cls, host) -> None:
@@ -184,7 +205,23 @@ interfaces:
         if spec.get("gateway"):
             route = _route(table, None, 0, target, None, _SCOPE_UNIVERSE, spec["gateway"])
             out.append(self._want(target, route, source("routing", "gateway")))
-        return out
+        return out + self._sysctl_defaults(target, spec, found, source("routing"))
+
+    def _sysctl_defaults(self, target: str, spec: dict, found: list, where: str) -> list:
+        """The ARP and rp_filter sysctls of the rail's layout (ONE_SUBNET or
+        PER_RAIL), as sysctl keys the profile's own values override.  One
+        subnet: a +rail address pattern (every rail in its subnet), or a
+        subnet of this rail's that another interface of the host shares."""
+        mine = [ipaddress.ip_network(f"{a}/{p}", strict=False) for a, p in found]
+        others = [ipaddress.ip_network(f"{a}/{p}", strict=False)
+                  for dev, a, p in self._addresses or () if dev != target]
+        shared = str(spec.get("address", "")).endswith("+rail") or any(
+            m.overlaps(o) for m in mine for o in others)
+        label = f"{where} (routing default: {'rails in one subnet' if shared else 'a subnet per rail'})"
+        # The sysctl family's key (SysctlFamily.key_for), written by it.
+        return [Default(Key("sysctl", target, f"net.ipv4.conf.{target}.{short[5:]}"), Want(value),
+                        label.strip())
+                for short, value in (ONE_SUBNET if shared else PER_RAIL).items()]
 
     def _want(self, target: str, what: dict, where: str) -> Desired:
         return Desired(Key(self.name, target, _name(what)), Want(PRESENT), where)
