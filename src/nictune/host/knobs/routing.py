@@ -115,6 +115,9 @@ class RoutingFamily(Family):
 interfaces:
   rails:
     match: {driver: mlx5_core}
+    # routing: brings the rails' ARP sysctls as defaults that sysctl: overrides:
+    # rails in one subnet get arp_ignore 1, arp_announce 2, rp_filter 2 (loose);
+    # rails in subnets of their own get arp_announce 2.
     routing:
       table: 100+rail          # rail 0 -> table 100, rail 1 -> 101 ...
       priority: 30100+rail     # the rule's priority (30000-32765 by default)
@@ -144,7 +147,11 @@ interfaces:
                             s.text(RAIL_NUMBER, 16, words="N+rail: N plus the rail's index")]}
         return {"entry": {"routing": s.section(
             "Policy routing for each interface of the entry: a table of its own, the rule "
-            "'from its addresses look up that table', and the table's routes.",
+            "'from its addresses look up that table', and the table's routes. It brings the "
+            "per-interface sysctls of the rails' layout as defaults the entry's own sysctl: "
+            "values override: rails in one subnet (a +rail address, or a subnet another "
+            "interface shares) get arp_ignore 1, arp_announce 2 and rp_filter 2 (loose); rails "
+            "in subnets of their own get arp_announce 2.",
             {
                 "table": {**number, "description": "The rail's routing table: a number, or "
                           "N+rail (default 100+rail). 0 and 252-255 are the kernel's."},
