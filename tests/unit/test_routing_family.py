@@ -171,3 +171,35 @@ def test_rails_in_subnets_of_their_own_get_arp_announce_alone(tmp_path):
 def test_a_profile_with_routing_alone_loads_the_sysctl_family():
     from nictune.host import knobs
     assert "sysctl" in knobs.families_for({"interfaces": {"r": {"routing": {}}}})
+
+
+def test_each_hosts_rail_addresses_come_from_its_inventory_variables(tmp_path):
+    # The inventory's nictune: layer of a host overrides the profile's
+    # address pattern with a list, one address per rail, each rail in a
+    # subnet of its own: so only arp_announce comes as a default.
+    from nictune.control.remote.fleet import Profiles
+    from nictune.inventory import load_inventory
+
+    (tmp_path / "p.yaml").write_text(RAILS % ("100+rail", "30100+rail", ", address: 198.18.8.1/24+rail"))
+    (tmp_path / "hosts.yml").write_text(
+        "all:\n  hosts:\n    node0:\n      nictune:\n        interfaces:\n          rails:\n"
+        "            routing: {address: [198.18.10.1/24, 198.18.11.1/24]}\n")
+    inv = load_inventory(str(tmp_path / "hosts.yml"))
+    p = Profiles(str(tmp_path / "p.yaml")).for_host(inv.hosts["node0"])
+    _, e = engine(tmp_path / "host", addresses=[])
+    out = e.plan(p.doc, p.sources)
+    changes = routing_changes(out)
+    added = {k: c for k, c in changes.items() if k[1].startswith("address")}
+    assert sorted(added) == [(P0, "address 198.18.10.1/24"), (P1, "address 198.18.11.1/24")]
+    assert all(c.source.endswith("hosts.yml:4") for c in added.values()), added  # its nictune: line
+    assert changes[(P1, "rule 30101 from 198.18.11.1 lookup 101")].status == "pending"
+    assert sorted(sysctl_changes(out)) == [(P0, "arp_announce"), (P1, "arp_announce")]
+
+
+def test_a_list_shorter_than_the_rails_is_refused_naming_the_line(tmp_path):
+    _, e = engine(tmp_path)
+    p = load_profile_text(RAILS % ("100+rail", "30100+rail", ", address: [198.18.10.1/24]"),
+                          "p.yaml", PROFILES)
+    with pytest.raises(InvalidInput, match=r"p.yaml:5: routing.address lists 1 addresses, but the "
+                                           r"entry matched .* too \(rail 1\): give one address per rail"):
+        e.plan(p.doc, p.sources)

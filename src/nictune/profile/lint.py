@@ -674,14 +674,14 @@ class _Linter:
         rails' layout as defaults (knobs/routing.py ONE_SUBNET, PER_RAIL);
         a value the profile sets itself overrides them, and one the layout
         makes wrong is worth a word: arp_ignore 0 or rp_filter 1 on rails
-        that may share a subnet (the layout is known here only from a +rail
-        address pattern; the plan learns it from the host), arp_announce
+        that may share a subnet (the layout is known here only from declared
+        addresses; the plan learns it from the host), arp_announce
         other than 2 on any.  The kernel takes the larger of conf.all and
         the interface's own value (ip-sysctl.rst)."""
         spec, sysctls = entry.get("routing") or {}, entry.get("sysctl") or {}
         host = (self.doc.get("host") or {}).get("sysctl") or {}
-        keys = routing.ONE_SUBNET if str(spec.get("address", "")).endswith("+rail") or \
-            "address" not in spec else routing.PER_RAIL
+        keys = routing.ONE_SUBNET if "address" not in spec or \
+            routing.declared_one_subnet(spec["address"]) else routing.PER_RAIL
         for key in keys:
             everywhere = f"net.ipv4.conf.all.{key[5:]}"
             if key not in sysctls and everywhere not in host:

@@ -44,6 +44,7 @@ PRIORITY_BAND = (30000, 32765)
 RESERVED_TABLES = (0, 252, 253, 254, 255)
 RAIL_NUMBER = r"^[0-9]{1,10}\+rail$"
 RAIL_ADDRESS = r"^[0-9.]{7,15}/[0-9]{1,2}(\+rail)?$"
+ONE_ADDRESS = r"^[0-9.]{7,15}/[0-9]{1,2}$"
 IPV4 = r"^((25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])$"
 _SCOPE_LINK, _SCOPE_UNIVERSE, _RTN_UNICAST = 253, 0, 1
 
@@ -85,10 +86,15 @@ def claimed(spec) -> set:
     return set()
 
 
-def rail_address(spec: str, index: int):
+def rail_address(spec, index: int):
     """(address, prefixlen) a `routing.address` value declares for the rail
     at `index`: "198.18.7.1/24" as is, "198.18.7.1/24+rail" that address
-    plus the index; None when it is not one (or runs out of the subnet)."""
+    plus the index, a list (one address per rail, such as an inventory's
+    host variable gives) its index-th item; None when it is not one (or runs
+    out of the subnet, or of the list)."""
+    if isinstance(spec, list):
+        return rail_address(spec[index], 0) if index < len(spec) and isinstance(spec[index], str) \
+            and not spec[index].endswith("+rail") else None
     text, plus = (spec[:-5], index) if spec.endswith("+rail") else (spec, 0)
     try:
         iface = ipaddress.IPv4Interface(text)
@@ -100,6 +106,16 @@ def rail_address(spec: str, index: int):
                                                                   net.broadcast_address)):
         return None
     return str(address), iface.network.prefixlen
+
+
+def declared_one_subnet(spec) -> bool:
+    """Whether a `routing.address` value puts the rails in one subnet: a
+    +rail pattern does, a list does when two of its subnets overlap."""
+    if isinstance(spec, str):
+        return spec.endswith("+rail")
+    nets = [ipaddress.ip_network(a, strict=False) for a in spec or ()
+            if isinstance(a, str) and rail_address(a, 0)]
+    return any(a.overlaps(b) for i, a in enumerate(nets) for b in nets[i + 1:])
 
 
 def rail_number(spec, index: int) -> int:
@@ -158,12 +174,16 @@ interfaces:
                 "priority": {**number, "description": "The rule's priority: a number, or N+rail "
                              "(default 30100+rail). Keep it above the operator's rules and "
                              "below the main table's 32766."},
-                "address": s.text(RAIL_ADDRESS, 24,
-                                  "An IPv4 address the rail must have, with its prefix length; "
-                                  "+rail adds the rail's index (198.18.7.1/24+rail: rail 0 gets "
-                                  ".1, rail 1 .2). nictune adds it, and a rollback removes it only "
-                                  "when nictune added it.",
-                                  words="an IPv4 address/prefix, optionally followed by +rail"),
+                "address": {"anyOf": [
+                    s.text(RAIL_ADDRESS, 24, words="an IPv4 address/prefix, optionally followed by +rail"),
+                    {"type": "array", "minItems": 1, "maxItems": MAX_RAILS,
+                     "items": s.text(ONE_ADDRESS, 18, words="an IPv4 address/prefix")}],
+                    "description": "An IPv4 address the rail must have, with its prefix length; "
+                    "+rail adds the rail's index (198.18.7.1/24+rail: rail 0 gets .1, rail 1 .2); "
+                    "or a list, one address per rail in match order (an inventory host variable "
+                    "`nictune: {interfaces: {ENTRY: {routing: {address: [...]}}}}` can give each "
+                    "host its own). nictune adds it, and a rollback removes it only when nictune "
+                    "added it."},
                 "gateway": s.text(IPV4, 15, "A gateway on the rail's subnet: the rail's table "
                                   "gets a default route through it.", words="an IPv4 address"),
             })}}
@@ -193,9 +213,14 @@ interfaces:
             return [Desired(Key(self.name, target, UNREAD), Want(PRESENT), source("routing"))]
         if spec.get("address"):
             declared = rail_address(spec["address"], index)
+            if declared is None and isinstance(spec["address"], list) and index >= len(spec["address"]):
+                raise InvalidInput(f"{source('routing', 'address')}: routing.address lists "
+                                   f"{len(spec['address'])} addresses, but the entry matched "
+                                   f"{target} too (rail {index}): give one address per rail")
             if declared is None:
+                shown = spec["address"][index] if isinstance(spec["address"], list) else spec["address"]
                 raise InvalidInput(f"{source('routing', 'address')}: routing.address "
-                                   f"{str(spec['address'])[:40]!r} for {target} (rail {index}) is "
+                                   f"{str(shown)[:40]!r} for {target} (rail {index}) is "
                                    "not an IPv4 address with a prefix length")
             out.append(Desired(Key(self.name, target, _address_name(*declared)), Want(PRESENT),
                                source("routing", "address")))
@@ -217,12 +242,13 @@ interfaces:
     def _sysctl_defaults(self, target: str, spec: dict, found: list, where: str) -> list:
         """The ARP and rp_filter sysctls of the rail's layout (ONE_SUBNET or
         PER_RAIL), as sysctl keys the profile's own values override.  One
-        subnet: a +rail address pattern (every rail in its subnet), or a
-        subnet of this rail's that another interface of the host shares."""
+        subnet: a +rail address pattern (every rail in its subnet), a list
+        of addresses two of which share a subnet, or a subnet of this
+        rail's that another interface of the host shares."""
         mine = [ipaddress.ip_network(f"{a}/{p}", strict=False) for a, p in found]
         others = [ipaddress.ip_network(f"{a}/{p}", strict=False)
                   for dev, a, p in self._addresses or () if dev != target]
-        shared = str(spec.get("address", "")).endswith("+rail") or any(
+        shared = declared_one_subnet(spec.get("address")) or any(
             m.overlaps(o) for m in mine for o in others)
         label = f"{where} (routing default: {'rails in one subnet' if shared else 'a subnet per rail'})"
         # The sysctl family's key (SysctlFamily.key_for), written by it.
