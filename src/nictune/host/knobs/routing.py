@@ -24,6 +24,12 @@ default priorities sit in the band 30000-32765: after the rules operators
 usually write (lower numbers are looked at first, so nictune never shadows
 theirs) and before the main table's rule at 32766.  Lint refuses two
 entries whose tables or priorities collide.
+
+Sysctls: each rail also gets the ARP and rp_filter sysctls its layout needs
+(ONE_SUBNET or PER_RAIL, below) as sysctl-family keys marked model.Default:
+the sysctl family reads, writes and rolls them back (defaults_for loads
+it), and a value the profile sets itself for the same key replaces the
+default in engine.Desire.add instead of conflicting with it.
 """
 
 from __future__ import annotations
