@@ -220,3 +220,52 @@ def test_a_priority_taken_by_another_rule_is_refused(lab):
     assert "priority 30101 already holds another rule" in json.dumps(report)
     after = rules_and_routes(lab)
     assert after == before, [(set(a) ^ set(b)) for a, b in zip(after, before)]
+
+
+ARP_LEAVES = ("arp_ignore", "arp_announce", "rp_filter")
+
+
+def rail_sysctls(lab) -> dict:
+    """{(rail, leaf): value} as `sysctl -n` reads them in the rails' namespace."""
+    return {(rail, leaf): int(lab.a("sysctl", "-n", f"net.ipv4.conf.{rail}.{leaf}"))
+            for rail in lab.rails for leaf in ARP_LEAVES}
+
+
+def test_the_layouts_arp_sysctls_come_as_defaults_an_explicit_value_overrides(lab):
+    # The kernel's defaults on every rail, whatever a new namespace inherits:
+    # the test cannot pass with values that were there already.
+    for rail in lab.rails:
+        for leaf in ARP_LEAVES:
+            lab.a("sysctl", "-qw", f"net.ipv4.conf.{rail}.{leaf}=0")
+    before = rail_sysctls(lab)
+    text = PROFILE.split("    sysctl:\n")[0] + "    sysctl:\n      ipv4.arp_ignore: 2\n"
+    if lab.declared:
+        text = text.replace("      priority: 30100+rail\n",
+                            "      priority: 30100+rail\n      address: 198.18.26.1/24+rail\n")
+    path = lab.dir / "p.yaml"
+    path.write_text(text)
+    line = 10 if lab.declared else 9
+
+    code, plan = nictune(lab, "plan", str(path))
+    assert code == 2, plan
+    shown = {(c["key"]["target"], c["key"]["name"].rsplit(".", 1)[1]): c for c in plan["changes"]
+             if c["key"]["family"] == "sysctl"}
+    assert sorted(shown) == sorted(before), shown
+    default = "p.yaml:5 (routing default: rails in one subnet)"
+    assert all(default in shown[(rail, leaf)]["source"] for rail in lab.rails
+               for leaf in ("arp_announce", "rp_filter")), shown
+    assert all(shown[(rail, "arp_ignore")]["source"].endswith(f"p.yaml:{line}") for rail in lab.rails)
+
+    code, report = nictune(lab, "apply", str(path))
+    assert code == 0, report
+    assert rail_sysctls(lab) == {(rail, leaf): value for rail in lab.rails for leaf, value in
+                                 (("arp_ignore", 2), ("arp_announce", 2), ("rp_filter", 2))}
+    # Rail 1's ping, bound to its address, goes out and comes back on rail 1.
+    start = counters(lab)
+    ping_from(lab, "ntr1")
+    moved = rises(start, counters(lab))
+    assert moved["ntr1"][0] >= 5 and moved["ntr1"][1] >= 5, moved
+
+    code, report = nictune(lab, "rollback")
+    assert code == 0, report
+    assert rail_sysctls(lab) == before

@@ -129,3 +129,77 @@ def test_a_declared_address_outside_its_subnet_is_refused(tmp_path):
                           "p.yaml", PROFILES)
     with pytest.raises(InvalidInput, match=r"p.yaml:5: routing.address '198.18.8.254/24\+rail' for "):
         e.plan(p.doc, p.sources)
+
+
+def sysctl_changes(out) -> dict:
+    return {(c.key.target, c.key.name.rsplit(".", 1)[1]): c for c in out.changes
+            if c.key.family == "sysctl"}
+
+
+def test_rails_in_one_subnet_get_the_arp_and_rp_filter_sysctls_as_defaults(tmp_path):
+    # The recorded rails share 198.18.7.0/24: one subnet.
+    _, e = engine(tmp_path)
+    p = profile()
+    changes = sysctl_changes(e.plan(p.doc, p.sources))
+    assert {k: c.after for k, c in changes.items()} == {
+        (rail, leaf): value for rail in (P0, P1)
+        for leaf, value in (("arp_ignore", 1), ("arp_announce", 2), ("rp_filter", 2))}
+    assert all(c.source == "p.yaml:5 (routing default: rails in one subnet)" for c in changes.values())
+
+
+def test_the_profiles_own_sysctl_overrides_the_default_without_a_conflict(tmp_path):
+    _, e = engine(tmp_path)
+    text = RAILS % ("100+rail", "30100+rail", "") + "    sysctl: {ipv4.rp_filter: 0}\n"
+    # In another entry too: the profile's value wins whichever entry sets it.
+    other = text + "  strict:\n    match: {name: %s}\n    sysctl: {ipv4.arp_ignore: 2}\n" % P1
+    p = load_profile_text(other, "p.yaml", PROFILES)
+    changes = sysctl_changes(e.plan(p.doc, p.sources))
+    assert (changes[(P0, "rp_filter")].after, changes[(P0, "rp_filter")].source) == (0, "p.yaml:6")
+    assert (changes[(P1, "arp_ignore")].after, changes[(P1, "arp_ignore")].source) == (2, "p.yaml:9")
+    assert changes[(P0, "arp_ignore")].after == 1 and "routing default" in changes[(P0, "arp_ignore")].source
+
+
+def test_rails_in_subnets_of_their_own_get_arp_announce_alone(tmp_path):
+    _, e = engine(tmp_path, addresses=[{"dev": P0, "local": "198.18.7.1", "prefixlen": 24},
+                                       {"dev": P1, "local": "198.18.8.1", "prefixlen": 24}])
+    p = profile()
+    changes = sysctl_changes(e.plan(p.doc, p.sources))
+    assert {k: c.after for k, c in changes.items()} == {(P0, "arp_announce"): 2, (P1, "arp_announce"): 2}
+    assert changes[(P1, "arp_announce")].source == "p.yaml:5 (routing default: a subnet per rail)"
+
+
+def test_a_profile_with_routing_alone_loads_the_sysctl_family():
+    from nictune.host import knobs
+    assert "sysctl" in knobs.families_for({"interfaces": {"r": {"routing": {}}}})
+
+
+def test_each_hosts_rail_addresses_come_from_its_inventory_variables(tmp_path):
+    # The inventory's nictune: layer of a host overrides the profile's
+    # address pattern with a list, one address per rail, each rail in a
+    # subnet of its own: so only arp_announce comes as a default.
+    from nictune.control.remote.fleet import Profiles
+    from nictune.inventory import load_inventory
+
+    (tmp_path / "p.yaml").write_text(RAILS % ("100+rail", "30100+rail", ", address: 198.18.8.1/24+rail"))
+    (tmp_path / "hosts.yml").write_text(
+        "all:\n  hosts:\n    node0:\n      nictune:\n        interfaces:\n          rails:\n"
+        "            routing: {address: [198.18.10.1/24, 198.18.11.1/24]}\n")
+    inv = load_inventory(str(tmp_path / "hosts.yml"))
+    p = Profiles(str(tmp_path / "p.yaml")).for_host(inv.hosts["node0"])
+    _, e = engine(tmp_path / "host", addresses=[])
+    out = e.plan(p.doc, p.sources)
+    changes = routing_changes(out)
+    added = {k: c for k, c in changes.items() if k[1].startswith("address")}
+    assert sorted(added) == [(P0, "address 198.18.10.1/24"), (P1, "address 198.18.11.1/24")]
+    assert all(c.source.endswith("hosts.yml:4") for c in added.values()), added  # its nictune: line
+    assert changes[(P1, "rule 30101 from 198.18.11.1 lookup 101")].status == "pending"
+    assert sorted(sysctl_changes(out)) == [(P0, "arp_announce"), (P1, "arp_announce")]
+
+
+def test_a_list_shorter_than_the_rails_is_refused_naming_the_line(tmp_path):
+    _, e = engine(tmp_path)
+    p = load_profile_text(RAILS % ("100+rail", "30100+rail", ", address: [198.18.10.1/24]"),
+                          "p.yaml", PROFILES)
+    with pytest.raises(InvalidInput, match=r"p.yaml:5: routing.address lists 1 addresses, but the "
+                                           r"entry matched .* too \(rail 1\): give one address per rail"):
+        e.plan(p.doc, p.sources)

@@ -147,6 +147,16 @@ class Desired(_Record):
         object.__setattr__(self, "source", source)
 
 
+@_frozen
+class Default(Desired):
+    """A setting one family asks for on another family's key, as a default:
+    the routing family's ARP and rp_filter sysctls for the rails' layout
+    (knobs/routing.py).  The profile's own value for the same key wins over
+    it, with no conflict (engine.Desire.add)."""
+
+    __slots__ = ()
+
+
 # What happened (or would happen) to one key.
 PENDING = "pending"          # plan: would change
 OK = "ok"                    # already as wanted

@@ -670,22 +670,33 @@ class _Linter:
                      self.p.source("interfaces", name, "routing", "priority"))
 
     def routing_arp(self, name: str, entry: dict) -> None:
-        """Rails in one subnet answer ARP for each other's addresses unless
-        arp_ignore is 1 or 2 and arp_announce 2: the peer's replies to rail
-        1 would then arrive on rail 0, whatever the routing tables say."""
-        sysctls = entry.get("sysctl") or {}
+        """The routing family brings the ARP and rp_filter sysctls of the
+        rails' layout as defaults (knobs/routing.py ONE_SUBNET, PER_RAIL);
+        a value the profile sets itself overrides them, and one the layout
+        makes wrong is worth a word: arp_ignore 0 or rp_filter 1 on rails
+        that may share a subnet (the layout is known here only from declared
+        addresses; the plan learns it from the host), arp_announce
+        other than 2 on any.  The kernel takes the larger of conf.all and
+        the interface's own value (ip-sysctl.rst)."""
+        spec, sysctls = entry.get("routing") or {}, entry.get("sysctl") or {}
         host = (self.doc.get("host") or {}).get("sysctl") or {}
-        # The kernel takes the larger of conf.all and the interface's own
-        # (IN_DEV_ARP_IGNORE, IN_DEV_ARP_ANNOUNCE: IN_DEV_MAXCONF).
-        missing = [key for key, good in routing.ARP_SYSCTLS.items()
-                   if max(_as_int(sysctls.get(key)), _as_int(host.get(f"net.ipv4.conf.all.{key[5:]}")))
-                   not in good]
-        if missing:
-            self.add("routing-without-arp-sysctls", WARNING,
-                     f"interfaces.{name}: routing without {', '.join(missing)} "
-                     f"({routing.ARP_NOTE}): rails in one subnet answer ARP for each other, and the "
-                     "peer's traffic to one rail's address arrives on another",
-                     self.p.source("interfaces", name, "routing"))
+        keys = routing.ONE_SUBNET if "address" not in spec or \
+            routing.declared_one_subnet(spec["address"]) else routing.PER_RAIL
+        for key in keys:
+            everywhere = f"net.ipv4.conf.all.{key[5:]}"
+            if key not in sysctls and everywhere not in host:
+                continue  # the family's default holds
+            own = _as_int(sysctls[key]) if key in sysctls else routing.ONE_SUBNET[key]
+            if max(own, _as_int(host.get(everywhere))) in routing.GOOD[key]:
+                continue
+            at = self.p.source("interfaces", name, "sysctl", key) if key in sysctls \
+                else self.p.source("host", "sysctl", everywhere)
+            self.add("routing-arp-sysctl-overridden", WARNING,
+                     f"interfaces.{name}: routing with {key} {max(own, _as_int(host.get(everywhere)))} "
+                     f"(the routing family's default is {routing.ONE_SUBNET[key]}): rails that share a "
+                     "subnet then answer ARP for each other or drop traffic that arrives on another "
+                     "rail, and the peer's traffic to one rail's address arrives on another",
+                     at, self.p.source("interfaces", name, "routing"))
 
     def stable_gids(self, name: str, entry: dict) -> None:
         """Rails whose GID index a library file names by number need IPv6

@@ -94,6 +94,8 @@ CATALOG = {
 }
 # The host: sections of the families that own a file (knobs/envfile.py).
 OWNED_FILE_SECTIONS = ("nccl", "ucx", "mpi", "nvshmem", "slurm_task_prolog", "enroot_environ", "enroot_mounts", "environment")
+# The families whose keys a family asks for as defaults (Family.defaults_for).
+DEFAULTS_FOR = {"routing": ("sysctl",)}
 # END derived by profile/catalog.py.
 
 
@@ -109,8 +111,10 @@ def families_for(doc: dict) -> list:
     entries = (doc.get("interfaces") or {}).values()
     used = {s for entry in entries if isinstance(entry, dict) for s in entry}
     host = doc.get("host") or {}
-    return [name for name, (_, _, sections, host_sections) in CATALOG.items()
-            if used.intersection(sections) or any(s in host for s in host_sections)]
+    names = [name for name, (_, _, sections, host_sections) in CATALOG.items()
+             if used.intersection(sections) or any(s in host for s in host_sections)]
+    also = {other for name in names for other in DEFAULTS_FOR.get(name, ())}
+    return [name for name in CATALOG if name in names or name in also]
 
 
 def family_named(name: str):
@@ -130,11 +134,14 @@ def derived_catalog() -> str:
     rows = [f"    {_text(c.name)}: ({_text(c.__module__.rpartition('.')[2])}, {_text(c.__name__)}, "
             f"{_text(c.sections)}, {_text(c.host_sections)})," for c in classes]
     owned = tuple(s for c in classes if issubclass(c, OwnedFileFamily) for s in c.host_sections)
+    defaults = ", ".join(f"{_text(c.name)}: {_text(c.defaults_for)}" for c in classes if c.defaults_for)
     return "\n".join([
         "# name -> (module, class, entry sections, host sections), in REGISTERED order.",
         "CATALOG = {", *rows, "}",
         "# The host: sections of the families that own a file (knobs/envfile.py).",
-        f"OWNED_FILE_SECTIONS = {_text(owned)}"]) + "\n"
+        f"OWNED_FILE_SECTIONS = {_text(owned)}",
+        "# The families whose keys a family asks for as defaults (Family.defaults_for).",
+        f"DEFAULTS_FOR = {{{defaults}}}"]) + "\n"
 
 
 def _text(value) -> str:

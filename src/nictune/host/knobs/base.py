@@ -73,6 +73,9 @@ class Family:
     position_note: ClassVar[str] = ""
     sections: ClassVar[Tuple[str, ...]] = ()       # keys of an interfaces entry this family owns
     host_sections: ClassVar[Tuple[str, ...]] = ()  # keys of the host: section this family owns
+    # Families whose keys this one's expand asks for as defaults (model.Default):
+    # loaded with it (knobs.families_for), or they could not be read or written.
+    defaults_for: ClassVar[Tuple[str, ...]] = ()
     # Profile paths of the values this family takes, dotted, relative to an
     # entry or to host: ("rings.rx", "roce.ets.tc_bw").  A path that names
     # a mapping of free-form keys (features, sysctl) stands for all of them.

@@ -24,6 +24,12 @@ default priorities sit in the band 30000-32765: after the rules operators
 usually write (lower numbers are looked at first, so nictune never shadows
 theirs) and before the main table's rule at 32766.  Lint refuses two
 entries whose tables or priorities collide.
+
+Sysctls: each rail also gets the ARP and rp_filter sysctls its layout needs
+(ONE_SUBNET or PER_RAIL, below) as sysctl-family keys marked model.Default:
+the sysctl family reads, writes and rolls them back (defaults_for loads
+it), and a value the profile sets itself for the same key replaces the
+default in engine.Desire.add instead of conflicting with it.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import ipaddress
 
 from nictune.host.errors import InvalidInput, NictuneError
 from nictune.host.knobs.base import Family
-from nictune.host.model import Desired, Key, Unsupported, Want
+from nictune.host.model import Default, Desired, Key, Unsupported, Want
 
 PRESENT, ABSENT = "present", "absent"
 UNREAD = "rules and routes"  # the one key of a rail whose addresses cannot be read
@@ -44,15 +50,36 @@ PRIORITY_BAND = (30000, 32765)
 RESERVED_TABLES = (0, 252, 253, 254, 255)
 RAIL_NUMBER = r"^[0-9]{1,10}\+rail$"
 RAIL_ADDRESS = r"^[0-9.]{7,15}/[0-9]{1,2}(\+rail)?$"
+ONE_ADDRESS = r"^[0-9.]{7,15}/[0-9]{1,2}$"
 IPV4 = r"^((25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])$"
 _SCOPE_LINK, _SCOPE_UNIVERSE, _RTN_UNICAST = 253, 0, 1
 
 
 # What one "N+rail" claims for lint's collision check: N to N + MAX_RAILS - 1.
 MAX_RAILS = 32
-# The ARP sysctls rails in one subnet need, and the values that do.
-ARP_SYSCTLS = {"ipv4.arp_ignore": (1, 2), "ipv4.arp_announce": (2,)}
-ARP_NOTE = "arp_ignore 1 or 2, arp_announce 2"
+# The per-interface sysctls each layout needs, as defaults a profile's own
+# sysctl: values override (model.Default), and the values that do for lint.
+# The kernel takes the larger of conf.all and the interface's own value for
+# all three (Documentation/networking/ip-sysctl.rst).
+#  - ONE_SUBNET, every rail in one subnet: the kernel answers an ARP request
+#    for any local address on any port (arp_ignore 0), so a peer learns rail
+#    1's address at rail 0's MAC; arp_ignore 1 answers only on the port that
+#    holds the address.  arp_announce 2 puts the sending port's own address in
+#    its ARP requests, so that no peer learns another rail's address with this
+#    port's MAC.  rp_filter 2, loose: ip-sysctl.rst recommends loose mode "if
+#    using asymmetric routing or other complicated routing"; strict mode checks
+#    the reverse path, and in one subnet the main table routes the subnet by
+#    rail 0 alone (only the rules cover the rails' own addresses), so traffic
+#    to anything else that arrives on rail 1 (broadcasts, another address) is
+#    dropped.
+#  - PER_RAIL, each rail in a subnet of its own: a request for rail N's
+#    address reaches rail N only and the main table's connected routes match
+#    the ports, so arp_ignore and a strict rp_filter stay as the host has them;
+#    arp_announce 2 still keeps another rail's address out of a port's ARP
+#    requests (a packet sent from one rail's address by another port).
+ONE_SUBNET = {"ipv4.arp_ignore": 1, "ipv4.arp_announce": 2, "ipv4.rp_filter": 2}
+PER_RAIL = {"ipv4.arp_announce": 2}
+GOOD = {"ipv4.arp_ignore": (1, 2), "ipv4.arp_announce": (2,), "ipv4.rp_filter": (0, 2)}
 
 
 def claimed(spec) -> set:
@@ -65,10 +92,15 @@ def claimed(spec) -> set:
     return set()
 
 
-def rail_address(spec: str, index: int):
+def rail_address(spec, index: int):
     """(address, prefixlen) a `routing.address` value declares for the rail
     at `index`: "198.18.7.1/24" as is, "198.18.7.1/24+rail" that address
-    plus the index; None when it is not one (or runs out of the subnet)."""
+    plus the index, a list (one address per rail, such as an inventory's
+    host variable gives) its index-th item; None when it is not one (or runs
+    out of the subnet, or of the list)."""
+    if isinstance(spec, list):
+        return rail_address(spec[index], 0) if index < len(spec) and isinstance(spec[index], str) \
+            and not spec[index].endswith("+rail") else None
     text, plus = (spec[:-5], index) if spec.endswith("+rail") else (spec, 0)
     try:
         iface = ipaddress.IPv4Interface(text)
@@ -80,6 +112,16 @@ def rail_address(spec: str, index: int):
                                                                   net.broadcast_address)):
         return None
     return str(address), iface.network.prefixlen
+
+
+def declared_one_subnet(spec) -> bool:
+    """Whether a `routing.address` value puts the rails in one subnet: a
+    +rail pattern does, a list does when two of its subnets overlap."""
+    if isinstance(spec, str):
+        return spec.endswith("+rail")
+    nets = [ipaddress.ip_network(a, strict=False) for a in spec or ()
+            if isinstance(a, str) and rail_address(a, 0)]
+    return any(a.overlaps(b) for i, a in enumerate(nets) for b in nets[i + 1:])
 
 
 def rail_number(spec, index: int) -> int:
@@ -95,6 +137,9 @@ class RoutingFamily(Family):
 interfaces:
   rails:
     match: {driver: mlx5_core}
+    # routing: brings the rails' ARP sysctls as defaults that sysctl: overrides:
+    # rails in one subnet get arp_ignore 1, arp_announce 2, rp_filter 2 (loose);
+    # rails in subnets of their own get arp_announce 2.
     routing:
       table: 100+rail          # rail 0 -> table 100, rail 1 -> 101 ...
       priority: 30100+rail     # the rule's priority (30000-32765 by default)
@@ -107,6 +152,7 @@ interfaces:
                      "up, with its addresses in place")
     sections = ("routing",)
     settings = ("routing.table", "routing.priority", "routing.address", "routing.gateway")
+    defaults_for = ("sysctl",)
 
     @classmethod
     def plan_reads(cls, host) -> None:
@@ -123,19 +169,27 @@ interfaces:
                             s.text(RAIL_NUMBER, 16, words="N+rail: N plus the rail's index")]}
         return {"entry": {"routing": s.section(
             "Policy routing for each interface of the entry: a table of its own, the rule "
-            "'from its addresses look up that table', and the table's routes.",
+            "'from its addresses look up that table', and the table's routes. It brings the "
+            "per-interface sysctls of the rails' layout as defaults the entry's own sysctl: "
+            "values override: rails in one subnet (a +rail address, or a subnet another "
+            "interface shares) get arp_ignore 1, arp_announce 2 and rp_filter 2 (loose); rails "
+            "in subnets of their own get arp_announce 2.",
             {
                 "table": {**number, "description": "The rail's routing table: a number, or "
                           "N+rail (default 100+rail). 0 and 252-255 are the kernel's."},
                 "priority": {**number, "description": "The rule's priority: a number, or N+rail "
                              "(default 30100+rail). Keep it above the operator's rules and "
                              "below the main table's 32766."},
-                "address": s.text(RAIL_ADDRESS, 24,
-                                  "An IPv4 address the rail must have, with its prefix length; "
-                                  "+rail adds the rail's index (198.18.7.1/24+rail: rail 0 gets "
-                                  ".1, rail 1 .2). nictune adds it, and a rollback removes it only "
-                                  "when nictune added it.",
-                                  words="an IPv4 address/prefix, optionally followed by +rail"),
+                "address": {"anyOf": [
+                    s.text(RAIL_ADDRESS, 24, words="an IPv4 address/prefix, optionally followed by +rail"),
+                    {"type": "array", "minItems": 1, "maxItems": MAX_RAILS,
+                     "items": s.text(ONE_ADDRESS, 18, words="an IPv4 address/prefix")}],
+                    "description": "An IPv4 address the rail must have, with its prefix length; "
+                    "+rail adds the rail's index (198.18.7.1/24+rail: rail 0 gets .1, rail 1 .2); "
+                    "or a list, one address per rail in match order (an inventory host variable "
+                    "`nictune: {interfaces: {ENTRY: {routing: {address: [...]}}}}` can give each "
+                    "host its own). nictune adds it, and a rollback removes it only when nictune "
+                    "added it."},
                 "gateway": s.text(IPV4, 15, "A gateway on the rail's subnet: the rail's table "
                                   "gets a default route through it.", words="an IPv4 address"),
             })}}
@@ -165,9 +219,14 @@ interfaces:
             return [Desired(Key(self.name, target, UNREAD), Want(PRESENT), source("routing"))]
         if spec.get("address"):
             declared = rail_address(spec["address"], index)
+            if declared is None and isinstance(spec["address"], list) and index >= len(spec["address"]):
+                raise InvalidInput(f"{source('routing', 'address')}: routing.address lists "
+                                   f"{len(spec['address'])} addresses, but the entry matched "
+                                   f"{target} too (rail {index}): give one address per rail")
             if declared is None:
+                shown = spec["address"][index] if isinstance(spec["address"], list) else spec["address"]
                 raise InvalidInput(f"{source('routing', 'address')}: routing.address "
-                                   f"{str(spec['address'])[:40]!r} for {target} (rail {index}) is "
+                                   f"{str(shown)[:40]!r} for {target} (rail {index}) is "
                                    "not an IPv4 address with a prefix length")
             out.append(Desired(Key(self.name, target, _address_name(*declared)), Want(PRESENT),
                                source("routing", "address")))
@@ -184,7 +243,24 @@ interfaces:
         if spec.get("gateway"):
             route = _route(table, None, 0, target, None, _SCOPE_UNIVERSE, spec["gateway"])
             out.append(self._want(target, route, source("routing", "gateway")))
-        return out
+        return out + self._sysctl_defaults(target, spec, found, source("routing"))
+
+    def _sysctl_defaults(self, target: str, spec: dict, found: list, where: str) -> list:
+        """The ARP and rp_filter sysctls of the rail's layout (ONE_SUBNET or
+        PER_RAIL), as sysctl keys the profile's own values override.  One
+        subnet: a +rail address pattern (every rail in its subnet), a list
+        of addresses two of which share a subnet, or a subnet of this
+        rail's that another interface of the host shares."""
+        mine = [ipaddress.ip_network(f"{a}/{p}", strict=False) for a, p in found]
+        others = [ipaddress.ip_network(f"{a}/{p}", strict=False)
+                  for dev, a, p in self._addresses or () if dev != target]
+        shared = declared_one_subnet(spec.get("address")) or any(
+            m.overlaps(o) for m in mine for o in others)
+        label = f"{where} (routing default: {'rails in one subnet' if shared else 'a subnet per rail'})"
+        # The sysctl family's key (SysctlFamily.key_for), written by it.
+        return [Default(Key("sysctl", target, f"net.ipv4.conf.{target}.{short[5:]}"), Want(value),
+                        label.strip())
+                for short, value in (ONE_SUBNET if shared else PER_RAIL).items()]
 
     def _want(self, target: str, what: dict, where: str) -> Desired:
         return Desired(Key(self.name, target, _name(what)), Want(PRESENT), where)

@@ -53,7 +53,7 @@ from nictune.host.transaction.journal import (
     unconfirmed,
 )
 from nictune.host import knobs
-from nictune.host.model import HOST, Change, Desired, Key, Outcome, Unsupported
+from nictune.host.model import HOST, Change, Default, Desired, Key, Outcome, Unsupported
 
 
 class Superseded(NictuneError):
@@ -112,7 +112,13 @@ class Desire:
         self.warnings: list = []
 
     def add(self, desired: Desired, policy: str, owner: str) -> None:
+        """One key asked for; two asks that disagree are a conflict, but a
+        family's default (model.Default) gives way to the profile's own."""
         old = self.items.get(desired.key)
+        if old is not None and isinstance(old, Default) != isinstance(desired, Default):
+            if isinstance(desired, Default):
+                return
+            old = None
         if old is not None and old.want != desired.want:
             raise Conflict(
                 f"{desired.key.target}: {self.owner[desired.key]} ({old.source or 'profile'}) and "
