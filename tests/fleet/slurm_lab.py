@@ -62,8 +62,12 @@ class Slurm:
         return "" if out.startswith("No reservations") else out
 
     def node_states(self) -> Dict[str, str]:
+        """Each node's state as the scheduler keeps it.  sinfo marks a node
+        whose slurmd missed the controller's last ping with a trailing "*"
+        (not responding): on a loaded 2-core machine a lab slurmd can, and
+        that says nothing about draining or reservations, so it is left off."""
         out = self.run("sinfo", "-h", "-N", "-o", "%N %T").stdout
-        return dict(line.split() for line in out.splitlines())
+        return {name: state.rstrip("*") for name, state in (line.split() for line in out.splitlines())}
 
     def logs(self) -> str:
         """The daemons' logs' tails, for an assertion message."""
