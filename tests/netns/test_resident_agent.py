@@ -221,13 +221,15 @@ def test_it_keeps_what_the_last_apply_or_rollback_left(lab, agent):
     assert wait_for(lambda: mtu(lab) == 4000, 10), a.stop()
 
 
-def test_the_running_agent_serves_its_drift_as_metrics(lab, agent):
+@pytest.mark.parametrize("detail", [False, True], ids=["default", "metrics-detail"])
+def test_the_running_agent_serves_its_drift_as_metrics(lab, agent, detail):
     # The agent's own endpoint (host/resident/metrics.py), scraped over the
-    # namespace's loopback: the drift it recorded, as Prometheus reads it.
+    # namespace's loopback: the drift it recorded, as Prometheus reads it;
+    # `nictune agent run --metrics-detail` gets the per-key counters through.
     from prometheus_client.parser import text_string_to_metric_families
 
     apply(lab, "report")
-    a = agent("--metrics-address", "127.0.0.1:9463")
+    a = agent("--metrics-address", "127.0.0.1:9463", *(["--metrics-detail"] if detail else []))
     must(lab, "ip", "link", "set", "ntv0", "mtu", "1500")
     assert wait_for(lambda: a.key("link:ntv0:mtu").get("drifts") == 1, 10), a.stop()
 
@@ -240,7 +242,8 @@ def test_the_running_agent_serves_its_drift_as_metrics(lab, agent):
     key = (("family", "link"), ("name", "mtu"), ("target", "ntv0"))
     assert wait_for(lambda: scrape().get(("nictune_drift", key)) == 1, 10), a.stop()
     samples = scrape()
-    assert samples[("nictune_drift_events_total", key)] == 1
+    assert samples[("nictune_drift_events_total", key if detail else ())] == 1
+    assert (("nictune_drift_events_total", ()) in samples) is not detail  # never both: no double count
     assert samples[("nictune_reapplies_total", ())] == 0
 
 

@@ -202,15 +202,15 @@ def _fixture_root(tmp_path: Path) -> Path:
     return root
 
 
-def test_collect_reads_netdev_rdma_tcp_and_ktls_counters_of_a_tree(tmp_path):
+def test_collect_reads_rdma_and_ktls_counters_of_a_tree(tmp_path):
     root = _fixture_root(tmp_path)
     got = parsed(metrics.collect({"reapplies": 1}, Host(str(root))))
     r = dict(device="rail0")
     assert got == {
         _key("nictune_reapplies_total"): 1,
-        _key("nictune_tcp_retransmitted_segments_total"): 37,
-        # The netdev statistics are node_exporter's (node_network_*{device}):
-        # not repeated, only the interface and its driver are named.
+        # The netdev statistics (node_network_*{device}) and /proc/net/snmp's
+        # RetransSegs (node_netstat_Tcp_RetransSegs) are node_exporter's: not
+        # repeated; only the interface and its driver are named.
         _key("nictune_device_info", driver="mlx5_core", **r): 1,
         _key("nictune_roce_ecn_marked_packets_total", **r): 17,
         _key("nictune_roce_cnp_sent_total", **r): 16,
@@ -228,12 +228,6 @@ def test_status_interfaces_limit_what_is_read(tmp_path):
     got = parsed(metrics.collect({"interfaces": ["other"]}, Host(str(root))))
     assert not any(dict(labels).get("device") == "rail0" for _, labels in got)
 
-
-
-def test_tcp_retransmits_needs_the_header_and_values_lines():
-    assert metrics.tcp_retransmits("Tcp: A RetransSegs\nTcp: 1 5\n") == 5
-    assert metrics.tcp_retransmits("Tcp: A RetransSegs\n") is None
-    assert metrics.tcp_retransmits("Tcp: A B\nTcp: 1 2\n") is None
 
 
 # -- serving and the textfile ------------------------------------------------
@@ -344,7 +338,8 @@ def test_every_dashboard_query_names_an_exported_series():
     for where, expr in queries:
         names = metric_names(expr)
         assert names, (where, expr)
-        assert names <= set(metrics.CATALOG), (where, sorted(names - set(metrics.CATALOG)))
+        assert names <= set(metrics.CATALOG) | NODE_EXPORTER, (
+            where, sorted(names - set(metrics.CATALOG) - NODE_EXPORTER))
     shown = set().union(*(metric_names(e) for _, e in queries))
     # The issue's list: drift, re-applies, last verify, pause frames and
     # duration, storms, ECN, CNP, out-of-buffer, discards, TCP retransmits, kTLS.
@@ -354,7 +349,7 @@ def test_every_dashboard_query_names_an_exported_series():
                  "nictune_pause_storm_error_events_total", "nictune_roce_ecn_marked_packets_total",
                  "nictune_roce_cnp_sent_total", "nictune_roce_cnp_handled_total",
                  "nictune_rx_out_of_buffer_total", "nictune_port_rx_discards_total",
-                 "nictune_tcp_retransmitted_segments_total", "nictune_tls_tx_device_total"):
+                 "node_netstat_Tcp_RetransSegs", "nictune_tls_tx_device_total"):
         assert name in shown, name
 
 
@@ -373,10 +368,14 @@ def test_the_dashboard_plots_per_host_and_rail():
         assert "interface" not in expr, (where, expr)  # node_exporter's label is device
 
 
+# What the dashboard takes from node_exporter rather than repeat it (its
+# netstat collector, on by default).
+NODE_EXPORTER = {"node_netstat_Tcp_RetransSegs"}
+
 _PER_HOST = {"nictune_drift", "nictune_drift_events_total", "nictune_drift_restores_total",
              "nictune_drift_left_alone", "nictune_drifted_keys", "nictune_reapplies_total",
              "nictune_last_successful_verify_timestamp_seconds", "nictune_last_verify_timestamp_seconds",
-             "nictune_tcp_retransmitted_segments_total"} | {
+             "node_netstat_Tcp_RetransSegs"} | {
     n for n in metrics.CATALOG if n.startswith("nictune_tls_")}
 
 
@@ -505,6 +504,8 @@ def test_nothing_repeats_what_node_exporter_exports():
     # netdev's rx_dropped is rx_out_of_buffer (en_main.c mlx5e_get_stats).
     assert "nictune_rx_out_of_buffer_total" in metrics.CATALOG
     assert not [n for n in metrics.CATALOG if n.startswith("nictune_netdev_")]
+    # Nor its netstat collector's /proc/net/snmp RetransSegs (node_netstat_Tcp_RetransSegs).
+    assert not [n for n in metrics.CATALOG if "retrans" in n and "roce" not in n]
     got = metrics.ethtool_samples("rail0", {"rx_bytes": 1, "tx_bytes": 1, "rx_packets": 1,
                                             "rx_dropped": 1, "tx_packets": 1})
     assert got == []
@@ -540,5 +541,63 @@ def test_the_recorded_connectx7_host_shows_roce_throughput_the_netdev_misses(tmp
     assert got[_key("nictune_rdma_rx_unicast_bytes_total", **port)] == 9_100_000_000_000
     assert got[_key("nictune_rdma_tx_unicast_bytes_total", **port)] == 8_700_000_000_000
     assert got[_key("nictune_port_rx_bytes_total", **port)] == 9_100_400_000_000
-    assert got[_key("nictune_pfc_rx_pause_frames_total", priority="3", **port)] == 12
+    assert got[_key("nictune_pfc_rx_pause_frames_total", **port)] == 12  # summed over priorities
     assert not [name for name, _ in got if "netdev" in name]
+
+
+# -- cardinality: what a 10,000-node Prometheus holds ------------------------------
+
+def _bench_metrics():
+    """bench/bench_metrics.py, whose FAKE node is the one these figures are of."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "bench_metrics.py"
+    spec = importlib.util.spec_from_file_location("bench_metrics", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_by_default_priorities_and_keys_are_summed_and_detail_keeps_them(tmp_path):
+    host = Host(str(_fixture_root(tmp_path)))
+    host.counter_source = _Mlx5Counters()
+    status = {"keys": {"link:rail0:mtu": {"drifted": True, "drifts": 2, "restores": 1},
+                       "sysctl:host:net.x": {"drifted": False, "drifts": 3, "restores": 0,
+                                             "left_alone": True}}}
+    default = parsed(metrics.collect(status, host))
+    rail = dict(device="rail0")
+    # MLX5_STATS: rx_prio3_pause 120 + rx_prio0_pause 0; 2.5 s + nothing of priority 0
+    assert default[_key("nictune_pfc_rx_pause_frames_total", **rail)] == 120
+    assert default[_key("nictune_pfc_rx_pause_duration_seconds_total", **rail)] == 2.5
+    assert default[_key("nictune_drift_events_total")] == 5
+    assert default[_key("nictune_drift_restores_total")] == 1
+    assert default[_key("nictune_drift_left_alone")] == 1
+    # which key differs stays named: it is what the agent is for
+    assert default[_key("nictune_drift", family="link", target="rail0", name="mtu")] == 1
+    assert not [labels for _, labels in default if "priority" in dict(labels)]
+    detail = parsed(metrics.collect(status, host, detail=True))
+    assert detail[_key("nictune_pfc_rx_pause_frames_total", priority="3", **rail)] == 120
+    assert detail[_key("nictune_pfc_rx_pause_frames_total", priority="0", **rail)] == 0
+    assert detail[_key("nictune_drift_events_total", family="sysctl", target="host", name="net.x")] == 3
+    # never a sum beside its parts: sum by (instance, device) reads the same in both modes
+    assert _key("nictune_pfc_rx_pause_frames_total", **rail) not in detail
+    assert _key("nictune_drift_events_total") not in detail
+    for metric, labels in metrics.DETAIL_LABELS.items():
+        assert metric in metrics.CATALOG and "--metrics-detail" in metrics.CATALOG[metric][1], metric
+
+
+@pytest.mark.parametrize("rails", [1, 4, 8])
+def test_series_per_rail_stay_within_the_budget_and_detail_is_the_option(tmp_path, rails):
+    bench = _bench_metrics()
+    host, status = bench.build_node(str(tmp_path / "node"), rails)
+    _, alone = bench.build_node(str(tmp_path / "alone"), 0)
+    for detail, low, high in ((False, 20, bench.BUDGET_PER_RAIL), (True, bench.BUDGET_PER_RAIL, 400)):
+        text = metrics.collect(status, host, detail)
+        got = parsed(text)
+        assert len(got) == bench.series(text)
+        own = len(parsed(metrics.collect(alone, host, detail)))
+        per_rail = (len(got) - own) / rails
+        # ConnectX-7, 8 priorities, 49 keys a rail (connectx7-roce-lossless)
+        assert low < per_rail <= high, (detail, per_rail)
+        per_device = [dict(labels).get("device") for _, labels in got]
+        assert {f"rail{i}" for i in range(rails)} <= set(per_device)

@@ -114,6 +114,9 @@ RunMetricsAddressOpt = Annotated[str, typer.Option(
     "--metrics-address", metavar="HOST:PORT", help="Where to serve Prometheus metrics ('' for nowhere).")]
 MetricsTextfileOpt = Annotated[Optional[str], typer.Option(
     "--metrics-textfile", metavar="FILE", help="Also write them to a node_exporter textfile.")]
+MetricsDetailOpt = Annotated[bool, typer.Option(
+    "--metrics-detail", help="Series per priority and per key rather than summed over them "
+                             "(about 3x the series: docs/howto/metrics-at-scale.md).")]
 UnitDirOpt = Annotated[Optional[str], typer.Option(
     "--unit-dir", metavar="DIR", help="Where the unit goes (default /etc/systemd/system; over SSH, "
                                       "the host's nictune_unit_dir variable first).")]
@@ -177,6 +180,7 @@ class Options:
     flap_window: float = 600.0
     metrics_address: str = "127.0.0.1:9463"
     metrics_textfile: Optional[str] = None
+    metrics_detail: bool = False
     unit_dir: Optional[str] = None
     no_start: bool = False
     out_file: Optional[str] = None
@@ -236,7 +240,7 @@ PLAYBOOK: Group = (inspect.Parameter("target", _KEYWORD, annotation=PlaybookArg)
 OUT_FILE: Group = (_param("out_file", OutFileOpt),)
 RESIDENT: Group = (_param("interval", RunIntervalOpt), _param("flap_limit", FlapLimitOpt),
                    _param("flap_window", FlapWindowOpt), _param("metrics_address", RunMetricsAddressOpt),
-                   _param("metrics_textfile", MetricsTextfileOpt))
+                   _param("metrics_textfile", MetricsTextfileOpt), _param("metrics_detail", MetricsDetailOpt))
 UNIT_DIR: Group = (_param("unit_dir", UnitDirOpt),)
 NO_START: Group = (_param("no_start", NoStartOpt),)
 AGENT_SETTINGS: Group = (_param("interval", InstallIntervalOpt),

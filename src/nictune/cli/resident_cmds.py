@@ -52,6 +52,8 @@ def run(target: Optional[str], opts: Options) -> None:
             "--metrics-address", opts.metrics_address]
     if opts.metrics_textfile:
         argv += ["--metrics-textfile", opts.metrics_textfile]
+    if opts.metrics_detail:
+        argv += ["--metrics-detail"]
     if opts.netns is None:
         from nictune.host.resident import daemon
 

@@ -821,6 +821,8 @@ def main(argv=None) -> int:
                         help="HOST:PORT of the Prometheus endpoint; '' for none")
     parser.add_argument("--metrics-textfile", default=None,
                         help="also write the metrics to this node_exporter textfile")
+    parser.add_argument("--metrics-detail", action="store_true",
+                        help="series per priority and per key (metrics.DETAIL_LABELS), not summed")
     args = parser.parse_args(argv)
     if args.interval <= 0 or args.flap_limit < 1 or args.flap_window <= 0:
         parser.error("--interval and --flap-window must be > 0, --flap-limit >= 1")
@@ -837,7 +839,8 @@ def main(argv=None) -> int:
 
         try:
             exporter = metrics.start(lambda: agent.status, args.metrics_address or None,
-                                     args.metrics_textfile, log=agent.log)
+                                     args.metrics_textfile, log=agent.log,
+                                     detail=args.metrics_detail)
         except (OSError, ValueError) as e:
             raise NictuneError(f"metrics on {args.metrics_address}: {e}") from None
         agent.log(f"started (state directory {args.state_dir}, every {args.interval:g} s"

@@ -35,6 +35,14 @@ would make a new series).  Sources the host lacks (no mlx5 ethtool
 statistics on a veth, no RDMA device, no tls module) leave their series
 out rather than show zeros that were never read.  Label values are UTF-8:
 an interface name's bytes that are not are written ':xNN' (name_label).
+
+Cardinality (a 10,000-node Prometheus): nothing node_exporter already
+exports is repeated (below: the netdev statistics, TCP retransmits), and
+the series per priority and the per-key counters are summed over those
+labels unless the agent runs with --metrics-detail (DETAIL_LABELS, fold):
+about 28 series per mlx5 rail plus one nictune_drift per key kept.
+bench/bench_metrics.py counts them; docs/howto/metrics-at-scale.md says how
+a site aggregates beyond one Prometheus.
 """
 
 from __future__ import annotations
@@ -69,7 +77,8 @@ CATALOG: dict = {
     "nictune_drift": (GAUGE, "1 when the key differs from the desired state, 0 when it matches."),
     "nictune_drift_events_total": (COUNTER, "Times the key was seen to drift since the agent started."),
     "nictune_drift_restores_total": (COUNTER, "Times the agent put the drifted key back."),
-    "nictune_drift_left_alone": (GAUGE, "1 when the key drifted too often and is left alone (flapping)."),
+    "nictune_drift_left_alone": (GAUGE, "1 when the key drifted too often and is left alone (flapping); "
+                                        "summed over keys, the number of keys left alone."),
     "nictune_drifted_keys": (GAUGE, "Keys of the desired state that differ from it now."),
     "nictune_desired_state_ok": (
         GAUGE, "1 when the stored desired state was read (or none is stored); 0 when it cannot be "
@@ -81,9 +90,21 @@ CATALOG: dict = {
     "nictune_last_verify_timestamp_seconds": (GAUGE, "Unix time of the last verify."),
     "nictune_last_successful_verify_timestamp_seconds": (
         GAUGE, "Unix time of the last verify that found no drift."),
-    "nictune_tcp_retransmitted_segments_total": (
-        COUNTER, "TCP segments retransmitted in this network namespace (/proc/net/snmp RetransSegs)."),
 }
+
+# -- what only --metrics-detail shows ---------------------------------------------
+# metric -> the labels it has only with detail on.  Without detail each of
+# these metrics is one series per device (or per node) summed over the
+# labels dropped, under the same name: `sum by (instance, device)` reads
+# the same in both modes, and a 10,000-node Prometheus holds ~30 series
+# per rail rather than ~80 (8 priorities).  nictune_drift stays per key:
+# which key differs is what the agent is for.
+DETAIL_LABELS: dict = {
+    "nictune_drift_events_total": ("family", "target", "name"),
+    "nictune_drift_restores_total": ("family", "target", "name"),
+    "nictune_drift_left_alone": ("family", "target", "name"),
+}
+DETAIL_NOTE = " Per {labels} with --metrics-detail; else summed over them."
 
 # ethtool -S names (mlx5: drivers/net/ethernet/mellanox/mlx5/core/en_stats.c)
 # -> (metric, help, divisor to base units).  Pause durations: en_stats.c
@@ -154,7 +175,17 @@ _RDMA = {
 # "net/mlx5e: Use rx_missed_errors instead of rx_dropped") is
 # rx_out_of_buffer again (en_main.c mlx5e_get_stats).  Each interface is
 # named by the label `device`, node_exporter's, so the two join
-# (`on (instance, device)`).
+# (`on (instance, device)`).  TCP retransmits are left out for the same
+# reason: node_exporter's netstat collector (on by default) has RetransSegs
+# of /proc/net/snmp as node_netstat_Tcp_RetransSegs.  What is kept is not
+# node_exporter's by default: its ethtool collector (node_ethtool_*, which
+# would have the mlx5 counters) is off by default, and nothing of it reads
+# RDMA hw_counters, /proc/net/tls_stat, or the driver behind a device.
+# One overlap is kept on purpose: mlx5 also reports rx_out_of_buffer as the
+# netdev's rx_missed_errors (node_network_receive_missed_errors_total when
+# node_exporter reads netlink, folded into receive_drop_total when it reads
+# /proc/net/dev); one series per rail, named for what it counts, beside the
+# port's and the priorities' discards that node_exporter has not.
 DEVICE = "device"
 
 
@@ -175,6 +206,8 @@ def _build_catalog() -> None:
     for pattern, metric, text, _scale in _ETHTOOL:
         for d in ("rx", "tx") if "{dir}" in metric else ("",):
             CATALOG[metric.format(dir=d)] = (COUNTER, text.format(dir=d, dirword=_DIRWORD.get(d, "")))
+            if "(?P<priority>" in pattern:
+                DETAIL_LABELS[metric.format(dir=d)] = ("priority",)
     for metric, text in _RDMA.values():
         CATALOG[metric] = (COUNTER, text)
     CATALOG["nictune_device_info"] = (
@@ -183,6 +216,9 @@ def _build_catalog() -> None:
     for counter in TLS_COUNTERS:
         metric, kind = _tls_metric(counter)
         CATALOG[metric] = (kind, f"{counter} of /proc/net/tls_stat (this network namespace's kTLS).")
+    for metric, labels in DETAIL_LABELS.items():
+        kind, text = CATALOG[metric]
+        CATALOG[metric] = (kind, text + DETAIL_NOTE.format(labels=", ".join(labels)))
 
 
 _build_catalog()
@@ -272,8 +308,30 @@ def _key_labels(name: str) -> dict:
     return {"family": family, "target": target, "name": key}
 
 
+def fold(samples: list, detail: bool = False) -> list:
+    """Samples as the exporter shows them: with detail, as they are;
+    without, each metric of DETAIL_LABELS summed over its detail labels
+    (one series per device or per node, in the order first seen)."""
+    if detail:
+        return samples
+    out, sums = [], {}
+    for metric, labels, value in samples:
+        dropped = DETAIL_LABELS.get(metric)
+        if not dropped:
+            out.append((metric, labels, value))
+            continue
+        kept = {k: v for k, v in labels.items() if k not in dropped}
+        key = (metric, tuple(kept.items()))
+        if key not in sums:
+            sums[key] = len(out)
+            out.append((metric, kept, 0))
+        index = sums[key]
+        out[index] = (metric, kept, out[index][2] + value)
+    return out
+
+
 def status_samples(status: dict) -> list:
-    """The resident agent's own series from its status (shape above)."""
+    """The resident agent's own series from its status (shape above), per key."""
     out = []
     # list(): the agent's thread may add keys while a scrape reads them
     keys = list((status.get("keys") or {}).items())
@@ -351,26 +409,10 @@ def device_samples(host: Host, ifname: str) -> list:
     return [("nictune_device_info", {DEVICE: ifname, "driver": driver}, 1)]
 
 
-def tcp_retransmits(text: str):
-    """RetransSegs of /proc/net/snmp's text (its "Tcp:" header line, then
-    its values line: net/ipv4/proc.c snmp_seq_show_tcp_udp), or None."""
-    rows = [line.split() for line in text.splitlines() if line.startswith("Tcp:")]
-    if len(rows) < 2 or "RetransSegs" not in rows[0] or len(rows[1]) != len(rows[0]):
-        return None
-    try:
-        return int(rows[1][rows[0].index("RetransSegs")])
-    except ValueError:
-        return None
-
-
 def namespace_samples(host: Host) -> list:
-    """What is the network namespace's, not an interface's: TCP
-    retransmits and the kTLS counters."""
+    """What is the network namespace's, not an interface's: the kTLS
+    counters (its TCP retransmits are node_exporter's: above)."""
     out = []
-    snmp = _read(host.path("proc/net/snmp"))
-    retrans = tcp_retransmits(snmp) if snmp else None
-    if retrans is not None:
-        out.append(("nictune_tcp_retransmitted_segments_total", {}, retrans))
     text = _read(host.path(TLS_STAT))
     try:
         tls = parse_tls_stat(text) if text is not None else {}
@@ -392,9 +434,10 @@ def interfaces_of(host: Host, status: dict) -> list:
     return sorted(names)
 
 
-def collect(status: dict, host=None) -> str:
+def collect(status: dict, host=None, detail: bool = False) -> str:
     """The exposition text of `status` and of what the kernel (or the Host's
-    fixture tree) counts now."""
+    fixture tree) counts now; detail: the series per priority and per key
+    (DETAIL_LABELS), else summed over them."""
     host = host or Host()
     source = counter_source(host)
     ports = rdma.netdev_ports(host)
@@ -410,7 +453,7 @@ def collect(status: dict, host=None) -> str:
         samples += rdma_samples(host, ifname, ports)
         samples += device_samples(host, ifname)
     samples += namespace_samples(host)
-    return render(samples)
+    return render(fold(samples, detail))
 
 
 # -- serving ----------------------------------------------------------------
@@ -468,9 +511,10 @@ class Exporter:
     """The HTTP endpoint and the textfile writer of one resident agent."""
 
     def __init__(self, status, address: str = DEFAULT_ADDRESS, textfile=None,
-                 interval: float = DEFAULT_INTERVAL, host=None, log=None):
+                 interval: float = DEFAULT_INTERVAL, host=None, log=None, detail: bool = False):
         self._status = status
         self._host = host
+        self.detail = detail
         self.textfile = textfile
         self.interval = interval
         self.log = log or (lambda line: None)
@@ -486,7 +530,7 @@ class Exporter:
         return self.server.server_address[:2] if self.server else None
 
     def text(self) -> str:
-        return collect(self._status(), self._host)
+        return collect(self._status(), self._host, self.detail)
 
     def write_textfile(self) -> None:
         """The textfile, renamed into place: node_exporter never reads half
@@ -539,12 +583,12 @@ class Exporter:
 
 
 def start(status, address: str = DEFAULT_ADDRESS, textfile=None,
-          interval: float = DEFAULT_INTERVAL, host=None, log=None) -> Exporter:
+          interval: float = DEFAULT_INTERVAL, host=None, log=None, detail: bool = False) -> Exporter:
     """Serve `status()` (a callable returning the dict above) and the
     kernel's counters on `address` (None: no HTTP), and write them to
     `textfile` every `interval` seconds when given; `log(line)` hears of
-    textfile writes that fail."""
-    return Exporter(status, address, textfile, interval, host, log).start()
+    textfile writes that fail; detail: per priority and per key (fold)."""
+    return Exporter(status, address, textfile, interval, host, log, detail).start()
 
 
 def _status_file(path):
@@ -561,14 +605,17 @@ def _status_file(path):
 
 
 def main(argv=None) -> int:
-    """`python -m nictune.host.resident.metrics [ADDRESS [STATUS.json]]`: the
-    counters, and a status kept in a file, without a resident agent (a
-    quick look, and the tests' exporter in a namespace)."""
+    """`python -m nictune.host.resident.metrics [--detail] [ADDRESS [STATUS.json]]`:
+    the counters, and a status kept in a file, without a resident agent (a
+    quick look, and the tests' exporter in a namespace); --detail as the
+    agent's --metrics-detail."""
     import sys
 
-    args = sys.argv[1:] if argv is None else argv
+    args = sys.argv[1:] if argv is None else list(argv)
+    detail = "--detail" in args
+    args = [a for a in args if a != "--detail"]
     exporter = start(_status_file(args[1] if len(args) > 1 else None),
-                     args[0] if args else DEFAULT_ADDRESS)
+                     args[0] if args else DEFAULT_ADDRESS, detail=detail)
     print("serving http://%s:%d/metrics" % exporter.address, flush=True)
     try:
         threading.Event().wait()
