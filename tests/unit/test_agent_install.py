@@ -104,6 +104,22 @@ def test_the_unit_is_hardened_but_can_still_tune():
         "/var/lib/nictune", "--interval", "30.0", "--metrics-address", "127.0.0.1:9463"]
 
 
+def test_install_metrics_detail_reaches_the_units_command_line(tmp_path):
+    # The agent's --metrics-detail (host/resident/metrics.py DETAIL_LABELS):
+    # off unless asked, and then on the unit's ExecStart.
+    assert "--metrics-detail" not in agent_install.unit_text("/usr/bin/python3", "/var/lib/nictune")
+    state, units = tmp_path / "state", tmp_path / "units"
+    units.mkdir()
+    state.mkdir(mode=0o700)
+    r = cli("install", "--state-dir", str(state), "--unit-dir", str(units), "--no-start", "--json",
+            "--metrics-detail")
+    assert r.exit_code == 0, r.output
+    exec_start = [line for line in (units / agent_install.UNIT_NAME).read_text().splitlines()
+                  if line.startswith("ExecStart=")]
+    assert len(exec_start) == 1 and shlex.split(exec_start[0])[-3:] == [
+        "--metrics-address", "127.0.0.1:9463", "--metrics-detail"]
+
+
 def test_install_status_uninstall_here(tmp_path):
     state, units = tmp_path / "state", tmp_path / "units"
     units.mkdir()

@@ -127,6 +127,8 @@ InstallIntervalOpt = Annotated[float, typer.Option("--interval", metavar="SECOND
                                                    help="The agent's --interval.")]
 InstallMetricsAddressOpt = Annotated[str, typer.Option(
     "--metrics-address", metavar="HOST:PORT", help="The agent's --metrics-address ('' for none).")]
+InstallMetricsDetailOpt = Annotated[bool, typer.Option(
+    "--metrics-detail", help="The agent's --metrics-detail: series per priority and per key.")]
 
 
 class Format(str, enum.Enum):
@@ -244,7 +246,8 @@ RESIDENT: Group = (_param("interval", RunIntervalOpt), _param("flap_limit", Flap
 UNIT_DIR: Group = (_param("unit_dir", UnitDirOpt),)
 NO_START: Group = (_param("no_start", NoStartOpt),)
 AGENT_SETTINGS: Group = (_param("interval", InstallIntervalOpt),
-                         _param("metrics_address", InstallMetricsAddressOpt))
+                         _param("metrics_address", InstallMetricsAddressOpt),
+                         _param("metrics_detail", InstallMetricsDetailOpt))
 
 Body = Callable[[Optional[str], Options], None]
 

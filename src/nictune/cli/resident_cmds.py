@@ -101,12 +101,13 @@ def _service_hosts(action: str, opts: Options) -> List[dict]:
                              accept_new_host_keys=opts.accept_new, ssh_config=opts.ssh_config)
         return agent_install.run_fleet(_fleet_hosts(opts.inventory, opts.limit), options, action,
                                        opts.unit_dir, not opts.no_start, opts.interval,
-                                       opts.metrics_address, opts.forks)
+                                       opts.metrics_address, opts.forks, opts.metrics_detail)
     if opts.limit:
         raise typer.BadParameter("--limit needs an inventory (-i)", param_hint="--limit")
     return [agent_install.run_local(action, _state_dir(opts.state_dir, opts.netns),
                                     opts.unit_dir or agent_install.UNIT_DIR, not opts.no_start,
-                                    opts.interval, opts.metrics_address)]
+                                    opts.interval, opts.metrics_address,
+                                    metrics_detail=opts.metrics_detail)]
 
 
 def _unit_words(h: dict) -> str:

@@ -82,14 +82,15 @@ def check_options(interval: float, metrics_address: str) -> None:
 
 
 def unit_text(python: str, state_dir: str, interval: float = 30.0,
-              metrics_address: str = "127.0.0.1:9463") -> str:
+              metrics_address: str = "127.0.0.1:9463", metrics_detail: bool = False) -> str:
     """The systemd unit of the resident agent (host/resident/daemon.py) run from the
-    zipapp under state_dir, by `python`."""
+    zipapp under state_dir, by `python`; metrics_detail: its --metrics-detail."""
     python, state_dir = check_path(python, "python"), check_path(state_dir, "state directory")
     check_options(interval, metrics_address)
     zipapp = os.path.join(state_dir, ZIPAPP)
     argv = [python, "-s", "-S", "-m", "nictune.host.resident", "--state-dir", state_dir,
             "--interval", repr(float(interval)), "--metrics-address", metrics_address]
+    argv += ["--metrics-detail"] if metrics_detail else []
     # systemd's own quoting: "" for the empty address (no endpoint).
     exec_start = " ".join(a if a else '""' for a in argv)
     return f"""\
@@ -312,13 +313,13 @@ def _argv(python: str, action: str, state_dir: str, unit_dir: str, start: bool) 
 
 
 def _exchange(send, readline, action: str, state_dir: str, interval: float,
-              metrics_address: str, label: str) -> dict:
+              metrics_address: str, label: str, metrics_detail: bool = False) -> dict:
     """The controller's side of INSTALLER, over any pair of byte streams."""
     line = readline()
     if action == "install" and line.startswith(b"python /"):
         python = line[len(b"python "):].strip().decode()
         bundle = agentzip.build()
-        unit = unit_text(python, state_dir, interval, metrics_address).encode()
+        unit = unit_text(python, state_dir, interval, metrics_address, metrics_detail).encode()
         send(b"%d\n" % len(bundle.data) + bundle.data + b"%d\n" % len(unit) + unit)
         line = readline()
     try:
@@ -341,7 +342,7 @@ def _outcome(report: dict) -> Outcome:
 
 def run_local(action: str, state_dir: str, unit_dir: str = UNIT_DIR, start: bool = True,
               interval: float = 30.0, metrics_address: str = "127.0.0.1:9463",
-              python: Optional[str] = None) -> dict:
+              python: Optional[str] = None, metrics_detail: bool = False) -> dict:
     state_dir, unit_dir = check_path(state_dir, "state directory"), check_path(unit_dir, "unit directory")
     check_options(interval, metrics_address)
     proc = subprocess.Popen(_argv(python or sys.executable, action, state_dir, unit_dir, start),
@@ -352,7 +353,7 @@ def run_local(action: str, state_dir: str, unit_dir: str = UNIT_DIR, start: bool
             proc.stdin.flush()
 
         return _exchange(send, proc.stdout.readline, action, state_dir, interval,
-                         metrics_address, "localhost")
+                         metrics_address, "localhost", metrics_detail)
     except TransportError as e:
         proc.kill()
         tail = proc.stderr.read().decode(errors="replace").strip().splitlines()[-1:]
@@ -363,7 +364,7 @@ def run_local(action: str, state_dir: str, unit_dir: str = UNIT_DIR, start: bool
 
 
 def run_ssh(host, options, action: str, unit_dir: str, start: bool, interval: float,
-            metrics_address: str) -> dict:
+            metrics_address: str, metrics_detail: bool = False) -> dict:
     """host: an SshHost (control/remote/fleet.py ssh_host)."""
     from nictune.control.remote import ssh
 
@@ -382,7 +383,7 @@ def run_ssh(host, options, action: str, unit_dir: str, start: bool, interval: fl
         chan.exec_command("exec " + " ".join(shlex.quote(a) for a in argv))
         try:
             report = _exchange(chan.sendall, lambda: lines.readline("installer answer"), action,
-                               state_dir, interval, metrics_address, host.label)
+                               state_dir, interval, metrics_address, host.label, metrics_detail)
         except TransportError as e:
             raise TransportError(f"{e} ({ssh._stderr_tail(chan) or 'no error output'})") from None
         chan.shutdown_write()
@@ -397,7 +398,8 @@ def run_ssh(host, options, action: str, unit_dir: str, start: bool, interval: fl
 
 
 def run_fleet(hosts: list, options, action: str, unit_dir: Optional[str], start: bool,
-              interval: float, metrics_address: str, forks: int = 50) -> List[dict]:
+              interval: float, metrics_address: str, forks: int = 50,
+              metrics_detail: bool = False) -> List[dict]:
     """hosts: inventory hosts.  A host's own unit directory may come from its
     inventory variable nictune_unit_dir; --unit-dir (unit_dir) wins."""
     from nictune.control.remote import fleet
@@ -408,7 +410,7 @@ def run_fleet(hosts: list, options, action: str, unit_dir: Optional[str], start:
         try:
             where = unit_dir or fleet._plain(host, "nictune_unit_dir") or UNIT_DIR
             return run_ssh(fleet.ssh_host(host), options, action, str(where), start, interval,
-                           metrics_address)
+                           metrics_address, metrics_detail)
         except NictuneError as e:
             return {"host": host.name, **Outcome.of_error(e).fields()}
         except Exception as e:  # noqa: BLE001 - one host's surprise is that host's error
