@@ -601,3 +601,70 @@ def test_series_per_rail_stay_within_the_budget_and_detail_is_the_option(tmp_pat
         assert low < per_rail <= high, (detail, per_rail)
         per_device = [dict(labels).get("device") for _, labels in got]
         assert {f"rail{i}" for i in range(rails)} <= set(per_device)
+
+
+def _shipped_queries() -> list:
+    """(where, its description, expr) of every query shipped: the dashboard's
+    panels and variables, and the recording rules (contrib/prometheus/)."""
+    import yaml
+
+    dashboard = json.loads(DASHBOARD.read_text())
+    described = {}
+
+    def panels(items):
+        for p in items:
+            described[p["title"]] = p.get("description") or ""
+            panels(p.get("panels") or [])
+
+    panels(dashboard["panels"])
+    out = [(where, described.get(where, ""), expr) for where, expr in _dashboard_queries(dashboard)]
+    rules = yaml.safe_load((DASHBOARD.parents[1] / "prometheus" / "nictune-rules.yml").read_text())
+    out += [(r["record"], "", r["expr"]) for g in rules["groups"] for r in g["rules"]]
+    return out
+
+
+# Labels Prometheus adds (instance, job) and the shard config's target label (fabric).
+_TARGET_LABELS = {"instance", "job", "fabric"}
+
+
+def _labels_named(expr: str) -> set:
+    """Label names a query matches on or groups by."""
+    expr = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    named = set()
+    for inner in re.findall(r"\{([^}]*)\}", expr):
+        named |= set(re.findall(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)", inner))
+    for inner in re.findall(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)", expr):
+        named |= {label.strip() for label in inner.split(",") if label.strip()}
+    return named
+
+
+def test_every_shipped_query_finds_its_series_and_labels_in_the_default_output(tmp_path):
+    # The node of bench/bench_metrics.py (mlx5 rails, RDMA, keys) and kTLS:
+    # what the agent exports WITHOUT --metrics-detail.  A query may group by a
+    # label only --metrics-detail adds (priority) when its panel says so.
+    bench = _bench_metrics()
+    host, status = bench.build_node(str(tmp_path / "node"), 2)
+    (tmp_path / "node/proc/net").mkdir(parents=True)
+    (tmp_path / "node/proc/net/tls_stat").write_text(
+        "".join(f"{counter} 1\n" for counter in metrics.TLS_COUNTERS))
+    labels_of: dict = {}
+    for name, labels in parsed(metrics.collect(status, host)):
+        labels_of.setdefault(name, set()).update(k for k, _ in labels)
+    queries = _shipped_queries()
+    assert len(queries) > 40
+    marked = 0
+    for where, description, expr in queries:
+        names = metric_names(expr)
+        assert names, (where, expr)
+        if names <= NODE_EXPORTER | {"up"}:  # node_exporter's or Prometheus's own series
+            continue
+        names -= {"up"}
+        assert names <= set(labels_of), (where, sorted(names - set(labels_of)))
+        available = set().union(*(labels_of[n] for n in names)) | _TARGET_LABELS
+        detail_only = set().union(*(set(metrics.DETAIL_LABELS.get(n, ())) for n in names))
+        missing = _labels_named(expr) - available
+        if missing and missing <= detail_only and "--metrics-detail" in description:
+            marked += 1
+            continue
+        assert not missing, (where, sorted(missing), expr)
+    assert marked >= 3  # the PFC and per-priority discard panels
