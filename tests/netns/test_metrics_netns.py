@@ -326,6 +326,12 @@ def test_a_real_prometheus_scrapes_the_endpoint_and_answers_queries(veth_pair, t
                 time.sleep(0.5)
             assert [r["metric"]["device"] for r in rate] == ["rail0"], expr
             assert float(rate[0]["value"][1]) > 1e9, (expr, rate)  # Gb/s, not the idle netdev's
+        # The PFC panel by default (no --metrics-detail): one series per rail,
+        # summed over priorities, its `by (..., priority)` harmless.
+        pfc = [expr for title, expr in _dashboard_targets() if title == "PFC pause frames received"]
+        assert len(pfc) == 1
+        answer = _query(veth_pair.ns_a, _filled(pfc[0]))
+        assert [(r["metric"].get("device"), r["metric"].get("priority")) for r in answer] == [("rail0", None)]
         # Every query of the shipped dashboard is valid PromQL to the real
         # server (a 400 otherwise), its Grafana variables filled in.
         for _title, expr in _dashboard_targets():
