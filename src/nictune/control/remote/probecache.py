@@ -258,3 +258,84 @@ def prune(directory: int, current: str) -> int:
     for name in gone:
         _unlink(directory, name)
     return len(gone)
+
+
+# -- a first batch for a host never asked before ------------------------------------
+
+# How long a host with no questions of its own waits for the first host of
+# its request to finish, so as to start from that host's questions rather
+# than ask every read on demand (a round trip each, some 70 for the lab's
+# biggest verify).  A bound: a leader that hangs costs its followers this
+# much at most, and they then go on alone.
+TEMPLATE_WAIT = 10.0
+
+
+class _Lead:
+    """The first host of a request this run: its questions become the template."""
+
+    def __init__(self, templates: "Templates", key: tuple, cache: QuestionCache):
+        self._templates, self._key, self._cache = templates, key, cache
+
+    def done(self, questions: Optional[dict]) -> None:
+        """questions: what the leader's verify used; None when it went to its agent."""
+        self._templates.settle(self._key, questions)
+        if questions is not None:
+            self._cache.put(self._key[1], questions)
+
+
+class Templates:
+    """The questions one host was asked, offered as the first batch to the
+    other hosts audited with the same request (the profile, not the host),
+    in this run and, kept in the question cache under a key of no host, in
+    later runs: hosts of one profile mostly read the same things, and a
+    question a host does not need costs it only the read.  The first host
+    of a request leads; the others of that request wait for it (at most
+    TEMPLATE_WAIT) rather than each ask every read one round trip at a time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._known: dict = {}    # key -> questions (None: its leader went to its agent)
+        self._waits: dict = {}    # key -> threading.Event, set when the leader is done
+
+    @staticmethod
+    def key(request: dict, archive: str) -> str:
+        asked = {k: v for k, v in request.items() if k not in ("host", "state_dir")}
+        return QuestionCache.key(["any host"], asked, archive)
+
+    def seed(self, cache: QuestionCache, request: dict, archive: str, timeout: float) -> tuple:
+        """(The questions to ask first or None, a _Lead to tell when this
+        host leads its request, else None)."""
+        key = self.key(request, archive)
+        here = (cache.directory, key)
+        with self._lock:
+            if here in self._known:
+                return self._known[here], None
+            event = self._waits.get(here)
+            leads = event is None
+            if leads:
+                event = self._waits[here] = threading.Event()
+        if leads:
+            try:
+                kept = cache.lookup(key)[0]
+            except CacheRefused:
+                kept = None
+            if kept is None:
+                return None, _Lead(self, here, cache)
+            self.settle(here, kept)
+            return kept, None
+        event.wait(min(TEMPLATE_WAIT, timeout / 4))
+        with self._lock:
+            return self._known.get(here), None
+
+    def settle(self, here: tuple, questions: Optional[dict]) -> None:
+        """The leader is done: its questions are the template; None (it
+        went to its agent): the next host of the request leads."""
+        with self._lock:
+            if questions is not None:
+                self._known.setdefault(here, questions)
+            event = self._waits.pop(here) if questions is None else self._waits.get(here)
+        if event is not None:
+            event.set()
+
+
+TEMPLATES = Templates()
