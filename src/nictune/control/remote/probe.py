@@ -1,21 +1,30 @@
 """The probe: an agentless verify that starts no agent on the host.
 
 A verify over SSH costs the host an interpreter, the agent's imports and
-its JSON far more than the reads themselves (issue 13).  So the first
-verify of a host with a profile runs the agent as always, with "learn":
-true, and its report brings back the questions that verify asked the
-kernel (host/replay/probe_reads.py): netlink requests, ethtool ioctls, file reads.
-The controller keeps them (control/remote/probecache.py, keyed by host, request
-and agent archive), and from then on sends them to PROBE, a few dozen lines of
-Python that read each answer and print it, nothing else imported; the
-controller runs the same engine and knob families on the answers
-(probe_reads.ProbedHost).  Nothing is kept on the host between audits, and no
-answer is ever reused: only which questions to ask.
+its JSON far more than the reads themselves (issue 13).  So a verify runs
+PROBE on the host instead, a few dozen lines of Python that read what they
+are asked and print it, nothing else imported, and the controller runs the
+same engine and knob families on the answers (probe_reads.ProbedHost).
+Nothing is kept on the host between audits, and no answer is ever reused:
+only which questions to ask.
 
-Any doubt sends the host back to its agent, which learns again: a read the
-answers lack (a new interface, a path not seen before), answers that do
-not parse, a probe that fails.  The questions come from the host, so they
-are checked like any report field before they are kept or sent.
+The probe answers in batches over the one channel (protocol 2): the
+questions of a batch, one line each, then an empty line, and the probe
+answers them all at once, framed ("a COUNT LENGTH"), and waits for the
+next batch until its input ends.  Session drives it from the controller.
+The first batch is what that host's last verify read (kept by
+control/remote/probecache.py, keyed by host, request and agent archive),
+else what another host with the same request read (probecache.TEMPLATES),
+else nothing; every read the engine makes that the answers lack is asked
+there and then, one round trip (ProbeReplayer's `ask`): the families' own
+reads are the questions, no list of them is kept anywhere else.  So no
+verify needs a learning run of the agent, the first of a host neither.
+
+Every question is checked before it is sent, every answer as it comes,
+and the bounds below hold over the whole session.  A probe that fails or
+answers what does not parse sends the host to its agent (ProbeLost); so
+does a read no probe can answer (a run of a tool, a unix socket, a
+counter's rise, a key file: NotProbed), which is kept as such.
 """
 
 from __future__ import annotations
@@ -29,8 +38,9 @@ from typing import Optional
 from nictune.host.replay import probe_reads
 from nictune.host.files import MAX_OWNED_BYTES
 
-# Runs as `python3 -I -S -c PROBE`: reads the questions on stdin and writes
-# one answer each.  Kept import-light: the C modules under os and socket
+# Runs as `python3 -I -S -c PROBE`: reads the questions on stdin, and at
+# each empty line writes the answers to those since the last, one each,
+# framed, and flushes; ends at the end of its input.  Kept import-light: the C modules under os and socket
 # (posix, _socket, _struct), not those two, whose imports cost as much as
 # the interpreter's start; no json.  It only reads: files, netlink requests (each on a
 # socket of its own, retried when the kernel marks a dump interrupted),
@@ -167,7 +177,7 @@ for line in inp:
 posix._exit(0)
 """
 
-# What a learned verify may ask, and what its answers may weigh.  Measured
+# What one verify may ask, and what its answers may weigh.  Measured
 # on the lab (lab/fleet.py hosts: two veth rails, mgmt0), the biggest
 # shipped profile's verify (profiles/lab-fleet.yaml) asks 74 questions of
 # 13 KB as kept, its largest request 2.7 KB, and is answered in 20 KB; the
@@ -203,7 +213,7 @@ def remote_command(python: str, sudo: bool) -> str:
 # -- questions ----------------------------------------------------------------------
 
 def checked_questions(q) -> Optional[dict]:
-    """The questions of a learned report, checked; None when the host's
+    """Questions kept (a cache file, a learned report), checked; None when the host's
     verify cannot be asked this way (or the report's questions are not
     questions, or more than a verify asks)."""
     if not isinstance(q, dict) or q.get("format") != probe_reads.FORMAT or q.get("why_not"):
@@ -293,7 +303,7 @@ def as_list(q: dict) -> list:
 
 
 def question_weight(question: tuple) -> Optional[int]:
-    """What a question asked on demand weighs, checked as a learned one is;
+    """What a question asked on demand weighs, checked as a kept one is;
     None when a probe must not be asked it."""
     kind, arg, extra = question
     if kind == "file":

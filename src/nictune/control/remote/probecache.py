@@ -1,5 +1,12 @@
 """The questions the probe asks (control/remote/probe.py), kept on the controller.
 
+What a host's verify read, kept so that its next verify asks it all in
+one batch, one round trip; a read it lacks is asked on demand, so the
+cache is only a shortcut, and an answer is never kept.  Also kept: a
+request's questions under a key of no host (Templates: the first batch
+for a host never audited), and a verify no probe can answer (its reason:
+the host goes to its agent at once until the key changes).
+
 One file per (host, request, agent archive) in a directory of the
 controller user's own, `$XDG_CACHE_HOME/nictune/probe` (~/.cache/...).
 What is read back decides what root opens on every host, so nothing in the
@@ -10,7 +17,8 @@ directory is taken on trust:
   agent, with a warning saying why);
 - a file is opened without following a link and without waiting on a
   FIFO, and read only if it is a regular file of the user's, mode 0600, of
-  at most MAX_FILE bytes; anything else is removed and learned again;
+  at most MAX_FILE bytes; anything else is removed (the next verify asks
+  on demand);
 - what it holds is checked as a host's report is (probe.checked_questions).
 
 The cache is pruned (prune()), at a process's first write to it and then
@@ -69,7 +77,7 @@ def archive_tag(archive: str) -> str:
 
 class QuestionCache:
     """Learned questions, or, for a verify a probe cannot ask, why not:
-    that host and request then go to the agent without learning again,
+    that host and request then go to the agent without a probe,
     until the profile or nictune changes (the key)."""
 
     def __init__(self, directory: Optional[str] = None):
@@ -101,7 +109,7 @@ class QuestionCache:
 
     def _read(self, directory: int, name: str):
         """The file's JSON, or None; a file that is not one of ours, or not
-        JSON, is removed (the next verify learns again)."""
+        JSON, is removed (the next verify asks on demand)."""
         try:
             fd = os.open(name, _READ, dir_fd=directory)
         except OSError as e:
@@ -143,7 +151,7 @@ class QuestionCache:
         try:
             directory = self._open_directory(create=True)
         except (CacheRefused, OSError):
-            return  # not kept: the next audit learns again
+            return  # not kept: the next audit asks on demand
         try:
             _write(directory, key + ".json", data)
             self._prune_now_and_then(directory, key[:12])

@@ -8,9 +8,11 @@ out again, every field checked), and for an apply the "confirm" exchange of
 nictune/host/transaction/watchdog.py.  A cached agent that fails the bootstrap's check
 is sent again, with a warning in the report.
 
-A verify with no resident agent to ask goes to the probe once the agent
-has taught the controller its questions (control/remote/probe.py): no agent is
-started, the controller verifies on the probe's answers ("via": "probe").
+A verify with no resident agent to ask goes to the probe
+(control/remote/probe.py): no agent is started, the controller verifies on
+the probe's answers, asking it in batches over one channel ("via":
+"probe"); a verify no probe can answer, or a probe that fails, goes to the
+agent.
 
 A plan or verify (audit, verify -i) first asks the resident agent, when one
 runs on the host (host/resident/daemon.py), through the session's stream-local
@@ -83,10 +85,9 @@ class SshOptions:
     accept_new_host_keys: bool = False
     confirm_timeout: float = 30.0
     ssh_config: Optional[str] = "~/.ssh/config"
-    # A verify asks the probe (control/remote/probe.py) once the agent has taught
-    # it the questions; False: always the agent.
+    # A verify asks the probe (control/remote/probe.py); False: always the agent.
     probe: bool = True
-    probe_cache: Optional[str] = None  # where learned questions are kept
+    probe_cache: Optional[str] = None  # where the questions asked are kept
 
 
 @dataclass

@@ -1,34 +1,38 @@
 """An audit's kernel reads, taken apart into questions and answers.
 
 The agentless audit's cost on a host is the Python it starts, not the
-reads (issue 13): so the controller learns once what a verify reads, and
-afterwards asks only that, through a probe of a few dozen lines
+reads (issue 13): so the controller asks the host only for the reads a
+verify makes, through a probe of a few dozen lines
 (control/remote/probe.py), and runs the verify itself on the answers.
-
-Learning (host side, a request with "learn": true): the command runs with
-every read recorded below the knob families, where they reach the kernel
-through the host's port (Host.io, host/transports/io.py; the learner is a session of
-host/replay/snapshot.py's SessionIO, wrapping the port the host had):
-
-- a netlink request: the protocol and the bytes sent (sequence number and
-  port id zeroed: they are the socket's, not the question's);
-- a SIOCETHTOOL call: the interface and the buffer handed in;
-- the file operations host/replay/snapshot.py records (open for reading, stat,
-  lstat, listdir, readlink, access), under the host's root, and which
-  opens were made with O_NOFOLLOW (owned files, host/files.py);
-- the page size.
-
-Only the questions go back, never an answer: every audit reads every
-answer again.  A run that wrote anything, opened a key file, waited for a
-counter to rise or used a socket other than netlink cannot be asked this
-way: `questions()` says why, and the controller keeps using the agent.
 
 Replaying (controller side): ProbedHost is a plain Host whose port serves
 netlink sockets, ioctls and file reads from the probe's answers, so the
 same engine and families run unchanged on the controller.  A read the
-answers do not hold raises NotProbed, a BaseException so that no family's
-`except OSError`/`except Exception` turns it into "unsupported": the whole
-replay is dropped and the host asked through its agent, which learns again.
+answers do not hold is asked of the live probe (ProbeReplayer's `ask`, one
+round trip), unless a listing it holds already says the path is absent:
+
+- a netlink request: the protocol and the bytes sent (sequence number and
+  port id zeroed: they are the socket's, not the question's);
+- a SIOCETHTOOL call: the interface and the buffer handed in;
+- the file operations host/replay/snapshot.py records (open for reading,
+  stat, lstat, listdir, readlink, access), and whether an open is made
+  with O_NOFOLLOW (owned files, host/files.py);
+- the page size, with the probe's first batch.
+
+What the verify used is noted (used_questions): the controller asks it
+first the next time.  A read of any other kind (a run of a tool, a unix
+socket, a counter's rise, a key file, a write) raises NotProbed, and a
+probe that fails to answer ProbeLost: BaseExceptions, so that no family's
+`except OSError`/`except Exception` turns them into "unsupported"; the
+replay is dropped and the host asked through its agent.
+
+Learning (host side, a request with "learn": true) is the older way, kept
+for the agent's request format: the command runs with every read recorded
+below the knob families, through the host's port (Host.io,
+host/transports/io.py; the learner is a session of host/replay/snapshot.py's
+SessionIO, wrapping the port the host had), and the report brings back
+the questions and why a probe cannot ask them (`questions()`).  The
+controller no longer asks for it.
 """
 
 from __future__ import annotations
