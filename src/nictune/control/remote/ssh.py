@@ -759,7 +759,7 @@ class SshTarget:
         finally:
             if lead is not None:
                 lead.done(used)
-        if used is not None:
+        if used is not None and used != questions:  # the same as kept: nothing to write
             cache.put(key, used)
         elif why_not is not None:
             cache.put(key, {"format": probe.probe_reads.FORMAT, "why_not": [why_not[:200]]})
