@@ -568,8 +568,8 @@ class _Lines:
     def readline(self, what: str, limit: int = MAX_LINE) -> bytes:
         while self.buf.find(b"\n", 0, limit) < 0:
             if len(self.buf) > limit:  # a host must not exhaust the controller's memory
-                raise hostreport.ProtocolError(f"{self.label}: the {what} is longer than "
-                                               f"{limit} bytes")
+                size = f"{limit // 2**20} MiB" if limit >= 2**20 else f"{limit} bytes"
+                raise hostreport.ProtocolError(f"{self.label}: the {what} is longer than {size}")
             chunk = self._more(what)
             if not chunk:
                 return b""
@@ -749,7 +749,7 @@ class SshTarget:
             return None, str(e)
         if refused:
             return None, None
-        lead = None
+        lead, kept = None, questions
         if questions is None:
             questions, lead = probecache.TEMPLATES.seed(cache, request, archive,
                                                        self.options.command_timeout)
@@ -759,7 +759,7 @@ class SshTarget:
         finally:
             if lead is not None:
                 lead.done(used)
-        if used is not None and used != questions:  # the same as kept: nothing to write
+        if used is not None and used != kept:  # the same as the host's kept: nothing to write
             cache.put(key, used)
         elif why_not is not None:
             cache.put(key, {"format": probe.probe_reads.FORMAT, "why_not": [why_not[:200]]})
