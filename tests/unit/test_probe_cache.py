@@ -158,7 +158,7 @@ def test_questions_too_big_to_keep_are_not_written(cache):
 
 
 def test_a_verify_found_not_askable_is_remembered(cache):
-    cache.learned(key(host="c"), {"format": probe_reads.FORMAT, "why_not": ["a key file"]})
+    cache.refused(key(host="c"), "a key file")
     assert cache.lookup(key(host="c")) == (None, True)
     assert probe.checked_questions(json.load(open(path_of(cache, key(host="c"))))) is None
 

@@ -76,7 +76,7 @@ def archive_tag(archive: str) -> str:
 
 
 class QuestionCache:
-    """Learned questions, or, for a verify a probe cannot ask, why not:
+    """The questions a verify asked, or, for a verify a probe cannot ask, why not:
     that host and request then go to the agent without a probe,
     until the profile or nictune changes (the key)."""
 
@@ -135,14 +135,10 @@ class QuestionCache:
 
     # -- writing -------------------------------------------------------------
 
-    def learned(self, key: str, asked) -> None:
-        """Keep what a learning verify brought back: its questions, checked,
-        or why a probe cannot ask them."""
-        questions = probe.checked_questions(asked)
-        if questions is not None:
-            self.put(key, questions)
-        elif probe.refusal(asked) is not None:
-            self.put(key, {"format": probe_reads.FORMAT, "why_not": probe.refusal(asked)})
+    def refused(self, key: str, why: str) -> None:
+        """Keep that this verify needs a read no probe can answer (why): the
+        next one goes to the agent at once."""
+        self.put(key, {"format": probe_reads.FORMAT, "why_not": [why[:200]]})
 
     def put(self, key: str, q: dict) -> None:
         data = json.dumps(q).encode()

@@ -762,7 +762,7 @@ class SshTarget:
         if used is not None and used != kept:  # the same as the host's kept: nothing to write
             cache.put(key, used)
         elif why_not is not None:
-            cache.put(key, {"format": probe.probe_reads.FORMAT, "why_not": [why_not[:200]]})
+            cache.refused(key, why_not)
         return report, None
 
     def _via_probe(self, client: paramiko.SSHClient, request: dict, questions: Optional[dict], user: str):
