@@ -68,12 +68,16 @@ TOOLS_VENV = HERE / ".venv-tools"
 # pyinfra: a deploy of operations; pyinfra-facts: facts only, compared in
 # Python (its fastest honest form); ssh: one plain OpenSSH session per host
 # running one shell script (the floor any SSH tool pays).
-TOOLS = ("nictune", "nictune-agent", "nictune-resident", "ansible", "pyinfra", "pyinfra-facts", "ssh")
-# nictune: the audit as a user runs it, after the first one (which starts each
-# host's agent and learns the questions): the probe, no agent started;
-# nictune-agent: --no-probe, the agent (the zipapp) started on every host;
-# nictune-resident: through resident agents' sockets.
-NICTUNE_FORMS = {"nictune": "probe", "nictune-agent": "zipapp", "nictune-resident": "resident"}
+TOOLS = ("nictune", "nictune-cold", "nictune-agent", "nictune-resident", "ansible", "pyinfra", "pyinfra-facts",
+         "ssh")
+# nictune: the audit as a user runs it again (warm: the probe, asking first
+# the questions it kept from the audit before); nictune-cold: the first
+# audit from a controller that never audited these hosts (the probe from an
+# empty question cache: a fresh XDG_CACHE_HOME every run); nictune-agent:
+# --no-probe, the agent (the zipapp) started on every host; nictune-resident:
+# through resident agents' sockets.
+NICTUNE_FORMS = {"nictune": "probe", "nictune-cold": "probe", "nictune-agent": "zipapp",
+                 "nictune-resident": "resident"}
 BASE = "base:"  # --baseline: the other checkout's twin of a nictune form
 PY = sys.executable
 NICTUNE = str(Path(PY).parent / "nictune")
@@ -113,6 +117,10 @@ TARGET_FLOOR_RATIO = 1.3
 TARGET_FLOOR_HOST_CPU_S = 0.025
 TARGET_CTL_CPU_S = 0.010
 TARGET_SCALE_RATIO = 1.2
+# The first audit as fast as the next: the probe from an empty question
+# cache (nictune-cold) and warm (nictune), against the plain-ssh floor.
+TARGET_COLD_FLOOR_RATIO = 1.3
+TARGET_WARM_FLOOR_RATIO = 1.25
 SAMPLE_S = 0.25   # memory sampling period of the wrapper
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PR_SET_CHILD_SUBREAPER = 36
@@ -440,6 +448,10 @@ control_path_dir = {a}/cp
         return self.versions[BASE if tool.startswith(BASE) else ""]
 
     def env(self, tool: str) -> dict:
+        if form_of(tool) == "nictune-cold":  # a question cache never used before, every run
+            cold = self.tmp / "cold"
+            cold.mkdir(exist_ok=True)
+            return dict(self.version(tool).env, XDG_CACHE_HOME=tempfile.mkdtemp(dir=cold))
         return self.ansible_env if tool == "ansible" else self.version(tool).env
 
     def pyinfra_inventory(self, n: int) -> Path:
@@ -475,10 +487,13 @@ control_path_dir = {a}/cp
         stat, log = self.scratch / "wrapper.json", self.scratch / f"{tool}-{n}.log"
         residents = started or (Residents(self.fleet, self.hosts, n, self.version(tool))
                                 if form_of(tool) == "nictune-resident" else None)
+        env = self.env(tool)
         before = self.hosts.cpu()
         with open(log, "w") as f:
             proc = spawn([PY, "-S", "-c", WRAPPER, str(stat), str(SAMPLE_S), *self.argv(tool, n)],
-                         timeout=300 + 10 * n, cwd=str(self.scratch), env=self.env(tool), stdout=f)
+                         timeout=300 + 10 * n, cwd=str(self.scratch), env=env, stdout=f)
+        if form_of(tool) == "nictune-cold":
+            shutil.rmtree(env["XDG_CACHE_HOME"], ignore_errors=True)
         if proc.returncode != 0 or not stat.exists():
             raise BenchError(f"the measuring wrapper failed for {tool} (exit {proc.returncode}): "
                              f"{log.read_text()[-500:]}")
@@ -577,8 +592,11 @@ def findings(tool: str, out: str, n: int) -> dict:
         # Each form must have taken its own path: the probe, the zipapp, or
         # the resident agents' sockets.
         want = NICTUNE_FORMS[form_of(tool)]
+        # A baseline from before the probe asked on demand answers a first
+        # audit through the agents, learning.
+        alike = {want, "zipapp"} if tool == BASE + "nictune-cold" else {want}
         errors += [f"{h['host']}: answered via {h.get('via')}, not {want}"
-                   for h in report.get("hosts", []) if h.get("via") != want]
+                   for h in report.get("hosts", []) if h.get("via") not in alike]
         for h in report.get("hosts", []):
             bad = [f"{c['key']['target']} {c['key']['family']} {c['key']['name']}"
                    for c in h.get("changes", []) if c.get("status") != "ok"]
@@ -825,17 +843,19 @@ def restore(b: Bench, n: int) -> None:
 
 
 def learn(b: Bench, n: int, tool: str = "nictune") -> dict:
-    """nictune's first audit of each host: the agent runs and teaches the
-    controller its questions (control/remote/probe.py); timed, not part of the
-    rounds.  Every host must then be answered by the probe."""
+    """nictune's first audit of each host, from its empty question cache
+    (the probe, asking on demand; a baseline from before that: the agents,
+    teaching the controller the questions); timed, not part of the rounds.
+    Every host must then be answered by the probe."""
     first = b.measure(tool, n)
-    if first["found"]["via"] != {"zipapp": n}:
-        raise BenchError(f"{tool}'s first audit was not answered by the agents: {first['found']}")
+    if first["found"]["via"] not in ({"probe": n}, {"zipapp": n}):
+        raise BenchError(f"{tool}'s first audit was not answered by the probe or the agents: {first['found']}")
     second = b.measure(tool, n)["found"]
     if second["error"] or second["hosts"] != n or second["drift"]:
-        raise BenchError(f"{tool}: after learning, the probe did not answer every host: {second['error'] or second}")
+        raise BenchError(f"{tool}: after its first audit, the probe did not answer every host: "
+                         f"{second['error'] or second}")
     return {"hosts": n, "wall": first["wall"], "ctl_cpu_per_host": first["cpu"] / n,
-            "host_cpu_per_host": sum(first["host_cpu"]) / n}
+            "host_cpu_per_host": sum(first["host_cpu"]) / n, "via": first["found"]["via"]}
 
 
 def drift_check(b: Bench, tools: list) -> list:
@@ -982,8 +1002,9 @@ def report(fig: dict, summary: dict, sizes: list, tools: list) -> list:
     for key, who in (("learn", "nictune"), ("learn_base", BASE + "nictune")):
         if fig.get(key):
             lr = fig[key]
-            p(f"\n  {who}'s first audit of the {lr['hosts']} hosts (their agents answer and teach the controller the")
-            p(f"  questions; not in the rounds): wall {secs(lr['wall'])}, controller CPU/host "
+            via = ", ".join(f"{k} {v}" for k, v in (lr.get("via") or {}).items())
+            p(f"\n  {who}'s first audit of the {lr['hosts']} hosts (empty question cache, answered via {via};")
+            p(f"  not in the rounds): wall {secs(lr['wall'])}, controller CPU/host "
               f"{ms(lr['ctl_cpu_per_host'])}, host CPU/host {ms(lr['host_cpu_per_host'])}")
     if fig.get("baseline"):
         report_baseline(fig, summary, sizes, tools)
@@ -1026,6 +1047,7 @@ def report(fig: dict, summary: dict, sizes: list, tools: list) -> list:
                        f"costliest host {ms(base['host_cpu_max'])}, mean {ms(base['host_cpu_per_host'])}, "
                        f"p95 {ms(base['host_cpu_p95'])}"))
     checks += issue13_checks(summary, sizes)
+    checks += first_audit_checks(summary, sizes)
     p("\n6. Targets")
     for ok, what, detail in checks:
         p(f"  {'SKIP' if ok is None else 'PASS' if ok else 'FAIL'}  {what}: {detail}")
@@ -1126,6 +1148,25 @@ def issue13_checks(summary: dict, sizes: list) -> list:
     return out
 
 
+def first_audit_checks(summary: dict, sizes: list) -> list:
+    """The first audit as fast as the next: cold and warm probe against the
+    plain-ssh floor, at every size run (wall), with what each costs the
+    controller per host."""
+    out = []
+    for n in sizes:
+        floor = summary.get((n, "ssh"))
+        for form, want in (("nictune-cold", TARGET_COLD_FLOOR_RATIO), ("nictune", TARGET_WARM_FLOOR_RATIO)):
+            s = summary.get((n, form))
+            what = f"{form} audit of {n} hosts at most {want:g}x the plain-ssh floor (wall)"
+            if not (s and floor):
+                out.append((None, what, f"{form} or ssh not run"))
+                continue
+            r = s["wall"] / floor["wall"]
+            out.append((r <= want, what, f"{r:.2f}x ({secs(s['wall'])} vs {secs(floor['wall'])}; controller "
+                                         f"CPU/host {ms(s['ctl_cpu_per_host'])})"))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="10,50,100,200", help="comma-separated fleet sizes (default 10,50,100,200)")
@@ -1165,7 +1206,7 @@ def main() -> int:
     started = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="ntbench-fleet-"))
     ENV["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
-    # nictune's learned questions (control/remote/probe.py): this run's own, from nothing.
+    # nictune's kept questions (control/remote/probecache.py): this run's own, from nothing.
     ENV["XDG_CACHE_HOME"] = str(tmp / "cache")
     prefix = f"ntbf{secrets.token_hex(2)}"
     fleet = hosts = None
@@ -1188,7 +1229,9 @@ def main() -> int:
         fig["versions"]["nictune-resident"] = (fig["versions"]["nictune"]
                                                + " (audit through resident agents, no process started)")
         fig["versions"]["nictune-agent"] = fig["versions"]["nictune"] + " (--no-probe: the agent every time)"
-        fig["versions"]["nictune"] += " (the probe, once learned)"
+        fig["versions"]["nictune-cold"] = (fig["versions"]["nictune"]
+                                           + " (the probe from an empty question cache every run)")
+        fig["versions"]["nictune"] += " (the probe, warm: its questions kept from the audit before)"
         if baseline:
             fig["baseline"] = {"dir": str(baseline), "commit": commit_of(baseline)}
             fig["commit"] = commit_of(HERE.parent)

@@ -1,9 +1,10 @@
-"""The probe over real sshd (lab/fleet.py, control/remote/probe.py): the first
-audit of a host runs its agent, which teaches the controller the verify's
-questions; the next ones start no agent, and their reports equal the
-agent's, clean and after drift injected by hand (ip, ethtool, sysctl, the
-NCCL file rewritten).  A host that grew an interface the profile matches
-goes back to its agent once, and learns again.
+"""The probe over real sshd (lab/fleet.py, control/remote/probe.py): every
+audit, the first from an empty question cache too, starts no agent, and
+its reports equal the agent's (--no-probe), clean and after drift injected
+by hand (ip, ethtool, sysctl, the NCCL file rewritten).  A read the
+questions kept lack (an interface made since) is asked of the live probe
+on demand; a hostile answer to it, or a verify no probe can answer (a
+counter's rise), sends the host to its agent.
 """
 
 from __future__ import annotations
@@ -11,11 +12,16 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
+import stat
+import sys
+import textwrap
 
 import pytest
 from fleet_helpers import audit, comparable, drift_of, nictune, profile_file
+from test_hostile_hosts import inventory_with
 
-from nictune.control.remote import probe, probecache
+from nictune.control.remote import agentzip, probe
 from nictune.lab.fleet import run_in
 
 pytestmark = pytest.mark.netns
@@ -39,68 +45,138 @@ interfaces:
 """
 
 
-def test_audits_through_the_probe_equal_the_agents(make_fleet, tmp_path, monkeypatch):
-    # A question cache of this test's own: other tests' refusals (a switch
-    # profile's, say) stay in theirs.
+def agent_starts(monkeypatch) -> list:
+    """Every start of an agent (the zipapp's bootstrap) this test makes, by host."""
+    started = []
+    real = agentzip.remote_command
+    monkeypatch.setattr(agentzip, "remote_command", lambda *a, **kw: started.append(a) or real(*a, **kw))
+    return started
+
+
+def kept_questions() -> list:
+    return [json.load(open(p)) for p in glob.glob(os.path.join(os.environ["XDG_CACHE_HOME"], "nictune",
+                                                                "probe", "*.json"))]
+
+
+def test_a_cold_audit_is_the_probes_and_finds_the_agents_drift(make_fleet, tmp_path, monkeypatch):
+    # An empty question cache of this test's own: a controller that never
+    # audited these hosts (a CI runner, a new laptop).
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     fleet = make_fleet(3)
     a, b, c = fleet.of_kind("sshd")
     profile = profile_file(tmp_path, PROFILE, "probe.yaml")
     code, report = nictune("apply", profile, "-i", fleet.inventory, "--limit", "fleet")
     assert code == 0, report
-
-    first = audit(fleet, profile)
-    assert {h["via"] for h in first.values()} == {"zipapp"}
-    learned = glob.glob(os.path.join(os.environ["XDG_CACHE_HOME"], "nictune", "probe", "*.json"))
-    assert len(learned) >= 3
-    for path in learned:  # questions only: nothing a host answered is kept
-        kept = json.load(open(path))
-        assert set(kept) == {"format", "files", "kernel", "nofollow"}, kept
-        assert "NCCL_DEBUG" not in json.dumps(kept)
-
-    second = audit(fleet, profile)
-    assert {h["via"] for h in second.values()} == {"probe"}
-    for name in second:
-        assert comparable(second[name]) == comparable(first[name]), name
-        assert second[name]["summary"] == {"ok": 11}
-
-    # Drift by hand on a and b: the probe reads it now, as the agent does.
+    # Drift by hand on a and b before the first audit: ip, ethtool, sysctl,
+    # the NCCL file rewritten.
     run_in(a, ["ip", "link", "set", "rail1", "mtu", "1500"])
     run_in(a, ["ethtool", "-K", "rail0", "gro", "off"])
     run_in(b, ["sysctl", "-qw", "net.ipv4.tcp_ecn=2", "net.ipv4.conf.rail1.arp_ignore=0"])
     run_in(b, ["sh", "-c", "printf 'NCCL_DEBUG=INFO\\nNCCL_IB_TIMEOUT=22\\n' > /etc/nccl.conf"])
-    probed = audit(fleet, profile)
+
+    started = agent_starts(monkeypatch)
+    cold = audit(fleet, profile)
+    assert {h["via"] for h in cold.values()} == {"probe"} and started == []
+    kept = kept_questions()
+    assert len(kept) >= 4  # each host's questions, and the request's template
+    for q in kept:  # questions only: nothing a host answered is kept
+        assert set(q) == {"format", "files", "kernel", "nofollow"}, q
+        assert q["files"] and q["kernel"] and "NCCL_DEBUG" not in json.dumps(q)
+
+    warm = audit(fleet, profile)
+    assert {h["via"] for h in warm.values()} == {"probe"} and started == []
     agents = audit(fleet, profile, "--no-probe")
-    assert {h["via"] for h in probed.values()} == {"probe"}
     assert {h["via"] for h in agents.values()} == {"zipapp"}
-    for name in probed:
-        assert comparable(probed[name]) == comparable(agents[name]), name
-    assert drift_of(probed[a.name]) == {("rail1", "mtu"), ("rail0", "rx-gro")}
+    for name in cold:
+        assert comparable(cold[name]) == comparable(agents[name]), name
+        assert comparable(warm[name]) == comparable(agents[name]), name
+    # The warm audit asks its cached questions in one batch, and needs no other.
+    assert {h["transport"]["probe_batches"] for h in warm.values()} == {1}
+    assert drift_of(cold[a.name]) == {("rail1", "mtu"), ("rail0", "rx-gro")}
     # A file nictune did not write that differs is drift to an audit (an
     # apply would still refuse to replace it without adopt: true): both
     # paths say so.
-    assert drift_of(probed[b.name]) == {("host", "net.ipv4.tcp_ecn"), ("rail1", "net.ipv4.conf.rail1.arp_ignore"),
-                                        ("host", "/etc/nccl.conf")}
-    [nccl] = [ch for ch in probed[b.name]["changes"] if ch["key"]["family"] == "nccl"]
+    assert drift_of(cold[b.name]) == {("host", "net.ipv4.tcp_ecn"), ("rail1", "net.ipv4.conf.rail1.arp_ignore"),
+                                      ("host", "/etc/nccl.conf")}
+    [nccl] = [ch for ch in cold[b.name]["changes"] if ch["key"]["family"] == "nccl"]
     assert nccl["status"] == "drift" and "adopt: true" in nccl["note"], nccl
-    assert drift_of(probed[c.name]) == set()
-
-    # A new matching interface on c: its reads were never asked, so c's agent
-    # answers (and learns); the audit after that is the probe's again.
-    run_in(c, ["ip", "link", "add", "rail7", "type", "veth", "peer", "name", "rail8"])
-    grown = audit(fleet, profile)
-    assert grown[c.name]["via"] == "zipapp" and grown[a.name]["via"] == "probe"
-    assert {ch["key"]["target"] for ch in grown[c.name]["changes"]} >= {"rail7", "rail8"}
-    again = audit(fleet, profile)
-    assert again[c.name]["via"] == "probe"
-    assert comparable(again[c.name]) == comparable(grown[c.name])
+    assert drift_of(cold[c.name]) == set() and cold[c.name]["summary"] == {"ok": 11}
 
     # A replay that goes wrong on the controller is never the answer given:
     # the host's agent answers instead.
-    monkeypatch.setattr(probe, "verify", lambda *args: {"error": {"kind": "system", "message": "broken"}})
+    monkeypatch.setattr(probe, "verify_live", lambda *args: ({"error": {"kind": "system", "message": "x"}}, {}))
     broken = audit(fleet, profile)
     assert {h["via"] for h in broken.values()} == {"zipapp"}
-    assert comparable(broken[c.name]) == comparable(again[c.name])
+    assert comparable(broken[c.name]) == comparable(agents[c.name])
+
+
+def test_an_interface_made_after_the_questions_were_kept_is_asked_on_demand(make_fleet, tmp_path,
+                                                                            monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    fleet = make_fleet(1)
+    [host] = fleet.of_kind("sshd")
+    profile = profile_file(tmp_path, PROFILE, "probe.yaml")
+    first = audit(fleet, profile)[host.name]
+    assert first["via"] == "probe"
+    # A new matching interface: its reads are in no question kept; the
+    # probe is asked them on demand, in the same session, not the agent.
+    run_in(host, ["ip", "link", "add", "rail7", "type", "veth", "peer", "name", "rail8"])
+    started = agent_starts(monkeypatch)
+    grown = audit(fleet, profile)[host.name]
+    assert grown["via"] == "probe" and started == [], grown
+    assert grown["transport"]["probe_batches"] > 1
+    assert {ch["key"]["target"] for ch in grown["changes"]} >= {"rail7", "rail8"}
+    assert comparable(grown) == comparable(audit(fleet, profile, "--no-probe")[host.name])
+    again = audit(fleet, profile)[host.name]  # the new reads are kept with the host's questions
+    assert again["via"] == "probe" and again["transport"]["probe_batches"] == 1
+    assert comparable(again) == comparable(grown)
+
+
+def hostile_python(tmp_path, fleet, name: str, batch: bytes) -> str:
+    """A python3 for the host whose probe answers its first batch and then
+    `batch` for every later one (where the frame and answers would be);
+    any other command (the agent) runs as the lab's python3 runs it."""
+    python = re.search(r"nictune_python=(\S+)", open(fleet.inventory).read()).group(1)
+    [write] = [line.strip() for line in probe.PROBE.splitlines() if line.strip().startswith("out.write(")]
+    spec = tmp_path / f"{name}.json"
+    spec.write_text(json.dumps({"python": python, "find": write,
+                                "hostile": f"{write} if head else (out.write({batch!r}), out.flush(), posix._exit(0))"}))
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(f"""\
+        #!{sys.executable}
+        import json, os, sys
+        spec = json.load(open({str(spec)!r}))
+        args = sys.argv[1:]
+        if "-c" in args and "nictune-probe 2" in args[args.index("-c") + 1]:
+            at = args.index("-c") + 1
+            assert spec["find"] in args[at]
+            args[at] = args[at].replace(spec["find"], spec["hostile"])
+        os.execv(spec["python"], [spec["python"]] + args)
+        """))
+    path.chmod(stat.S_IRWXU)
+    return str(path)
+
+
+@pytest.mark.parametrize("batch", [
+    b"a 1 5\nhello",                      # not an answer
+    b"a 7 0\n",                           # another count than asked
+    b"a 1 99999999999\n",                 # past the answers' bound
+    b"nothing like a frame",
+    b"",                                  # the probe stops answering
+])
+def test_a_hostile_answer_asked_on_demand_sends_the_host_to_its_agent(make_fleet, tmp_path, monkeypatch,
+                                                                      batch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    fleet = make_fleet(1)
+    [host] = fleet.of_kind("sshd")
+    inventory = inventory_with(fleet, tmp_path, {host.name: hostile_python(tmp_path, fleet, "hostile", batch)})
+    profile = profile_file(tmp_path, PROFILE, "probe.yaml")
+    code, report = nictune("audit", profile, "-i", inventory, "--limit", "fleet")
+    [got] = report["hosts"]
+    assert code in (0, 2) and got["via"] == "zipapp" and got["error"] is None, got
+    assert "Traceback" not in json.dumps(report)
+    assert comparable(got) == comparable(audit(fleet, profile, "--no-probe")[host.name])
+    assert kept_questions() == []  # nothing concluded from a probe that failed
 
 
 COUNTERS = """\
@@ -114,24 +190,19 @@ interfaces:
 """
 
 
-def test_a_verify_a_probe_cannot_ask_is_not_learned_again(make_fleet, tmp_path, monkeypatch):
+def test_a_verify_no_probe_can_answer_goes_to_its_agent_and_the_next_at_once(make_fleet, tmp_path,
+                                                                               monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     fleet = make_fleet(1)
     profile = profile_file(tmp_path, COUNTERS, "counters.yaml")
     first = audit(fleet, profile)
     assert {h["via"] for h in first.values()} == {"zipapp"}
-    kept = [json.load(open(p)) for p in glob.glob(os.path.join(os.environ["XDG_CACHE_HOME"], "nictune",
-                                                               "probe", "*.json"))]
-    assert {"format": 1, "why_not": ["a counter's rise (two readings apart in time)"]} in kept
+    assert kept_questions() == [{"format": 1, "why_not": ["a counter's rise"]}]
 
-    # The next audit goes to the agent at once, without asking it to learn
-    # (which costs the host a recording every time) and without a probe.
-    asked = []
-    real = probecache.QuestionCache.learned
-    monkeypatch.setattr(probecache.QuestionCache, "learned", lambda self, *a: asked.append(a) or real(self, *a))
-    monkeypatch.setattr(probe, "encode_questions", lambda q: pytest.fail("a probe was sent"))
+    # The next audit goes to the agent at once, without a probe.
+    monkeypatch.setattr(probe, "remote_command", lambda *a, **kw: pytest.fail("a probe was sent"))
     second = audit(fleet, profile)
-    assert {h["via"] for h in second.values()} == {"zipapp"} and asked == []
+    assert {h["via"] for h in second.values()} == {"zipapp"}
     assert comparable(second[fleet.hosts[0].name])["summary"] == comparable(first[fleet.hosts[0].name])["summary"]
 
 
@@ -141,12 +212,12 @@ def test_a_question_cache_that_is_not_the_users_own_is_not_used(make_fleet, prof
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     fleet = make_fleet(1)
     name = fleet.hosts[0].name
-    assert audit(fleet, profile)[name]["via"] == "zipapp"
     assert audit(fleet, profile)[name]["via"] == "probe"
     directory = tmp_path / "xdg" / "nictune" / "probe"
     kept = {p: p.read_bytes() for p in directory.iterdir()}
+    assert kept
     os.chmod(directory, 0o755)
     third = audit(fleet, profile)[name]
     assert third["via"] == "zipapp", third
     assert [w for w in third["warnings"] if f"question cache {directory} is not used: its mode is 0755" in w]
-    assert {p: p.read_bytes() for p in directory.iterdir()} == kept  # nothing learned into it
+    assert {p: p.read_bytes() for p in directory.iterdir()} == kept  # nothing written into it

@@ -17,6 +17,11 @@ one random.Random from the seed, so a seed and a case number name a case.
   report whose error sends the host to its agent (control/remote/ssh.py: answers
   no kernel gives can make a family fail), or in BadProbe / NotProbed (the
   host goes to its agent): anything else is a traceback.
+- live: the same answers served by a live probe (probe.Session over a
+  channel of the fuzzer's) asked on demand, one read at a time, from an
+  empty first batch: probe.verify_live must end in a report, a report
+  whose error sends the host to its agent, or ProbeLost / NotProbed; a
+  hostile answer must never be taken for a family's "unsupported".
 - questions: a learning report's "questions", mutated (hostile values for
   any field, too many or too big questions, paths out of /dev or with ..,
   unhashable entries, deep nesting): probe.checked_questions must return
@@ -67,9 +72,10 @@ class Hung(Exception):
 # -- the probe's answers ----------------------------------------------------------------
 
 def split(data: bytes, count: int) -> tuple:
-    """(first line, [[tag, value, body]]) of well-formed answers."""
+    """(first line, [[tag, value, body]]) of well-formed answers (the
+    fixture's, of the probe's first protocol: no batch frame)."""
     pos = data.index(b"\n") + 1
-    head, records = data[:pos], []
+    head, records = data[:pos].replace(b"nictune-probe 1 ", b"nictune-probe 2 "), []
     for _ in range(count):
         end = data.index(b"\n", pos)
         tag, value, size = data[pos:end].split(b" ")
@@ -79,12 +85,45 @@ def split(data: bytes, count: int) -> tuple:
     return head, records
 
 
+def encoded(records: list, sizes: dict | None = None, first: int = 0) -> list:
+    return [b"%s %d %d\n" % (tag, value, (sizes or {}).get(first + i, len(body))) + body
+            for i, (tag, value, body) in enumerate(records)]
+
+
 def join(head: bytes, records: list, sizes: dict | None = None) -> bytes:
-    out = [head]
-    for i, (tag, value, body) in enumerate(records):
-        size = (sizes or {}).get(i, len(body))
-        out.append(b"%s %d %d\n" % (tag, value, size) + body)
-    return b"".join(out)
+    """The probe's output for one batch of them all."""
+    payload = b"".join(encoded(records, sizes))
+    return head + b"a %d %d\n" % (len(records), len(payload)) + payload
+
+
+class LiveChannel:
+    """A probe's channel (probe.Session) that answers each question with its
+    record: the verify asks everything on demand, one batch per read."""
+
+    def __init__(self, a: "Answers", records: list, sizes: dict):
+        self.head, self.out = a.head, b""
+        lines = probe.encode_batch(probe.as_list(a.q)).split(b"\n")
+        self.by_line = dict(zip(lines, encoded(records, sizes)))
+
+    def send(self, data: bytes) -> None:
+        if data.startswith(probe.HEADER):
+            data, self.out = data[len(probe.HEADER):], self.head
+        answers = []
+        for line in data.split(b"\n")[:-2]:
+            if line not in self.by_line:
+                raise probe_reads.NotProbed("a question the fixture has no answer to")
+            answers.append(self.by_line[line])
+        payload = b"".join(answers)
+        self.out += b"a %d %d\n" % (len(answers), len(payload)) + payload
+
+    def readline(self, limit: int) -> bytes:
+        end = self.out.find(b"\n", 0, limit) + 1
+        line, self.out = (self.out[:end], self.out[end:]) if end else (b"", b"")
+        return line
+
+    def read(self, size: int) -> bytes:
+        data, self.out = self.out[:size], self.out[size:]
+        return data
 
 
 def datagrams(body: bytes) -> list:
@@ -115,6 +154,7 @@ class Answers:
         self.data = base64.b64decode(fixture["answers"])
         self.n_files = len(self.q["files"])
         self.head, self.records = split(self.data, self.n_files + len(self.q["kernel"]))
+        self.data = join(self.head, self.records)  # as the probe answers one batch of them all
         self.kernel = [(i + self.n_files, k) for i, k in enumerate(self.q["kernel"])]
 
     def of_kind(self, kind: str) -> list:
@@ -131,6 +171,15 @@ class Answers:
         sizes: dict = {}
         raw = name(self, rnd, records, sizes)
         return name.__name__, raw if raw is not None else join(self.head, records, sizes)
+
+    def mutate_records(self, rnd: random.Random) -> tuple:
+        """A mutation that keeps one record per question: (name, records, sizes)."""
+        records = copy.deepcopy(self.records)
+        name = rnd.choice([m for m in MUTATIONS if m not in (flip, truncate)])
+        CURRENT[0] = name.__name__
+        sizes: dict = {}
+        name(self, rnd, records, sizes)
+        return name.__name__, records, sizes
 
 
 def flip(a, rnd, records, sizes):
@@ -261,14 +310,44 @@ def answer_case(a: Answers, rnd: random.Random) -> tuple:
         return name, "refused"
     except probe_reads.NotProbed:
         return name, "not probed"
+    return name, _outcome(report)
+
+
+def live_case(a: Answers, rnd: random.Random) -> tuple:
+    """The same answers asked on demand of a live probe (probe.Session):
+    a hostile one ends the verify (ProbeLost: the host goes to its agent),
+    it is never taken for the family's "unsupported"."""
+    name, records, sizes = a.mutate_records(rnd)
+    session = probe.Session(LiveChannel(a, records, sizes))
+    failed, ask = [], session.ask
+
+    def noted(questions):
+        try:
+            return ask(questions)
+        except BaseException as e:
+            failed.append(e)
+            raise
+    session.ask = noted
+    try:
+        report, _ = probe.verify_live(session, a.request, "fuzz")
+    except probe_reads.ProbeLost:
+        return "live " + name, "refused"
+    except probe_reads.NotProbed:
+        return "live " + name, "not probed"
+    if failed:
+        raise AssertionError(f"the verify went on past an answer that failed: {failed[0]!r}")
+    return "live " + name, _outcome(report)
+
+
+def _outcome(report) -> str:
     if not isinstance(report, dict):
         raise TypeError(f"verify answered {type(report).__name__}")
     error = report.get("error") or {}
     if "MemoryError" in str(error.get("message")):  # what agent.run made of an unbounded allocation
         raise MemoryError(error["message"])
     if error.get("kind") in ("system", "invalid-input"):  # control/remote/ssh.py: the agent answers instead
-        return name, "to the agent"
-    return name, "report"
+        return "to the agent"
+    return "report"
 
 
 # -- learning reports ----------------------------------------------------------------
@@ -310,12 +389,20 @@ def question_case(q: dict, rnd: random.Random) -> tuple:
     if len(checked["files"]) + len(checked["kernel"]) > probe.MAX_QUESTIONS:
         raise AssertionError("more questions than the bound were kept")
     lines = probe.encode_questions(checked).split(b"\n")
-    if len(lines) != len(checked["files"]) + len(checked["kernel"]) + 2:
+    if len(lines) != len(checked["files"]) + len(checked["kernel"]) + 3:
         raise AssertionError("a question encoded as more than one line")
     return "questions", "kept"
 
 
 # -- cache files ---------------------------------------------------------------------
+
+def _text(value) -> str:
+    """value as JSON; nested too deep for json.dumps, a nesting as deep."""
+    try:
+        return json.dumps(value, default=str)
+    except RecursionError:
+        return "[" * 10_000 + "]" * 10_000
+
 
 def cache_case(q: dict, rnd: random.Random, root: str, n: int) -> tuple:
     cache = probecache.QuestionCache(os.path.join(root, f"c{n}"))
@@ -328,7 +415,7 @@ def cache_case(q: dict, rnd: random.Random, root: str, n: int) -> tuple:
         "cut": lambda: open(path, "w").write(text[:rnd.randrange(len(text))]),
         "nested": lambda: open(path, "w").write("[" * 100_000 + "]" * 100_000),
         "too big": lambda: open(path, "w").write(" " * probecache.MAX_FILE + text),
-        "hostile": lambda: open(path, "w").write(json.dumps(hostile_questions(q, rnd), default=str)),
+        "hostile": lambda: open(path, "w").write(_text(hostile_questions(q, rnd))),
         "fifo": lambda: (os.unlink(path), os.mkfifo(path, 0o600)),
         "link to /dev/zero": lambda: (os.unlink(path), os.symlink("/dev/zero", path)),
         "link": lambda: (os.rename(path, path + ".x"), os.symlink(path + ".x", path)),
@@ -367,6 +454,7 @@ def run(seed: int, counts: dict) -> dict:
     with tempfile.TemporaryDirectory(prefix="nt-fuzz-probe-") as root:
         os.chmod(root, 0o700)
         cases = [("answers", lambda n: answer_case(answers, rnd))] * counts["answers"] + \
+                [("live", lambda n: live_case(answers, rnd))] * counts["live"] + \
                 [("questions", lambda n: question_case(answers.q, rnd))] * counts["questions"] + \
                 [("cache", lambda n: cache_case(answers.q, rnd, root, n))] * counts["cache"]
         for n, (kind, case) in enumerate(cases):
@@ -392,5 +480,5 @@ def run(seed: int, counts: dict) -> dict:
 
 if __name__ == "__main__":
     seed = int(sys.argv[1])
-    counts = dict(zip(("answers", "questions", "cache"), (int(v) for v in sys.argv[2:5])))
+    counts = dict(zip(("answers", "live", "questions", "cache"), (int(v) for v in sys.argv[2:6])))
     print(json.dumps(run(seed, counts), sort_keys=True))

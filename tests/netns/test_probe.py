@@ -199,9 +199,12 @@ def _blocked_writer(fifo: str):
 
 
 def probe_answers(*files: str) -> bytes:
-    asked = b"nictune-probe 1\n" + b"".join(b"f %s\n" % f.encode() for f in files)
-    return subprocess.run([SYSTEM_PYTHON, "-I", "-S", "-c", probe.PROBE], input=asked, capture_output=True,
-                          check=True, timeout=30).stdout.split(b"\n", 1)[1]
+    asked = probe.HEADER + b"".join(b"f %s\n" % f.encode() for f in files) + b"\n"
+    out = subprocess.run([SYSTEM_PYTHON, "-I", "-S", "-c", probe.PROBE], input=asked, capture_output=True,
+                         check=True, timeout=30).stdout
+    _, frame, answers = out.split(b"\n", 2)  # the probe's header, the batch's "a COUNT LENGTH"
+    assert frame == b"a %d %d" % (len(files), len(answers)), out
+    return answers
 
 
 @pytest.fixture

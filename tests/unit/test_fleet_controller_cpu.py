@@ -78,7 +78,9 @@ def test_the_agent_archive_is_built_once_when_many_sessions_start_together(monke
 
     monkeypatch.setattr(agentzip, "_add", slow_add)
     agentzip.build.cache_clear()
-    targets = [ssh.SshTarget(ssh.SshHost(label=f"h{i}", address="198.18.0.2"), ssh.SshOptions())
+    # probe=False: the agent's path, the one that sends the archive (a verify
+    # would ask the probe first).
+    targets = [ssh.SshTarget(ssh.SshHost(label=f"h{i}", address="198.18.0.2"), ssh.SshOptions(probe=False))
                for i in range(8)]
     start = threading.Barrier(len(targets))
     reports = []

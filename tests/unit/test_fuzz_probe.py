@@ -19,7 +19,7 @@ import sys
 
 DRIVER = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fuzz", "probe_driver.py")
 SEED = 2026
-COUNTS = {"answers": 120, "questions": 200, "cache": 40}
+COUNTS = {"answers": 120, "live": 80, "questions": 200, "cache": 40}
 ADDRESS_SPACE = 1 << 30
 PEAK = 64 << 20  # the largest case's allocations: some 5 MB here
 
@@ -48,5 +48,11 @@ def test_hostile_answers_reports_and_cache_files_end_in_a_report_or_a_refusal_wi
     # verify and were refused: the cases are neither all trivial nor all noise.
     assert sum(outcomes.values()) == sum(COUNTS.values())
     assert total(": report") >= 40 and total(": refused") >= 40 and total("questions: kept") >= 1
+    # Asked on demand of a live probe, the same answers both make reports
+    # and end the verify (the host to its agent).
+    assert total("live ") == COUNTS["live"]
+    assert sum(n for k, n in outcomes.items() if k.startswith("live ")
+               and k.endswith(": report")) >= 20
+    assert sum(n for k, n in outcomes.items() if k.startswith("live ") and k.endswith(": refused")) >= 20
     assert {k.split(":")[0] for k in outcomes if k.startswith("cache ")} >= {
         "cache fifo", "cache link to /dev/zero", "cache nested", "cache too big", "cache directory"}

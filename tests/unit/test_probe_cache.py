@@ -158,6 +158,55 @@ def test_questions_too_big_to_keep_are_not_written(cache):
 
 
 def test_a_verify_found_not_askable_is_remembered(cache):
-    cache.learned(key(host="c"), {"format": probe_reads.FORMAT, "why_not": ["a key file"]})
+    cache.refused(key(host="c"), "a key file")
     assert cache.lookup(key(host="c")) == (None, True)
     assert probe.checked_questions(json.load(open(path_of(cache, key(host="c"))))) is None
+
+
+# -- the first batch for a host never asked (Templates) ------------------------------
+
+def request(host: str, profile: str = "p") -> dict:
+    return {"command": "verify", "profile": profile, "host": host, "state_dir": f"/var/lib/{host}"}
+
+
+def test_the_first_host_of_a_request_leads_and_the_others_start_from_its_questions(cache, monkeypatch):
+    monkeypatch.setattr(probecache, "TEMPLATE_WAIT", 30.0)
+    templates = probecache.Templates()
+    first, lead = templates.seed(cache, request("h1"), ARCHIVE, 120)
+    assert first is None and lead is not None
+    got = []
+    followers = [threading.Thread(target=lambda h=h: got.append(templates.seed(cache, request(h), ARCHIVE, 120)))
+                 for h in ("h2", "h3")]  # other hosts, other state dirs: the same request
+    for t in followers:
+        t.start()
+    followers[0].join(0.2)
+    assert got == []  # they wait for the leader
+    lead.done(QUESTIONS)
+    for t in followers:
+        t.join(5)
+    assert got == [(QUESTIONS, None), (QUESTIONS, None)]
+    # Kept under a key of no host: a later run (a new Templates) starts from it.
+    assert probecache.Templates().seed(cache, request("h9"), ARCHIVE, 120) == (QUESTIONS, None)
+    # Another profile is another request: it leads on its own.
+    assert probecache.Templates().seed(cache, request("h9", "q"), ARCHIVE, 120)[1] is not None
+
+
+def test_a_leader_that_went_to_its_agent_lets_the_next_host_lead(cache, monkeypatch):
+    monkeypatch.setattr(probecache, "TEMPLATE_WAIT", 30.0)
+    templates = probecache.Templates()
+    _, lead = templates.seed(cache, request("h1"), ARCHIVE, 120)
+    got = []
+    waiting = threading.Thread(target=lambda: got.append(templates.seed(cache, request("h2"), ARCHIVE, 120)))
+    waiting.start()
+    lead.done(None)
+    waiting.join(5)
+    assert got == [(None, None)]  # released at once, with nothing to start from
+    again, lead = templates.seed(cache, request("h3"), ARCHIVE, 120)
+    assert again is None and lead is not None
+
+
+def test_a_follower_waits_no_longer_than_the_bound(cache, monkeypatch):
+    monkeypatch.setattr(probecache, "TEMPLATE_WAIT", 0.2)
+    templates = probecache.Templates()
+    _, lead = templates.seed(cache, request("h1"), ARCHIVE, 120)
+    assert templates.seed(cache, request("h2"), ARCHIVE, 120) == (None, None)

@@ -32,8 +32,9 @@ def answer(body: bytes, value: int = 0) -> bytes:
 
 
 STAT = b"16877 1 2 3 0 0 0 1700000000 1700000000 1"
-GOOD = (b"nictune-probe 1 4096\n" + answer(b"1\n") + answer(STAT) + answer(b"lo\0eth0")
-        + answer(b"", 1) + answer((20).to_bytes(4, "little") + bytes(20)) + answer(bytes(8)))
+ANSWERS = (answer(b"1\n") + answer(STAT) + answer(b"lo\0eth0") + answer(b"", 1)
+           + answer((20).to_bytes(4, "little") + bytes(20)) + answer(bytes(8)))
+GOOD = b"nictune-probe 2 4096\n" + b"a 6 %d\n" % len(ANSWERS) + ANSWERS
 
 
 def test_good_answers_decode_into_the_replayers_entries():
@@ -51,11 +52,14 @@ def test_good_answers_decode_into_the_replayers_entries():
 @pytest.mark.parametrize("data", [
     b"",
     b"nictune-probe 2 4096\n",
+    GOOD.replace(b"nictune-probe 2", b"nictune-probe 1"),  # the probe of another protocol
+    GOOD.replace(b"\na 6 ", b"\na 5 "),           # another number of answers than asked
+    GOOD.replace(b"\na 6 ", b"\nb 6 "),           # not a batch's frame
     GOOD[:-1],                                   # the last answer cut short
     GOOD + b"o 0 0\n",                           # more answers than questions
     GOOD.replace(b"o 1 0\n", b"x 1 0\n"),        # not o/e
     GOOD.replace(b"o 0 2\n1\n", b"o 0 -2\n1\n"),  # a negative size
-    GOOD.replace(b"nictune-probe 1 4096", b"nictune-probe 1 x"),
+    GOOD.replace(b"nictune-probe 2 4096", b"nictune-probe 2 x"),
     GOOD.replace(b"16877 1 2 3", b"16877 1 2 x"),  # a stat that is not numbers
     GOOD.replace(b"o 0 24\n" + (20).to_bytes(4, "little"), b"o 0 24\n" + (99).to_bytes(4, "little")),
     GOOD[:-8] + bytes(7),                        # an ioctl buffer of another size
@@ -98,7 +102,7 @@ def test_the_probe_imports_nothing_but_c_modules():
                              capture_output=True, check=True).stderr.decode()
         return {line.split("|")[-1].strip() for line in err.splitlines() if "|" in line}
 
-    extra = imported(probe.PROBE, b"nictune-probe 1\n") - imported("pass")
+    extra = imported(probe.PROBE, probe.HEADER + b"\n") - imported("pass")
     # array only once an ioctl is asked; never socket.py, os.py, json, re, enum...
     assert extra == {"_socket", "_struct", "fcntl"}, extra
 

@@ -1,21 +1,30 @@
 """The probe: an agentless verify that starts no agent on the host.
 
 A verify over SSH costs the host an interpreter, the agent's imports and
-its JSON far more than the reads themselves (issue 13).  So the first
-verify of a host with a profile runs the agent as always, with "learn":
-true, and its report brings back the questions that verify asked the
-kernel (host/replay/probe_reads.py): netlink requests, ethtool ioctls, file reads.
-The controller keeps them (control/remote/probecache.py, keyed by host, request
-and agent archive), and from then on sends them to PROBE, a few dozen lines of
-Python that read each answer and print it, nothing else imported; the
-controller runs the same engine and knob families on the answers
-(probe_reads.ProbedHost).  Nothing is kept on the host between audits, and no
-answer is ever reused: only which questions to ask.
+its JSON far more than the reads themselves (issue 13).  So a verify runs
+PROBE on the host instead, a few dozen lines of Python that read what they
+are asked and print it, nothing else imported, and the controller runs the
+same engine and knob families on the answers (probe_reads.ProbedHost).
+Nothing is kept on the host between audits, and no answer is ever reused:
+only which questions to ask.
 
-Any doubt sends the host back to its agent, which learns again: a read the
-answers lack (a new interface, a path not seen before), answers that do
-not parse, a probe that fails.  The questions come from the host, so they
-are checked like any report field before they are kept or sent.
+The probe answers in batches over the one channel (protocol 2): the
+questions of a batch, one line each, then an empty line, and the probe
+answers them all at once, framed ("a COUNT LENGTH"), and waits for the
+next batch until its input ends.  Session drives it from the controller.
+The first batch is what that host's last verify read (kept by
+control/remote/probecache.py, keyed by host, request and agent archive),
+else what another host with the same request read (probecache.TEMPLATES),
+else nothing; every read the engine makes that the answers lack is asked
+there and then, one round trip (ProbeReplayer's `ask`): the families' own
+reads are the questions, no list of them is kept anywhere else.  So no
+verify needs a learning run of the agent, the first of a host neither.
+
+Every question is checked before it is sent, every answer as it comes,
+and the bounds below hold over the whole session.  A probe that fails or
+answers what does not parse sends the host to its agent (ProbeLost); so
+does a read no probe can answer (a run of a tool, a unix socket, a
+counter's rise, a key file: NotProbed), which is kept as such.
 """
 
 from __future__ import annotations
@@ -29,8 +38,9 @@ from typing import Optional
 from nictune.host.replay import probe_reads
 from nictune.host.files import MAX_OWNED_BYTES
 
-# Runs as `python3 -I -S -c PROBE`: reads the questions on stdin and writes
-# one answer each.  Kept import-light: the C modules under os and socket
+# Runs as `python3 -I -S -c PROBE`: reads the questions on stdin, and at
+# each empty line writes the answers to those since the last, one each,
+# framed, and flushes; ends at the end of its input.  Kept import-light: the C modules under os and socket
 # (posix, _socket, _struct), not those two, whose imports cost as much as
 # the interpreter's start; no json.  It only reads: files, netlink requests (each on a
 # socket of its own, retried when the kernel marks a dump interrupted),
@@ -39,9 +49,10 @@ from nictune.host.files import MAX_OWNED_BYTES
 PROBE = r"""
 import sys, posix, _socket, _struct, fcntl
 inp, out = sys.stdin.buffer, sys.stdout.buffer
-if inp.readline() != b"nictune-probe 1\n":
+if inp.readline() != b"nictune-probe 2\n":
     sys.exit(3)
-res = [b"nictune-probe 1 %d\n" % posix.sysconf("SC_PAGE_SIZE")]
+head = b"nictune-probe 2 %d\n" % posix.sysconf("SC_PAGE_SIZE")
+res, asked = [], 0
 H = _struct.Struct("=IHHII")
 buf = bytearray(65536)
 ioctl_sock = None
@@ -108,6 +119,13 @@ def ethtool(name, data):
     code = fcntl.ioctl(ioctl_sock.fileno(), 0x8946, req, True)
     return code, b.tobytes()[:len(data)]
 for line in inp:
+    if line == b"\n":  # the end of a batch: its answers, framed, at once
+        data = b"".join(res)
+        out.write(b"%sa %d %d\n%s" % (head, asked, len(data), data))
+        out.flush()
+        head, res, asked = b"", [], 0
+        continue
+    asked += 1
     kind, _, rest = line.rstrip(b"\n").partition(b" ")
     try:
         if kind == b"n":
@@ -156,12 +174,10 @@ for line in inp:
             sys.exit(3)
     except OSError as e:
         res.append(b"e %d 0\n" % (e.errno or 0))
-out.write(b"".join(res))
-out.flush()
 posix._exit(0)
 """
 
-# What a learned verify may ask, and what its answers may weigh.  Measured
+# What one verify may ask, and what its answers may weigh.  Measured
 # on the lab (lab/fleet.py hosts: two veth rails, mgmt0), the biggest
 # shipped profile's verify (profiles/lab-fleet.yaml) asks 74 questions of
 # 13 KB as kept, its largest request 2.7 KB, and is answered in 20 KB; the
@@ -197,7 +213,7 @@ def remote_command(python: str, sudo: bool) -> str:
 # -- questions ----------------------------------------------------------------------
 
 def checked_questions(q) -> Optional[dict]:
-    """The questions of a learned report, checked; None when the host's
+    """Questions kept (a cache file, a learned report), checked; None when the host's
     verify cannot be asked this way (or the report's questions are not
     questions, or more than a verify asks)."""
     if not isinstance(q, dict) or q.get("format") != probe_reads.FORMAT or q.get("why_not"):
@@ -275,35 +291,78 @@ def refusal(q) -> Optional[list]:
     return [w[:200] for w in why[:20]]
 
 
-def encode_questions(q: dict) -> bytes:
-    lines = [b"nictune-probe 1"]
+HEADER = b"nictune-probe 2\n"
+
+
+def as_list(q: dict) -> list:
+    """Checked questions (checked_questions) as the list asked: ("file",
+    ident, nofollow), ("netlink", protocol, request), ("ioctl", ifname, buffer)."""
     nofollow = set(q["nofollow"])
-    for ident in q["files"]:
-        if ident in nofollow:
-            ident = "open-nofollow" + ident[len("open"):]
-        lines.append(b"f " + os.fsencode(ident))
-    for kind, arg, data in q["kernel"]:
-        tag = b"n" if kind == "netlink" else b"i"
-        lines.append(b"%s %s %s" % (tag, str(arg).encode(), base64.b64decode(data).hex().encode()))
-    return b"\n".join(lines) + b"\n"
+    return ([("file", ident, ident in nofollow) for ident in q["files"]]
+            + [(kind, arg, base64.b64decode(data)) for kind, arg, data in q["kernel"]])
+
+
+def question_weight(question: tuple) -> Optional[int]:
+    """What a question asked on demand weighs, checked as a kept one is;
+    None when a probe must not be asked it."""
+    kind, arg, extra = question
+    if kind == "file":
+        return len(arg) if _file_question(arg) else None
+    if not isinstance(extra, bytes):
+        return None
+    return _kernel_question([kind, arg, base64.b64encode(extra).decode()])
+
+
+def encode_batch(questions: list) -> bytes:
+    """One batch: a line per question, then the empty line that has the
+    probe answer them all."""
+    lines = []
+    for kind, arg, extra in questions:
+        if kind == "file":
+            ident = "open-nofollow" + arg[len("open"):] if extra else arg
+            lines.append(b"f " + os.fsencode(ident) + b"\n")
+        else:
+            tag = b"n" if kind == "netlink" else b"i"
+            lines.append(b"%s %s %s\n" % (tag, str(arg).encode(), extra.hex().encode()))
+    return b"".join(lines) + b"\n"
+
+
+def encode_questions(q: dict) -> bytes:
+    """The whole of a one-batch probe's input: the checked questions q."""
+    return HEADER + encode_batch(as_list(q))
 
 
 # -- answers --------------------------------------------------------------------------
 
-def parse_answers(data: bytes, q: dict) -> probe_reads.Answers:
-    """The probe's output as Answers; BadProbe for anything else."""
-    if len(data) > MAX_ANSWERS:
-        raise BadProbe("the answers are too large")
-    pos = data.find(b"\n")
-    head = data[:pos].split(b" ") if pos > 0 else []
-    if len(head) != 3 or head[:2] != [b"nictune-probe", b"1"] or not head[2].isdigit():
+def parse_header(line: bytes) -> int:
+    """The probe's first line: its protocol and the host's page size."""
+    head = line.rstrip(b"\n").split(b" ") if line.endswith(b"\n") else []
+    if len(head) != 3 or head[:2] != [b"nictune-probe", b"2"] or not head[2].isdigit():
         raise BadProbe("the probe did not answer")
     page_size = int(head[2][:8])
     if not 1024 <= page_size <= 1 << 20:
         raise BadProbe("the probe's page size is out of range")
-    pos += 1
-    answers = []
-    for _ in range(len(q["files"]) + len(q["kernel"])):
+    return page_size
+
+
+def parse_frame(line: bytes, asked: int, room: int) -> int:
+    """A batch's first line, "a COUNT LENGTH": the length of its answers."""
+    parts = line.rstrip(b"\n").split(b" ") if line.endswith(b"\n") else []
+    if len(parts) != 3 or parts[0] != b"a" or not (parts[1].isdigit() and parts[2].isdigit()) \
+            or len(parts[2]) > 12:
+        raise BadProbe("a batch of answers is malformed")
+    if int(parts[1]) != asked:
+        raise BadProbe("the probe answered another number of questions than it was asked")
+    if int(parts[2]) > room:
+        raise BadProbe("the answers are too large")
+    return int(parts[2])
+
+
+def add_batch(answers: probe_reads.Answers, questions: list, data: bytes) -> None:
+    """One batch's answers to `questions`, checked and added; BadProbe for
+    anything else."""
+    parsed, pos = [], 0
+    for _ in questions:
         end = data.find(b"\n", pos, pos + 64)
         parts = data[pos:end].split(b" ") if end > 0 else []
         if len(parts) != 3 or parts[0] not in (b"o", b"e") or not all(
@@ -315,25 +374,78 @@ def parse_answers(data: bytes, q: dict) -> probe_reads.Answers:
         if not (0 <= value < 4096 if parts[0] == b"e" else -2**31 <= value < 2**31):
             raise BadProbe("an answer's value is out of range")
         body = data[end + 1:end + 1 + size]
-        if len(body) != size:
+        if size < 0 or len(body) != size:
             raise BadProbe("an answer is cut short")
-        answers.append((parts[0] == b"o", value, body))
+        parsed.append((parts[0] == b"o", value, body))
         pos = end + 1 + size
     if pos != len(data):
         raise BadProbe("the probe said more than it was asked")
-    files = {ident: _file_answer(ident, *answers[i]) for i, ident in enumerate(q["files"])}
-    netlink, ioctls = {}, {}
-    for (kind, arg, b64), (good, value, body) in zip(q["kernel"], answers[len(q["files"]):]):
-        asked = base64.b64decode(b64)
-        if kind == "netlink":
-            netlink[(arg, asked)] = _datagrams(body) if good else None
+    for (kind, arg, extra), (good, value, body) in zip(questions, parsed):
+        if kind == "file":
+            answers.files[arg] = _file_answer(arg, good, value, body)
+            (answers.nofollow.add if extra else answers.nofollow.discard)(arg)
+        elif kind == "netlink":
+            if not good:
+                raise BadProbe("the probe could not open a netlink socket")
+            answers.netlink[(arg, extra)] = _datagrams(body)
         else:
-            if good and len(body) != len(asked):
+            if good and len(body) != len(extra):
                 raise BadProbe("an ioctl answer has the wrong size")
-            ioctls[(arg, asked)] = (value, body) if good else ((value,), b"")
-    if any(v is None for v in netlink.values()):
-        raise BadProbe("the probe could not open a netlink socket")
-    return probe_reads.Answers(page_size, files, netlink, ioctls)
+            answers.ioctls[(arg, extra)] = (value, body) if good else ((value,), b"")
+
+
+def parse_answers(data: bytes, q: dict) -> probe_reads.Answers:
+    """A one-batch probe's whole output (encode_questions) as Answers;
+    BadProbe for anything else."""
+    if len(data) > MAX_ANSWERS + 128:  # the two lines before the answers: 64 bytes each at most
+        raise BadProbe("the answers are too large")
+    questions = as_list(q)
+    first = data.find(b"\n") + 1
+    second = data.find(b"\n", first, first + 64) + 1
+    if not first or not second:
+        raise BadProbe("the probe did not answer")
+    answers = probe_reads.Answers(parse_header(data[:first]), {}, {}, {})
+    size = parse_frame(data[first:second], len(questions), MAX_ANSWERS)
+    if len(data) - second != size:
+        raise BadProbe("an answer is cut short" if len(data) - second < size
+                       else "the probe said more than it was asked")
+    add_batch(answers, questions, data[second:])
+    return answers
+
+
+class Session:
+    """One live probe, asked in batches over a channel kept open: each
+    batch one round trip, every question checked before it is sent, every
+    answer as it comes, and the bounds (MAX_QUESTIONS, MAX_QUESTION_BYTES,
+    MAX_ANSWERS) on the session as a whole.  `channel` sends bytes and
+    reads lines and exact lengths under the command's deadline
+    (control/remote/ssh.py); what goes wrong there raises."""
+
+    def __init__(self, channel):
+        self.channel = channel
+        self.answers = probe_reads.Answers(None, {}, {}, {})
+        self.asked = self.weight = self.received = self.batches = 0
+
+    def ask(self, questions: list) -> None:
+        """Asks `questions` (and, the first time, the page size); their
+        answers are added to self.answers.  NotProbed for a question a
+        probe must not be asked, BadProbe for a probe that fails."""
+        for question in questions:
+            weight = question_weight(question)
+            if weight is None:
+                raise probe_reads.NotProbed(f"a read no probe may ask ({question[0]} {question[1]!r:.80})")
+            self.weight += weight
+        self.asked += len(questions)
+        if self.asked > MAX_QUESTIONS or self.weight > MAX_QUESTION_BYTES:
+            raise BadProbe("more questions than a verify asks")
+        first = self.batches == 0
+        self.batches += 1
+        self.channel.send((HEADER if first else b"") + encode_batch(questions))
+        if first:
+            self.answers.page_size = parse_header(self.channel.readline(80))
+        size = parse_frame(self.channel.readline(80), len(questions), MAX_ANSWERS - self.received)
+        self.received += size
+        add_batch(self.answers, questions, self.channel.read(size))
 
 
 def _file_answer(ident: str, good: bool, value: int, body: bytes) -> dict:
@@ -375,9 +487,27 @@ def _datagrams(body: bytes) -> list:
 
 def verify(answers: probe_reads.Answers, request: dict, label: str) -> dict:
     """The verify the agent would have made, made here on the answers.
-    Raises probe_reads.NotProbed when it needs a read it has no answer to."""
+    Raises probe_reads.NotProbed when it needs a read they do not hold."""
     from nictune.host import agent
 
-    host = probe_reads.ProbedHost(answers, label)
-    with host.replaying():
-        return agent.run(request, host=host, label=label)
+    return agent.run(request, host=probe_reads.ProbedHost(answers, label), label=label)
+
+
+def verify_live(session: Session, request: dict, label: str) -> tuple:
+    """The same on a live probe: a read the answers lack is asked of it
+    (one round trip).  (The report, the questions the verify used.)
+    Raises probe_reads.NotProbed when the verify needs a read no probe can
+    answer, probe_reads.ProbeLost when the probe fails."""
+    from nictune.host import agent
+
+    def ask(questions: list) -> None:
+        try:
+            session.ask(questions)
+        except probe_reads.NotProbed:
+            raise
+        except Exception as e:  # noqa: BLE001 - the channel's, the parser's: all mean the probe failed
+            raise probe_reads.ProbeLost(f"{label}: the probe: {e}") from None
+
+    host = probe_reads.ProbedHost(session.answers, label, ask)
+    report = agent.run(request, host=host, label=label)
+    return report, host.replayer.used_questions()

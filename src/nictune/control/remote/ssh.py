@@ -8,9 +8,11 @@ out again, every field checked), and for an apply the "confirm" exchange of
 nictune/host/transaction/watchdog.py.  A cached agent that fails the bootstrap's check
 is sent again, with a warning in the report.
 
-A verify with no resident agent to ask goes to the probe once the agent
-has taught the controller its questions (control/remote/probe.py): no agent is
-started, the controller verifies on the probe's answers ("via": "probe").
+A verify with no resident agent to ask goes to the probe
+(control/remote/probe.py): no agent is started, the controller verifies on
+the probe's answers, asking it in batches over one channel ("via":
+"probe"); a verify no probe can answer, or a probe that fails, goes to the
+agent.
 
 A plan or verify (audit, verify -i) first asks the resident agent, when one
 runs on the host (host/resident/daemon.py), through the session's stream-local
@@ -83,10 +85,9 @@ class SshOptions:
     accept_new_host_keys: bool = False
     confirm_timeout: float = 30.0
     ssh_config: Optional[str] = "~/.ssh/config"
-    # A verify asks the probe (control/remote/probe.py) once the agent has taught
-    # it the questions; False: always the agent.
+    # A verify asks the probe (control/remote/probe.py); False: always the agent.
     probe: bool = True
-    probe_cache: Optional[str] = None  # where learned questions are kept
+    probe_cache: Optional[str] = None  # where the questions asked are kept
 
 
 @dataclass
@@ -564,24 +565,60 @@ class _Lines:
         self.chan, self.deadline, self.label = chan, deadline, label
         self.buf = b""
 
-    def readline(self, what: str) -> bytes:
-        while b"\n" not in self.buf:
+    def readline(self, what: str, limit: int = MAX_LINE) -> bytes:
+        while self.buf.find(b"\n", 0, limit) < 0:
+            if len(self.buf) > limit:  # a host must not exhaust the controller's memory
+                size = f"{limit // 2**20} MiB" if limit >= 2**20 else f"{limit} bytes"
+                raise hostreport.ProtocolError(f"{self.label}: the {what} is longer than {size}")
+            chunk = self._more(what)
+            if not chunk:
+                return b""
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        return line + b"\n"
+
+    def read(self, size: int, what: str) -> bytes:
+        """Exactly size bytes; fewer only when the channel ends."""
+        parts, have = [self.buf], len(self.buf)
+        while have < size:
+            chunk = self._more(what)
+            if not chunk:
+                break
+            parts.append(chunk)
+            have += len(chunk)
+        data = b"".join(parts)
+        data, self.buf = data[:size], data[size:]
+        return data
+
+    def _more(self, what: str) -> bytes:
+        """What came next before the deadline (b"": the channel ended)."""
+        while True:
             left = self.deadline - time.monotonic()
             if left <= 0:
                 raise TransportError(f"{self.label}: no {what} in time (command timeout)")
             self.chan.settimeout(left)
             try:
-                chunk = self.chan.recv(65536)
+                return self.chan.recv(65536)
             except socket.timeout:
                 continue
-            if not chunk:
-                return b""
-            self.buf += chunk
-            if len(self.buf) > MAX_LINE:  # a host must not exhaust the controller's memory
-                raise hostreport.ProtocolError(f"{self.label}: the {what} is longer than "
-                                               f"{MAX_LINE // 2**20} MiB")
-        line, _, self.buf = self.buf.partition(b"\n")
-        return line + b"\n"
+
+
+class _ProbeChannel:
+    """A live probe's channel as probe.Session uses it: lines and exact
+    lengths read under the verify's one deadline."""
+
+    def __init__(self, chan, deadline: float, label: str):
+        self.chan = chan
+        self.lines = _Lines(chan, deadline, label)
+
+    def send(self, data: bytes) -> None:
+        self.chan.sendall(data)
+
+    def readline(self, limit: int) -> bytes:
+        return self.lines.readline("answer from the probe", limit)
+
+    def read(self, size: int) -> bytes:
+        return self.lines.read(size, "answer from the probe")
 
 
 def _stderr_tail(chan) -> str:
@@ -626,23 +663,11 @@ class SshTarget:
             if report is not None:
                 return report
         user = client.get_transport().get_username()
-        learn, cache_warning = None, None
+        cache_warning = None
         if request["command"] == "verify" and self.options.probe and not request.get("record"):
-            cache = probecache.QuestionCache(self.options.probe_cache)
-            key = cache.key([self.host.label, self.host.address, self.host.port, user],
-                            request, bundle.sha256)
-            try:
-                questions, refused = cache.lookup(key)
-            except probecache.CacheRefused as e:  # nothing in it is used, nothing learned
-                questions, refused, cache_warning = None, True, str(e)
-            if questions is not None:
-                report = self._via_probe(client, request, questions, user)
-                if report is not None:
-                    return report
-                cache.drop(key)
-            if not refused:
-                learn = (cache, key)
-                request = dict(request, learn=True)
+            report, cache_warning = self._probe_first(client, request, bundle.sha256, user)
+            if report is not None:
+                return report
         chan = client.get_transport().open_session(timeout=self.options.connect_timeout)
         lines = _Lines(chan, time.monotonic() + self.options.command_timeout, self.label)
         chan.exec_command(agentzip.remote_command(self.host.python, bundle.sha256,
@@ -660,8 +685,6 @@ class SshTarget:
         except (ValueError, RecursionError):
             raise self._failed(chan, "the agent sent no report",
                                self._left_behind(request["command"], confirm)) from None
-        if learn is not None and isinstance(report, dict):
-            learn[0].learned(learn[1], report.pop("questions", None))
         report = hostreport.accept(report, self.label, request["command"])
         report["via"] = "zipapp"
         report["transport"] = {"agent_sent": answer == b"need"}
@@ -710,45 +733,68 @@ class SshTarget:
         report["transport"] = {"agent_sent": False}
         return report
 
-    def _via_probe(self, client: paramiko.SSHClient, request: dict, questions: dict, user: str):
-        """The verify made here on the probe's answers, or None for the
-        agent: the probe failed, its answers do not parse, or the verify
-        needed a read it was not asked."""
+    def _probe_first(self, client: paramiko.SSHClient, request: dict, archive: str, user: str):
+        """(The probe's report or None for the agent, a warning about the
+        question cache or None).  The first batch asked is the host's
+        cached questions, else those another host with the same request
+        was asked (probecache.TEMPLATES), else none; whatever the verify
+        reads beyond them is asked on demand, and what it used is kept for
+        the next verify of the host.  A verify that needs a read no probe
+        can answer is kept as such: the next goes to the agent at once."""
+        cache = probecache.QuestionCache(self.options.probe_cache)
+        key = cache.key([self.host.label, self.host.address, self.host.port, user], request, archive)
+        try:
+            questions, refused = cache.lookup(key)
+        except probecache.CacheRefused as e:  # nothing in it is used, nothing kept
+            return None, str(e)
+        if refused:
+            return None, None
+        lead, kept = None, questions
+        if questions is None:
+            questions, lead = probecache.TEMPLATES.seed(cache, request, archive,
+                                                       self.options.command_timeout)
+        used = None
+        try:
+            report, used, why_not = self._via_probe(client, request, questions, user)
+        finally:
+            if lead is not None:
+                lead.done(used)
+        if used is not None and used != kept:  # the same as the host's kept: nothing to write
+            cache.put(key, used)
+        elif why_not is not None:
+            cache.refused(key, why_not)
+        return report, None
+
+    def _via_probe(self, client: paramiko.SSHClient, request: dict, questions: Optional[dict], user: str):
+        """(The verify made here on a live probe's answers or None, the
+        questions it used or None, why no probe can answer it or None).
+        None for the agent: the probe failed, an answer did not parse or
+        passed a bound, or the verify needs a read no probe can answer."""
         deadline = time.monotonic() + self.options.command_timeout
         chan = client.get_transport().open_session(timeout=self.options.connect_timeout)
         try:
             chan.exec_command(probe.remote_command(self.host.python, sudo=user != "root"))
-            chan.sendall(probe.encode_questions(questions))
-            chan.shutdown_write()
-            data = bytearray()
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return None
-                chan.settimeout(left)
-                chunk = chan.recv(1 << 20)
-                if not chunk:
-                    break
-                data += chunk
-                if len(data) > probe.MAX_ANSWERS:
-                    return None
-            if not chan.status_event.wait(max(0.0, deadline - time.monotonic())) or chan.exit_status != 0:
-                return None
-            answers = probe.parse_answers(bytes(data), questions)
-            report = probe.verify(answers, request, self.label)
-        except (probe.BadProbe, probe.probe_reads.NotProbed, socket.timeout, paramiko.SSHException, OSError):
-            return None
+            session = probe.Session(_ProbeChannel(chan, deadline, self.label))
+            if questions is not None:
+                session.ask(probe.as_list(questions))
+            report, used = probe.verify_live(session, request, self.label)
+        except probe.probe_reads.ProbeLost:
+            return None, None, None
+        except probe.probe_reads.NotProbed as e:
+            return None, None, str(e) or "a read no probe can answer"
+        except (probe.BadProbe, errors.NictuneError, socket.timeout, paramiko.SSHException, OSError, EOFError):
+            return None, None, None
         finally:
             chan.close()
         if (report.get("error") or {}).get("kind") in (errors.SYSTEM, errors.INVALID_INPUT):
             # A replay that went wrong here (answers no kernel would give
             # make the families fail): the agent's own answer is worth more.
-            return None
+            return None, None, None
         report["agent"] = nictune.__version__
         report = hostreport.accept(report, self.label, request["command"])
         report["via"] = "probe"
-        report["transport"] = {"agent_sent": False}
-        return report
+        report["transport"] = {"agent_sent": False, "probe_batches": session.batches}
+        return report, probe.checked_questions(used), None
 
     def _confirm(self, chan, lines: _Lines) -> str:
         chan.sendall(b"confirm\n")

@@ -1,34 +1,38 @@
 """An audit's kernel reads, taken apart into questions and answers.
 
 The agentless audit's cost on a host is the Python it starts, not the
-reads (issue 13): so the controller learns once what a verify reads, and
-afterwards asks only that, through a probe of a few dozen lines
+reads (issue 13): so the controller asks the host only for the reads a
+verify makes, through a probe of a few dozen lines
 (control/remote/probe.py), and runs the verify itself on the answers.
-
-Learning (host side, a request with "learn": true): the command runs with
-every read recorded below the knob families, where they reach the kernel
-through the host's port (Host.io, host/transports/io.py; the learner is a session of
-host/replay/snapshot.py's SessionIO, wrapping the port the host had):
-
-- a netlink request: the protocol and the bytes sent (sequence number and
-  port id zeroed: they are the socket's, not the question's);
-- a SIOCETHTOOL call: the interface and the buffer handed in;
-- the file operations host/replay/snapshot.py records (open for reading, stat,
-  lstat, listdir, readlink, access), under the host's root, and which
-  opens were made with O_NOFOLLOW (owned files, host/files.py);
-- the page size.
-
-Only the questions go back, never an answer: every audit reads every
-answer again.  A run that wrote anything, opened a key file, waited for a
-counter to rise or used a socket other than netlink cannot be asked this
-way: `questions()` says why, and the controller keeps using the agent.
 
 Replaying (controller side): ProbedHost is a plain Host whose port serves
 netlink sockets, ioctls and file reads from the probe's answers, so the
 same engine and families run unchanged on the controller.  A read the
-answers do not hold raises NotProbed, a BaseException so that no family's
-`except OSError`/`except Exception` turns it into "unsupported": the whole
-replay is dropped and the host asked through its agent, which learns again.
+answers do not hold is asked of the live probe (ProbeReplayer's `ask`, one
+round trip), unless a listing it holds already says the path is absent:
+
+- a netlink request: the protocol and the bytes sent (sequence number and
+  port id zeroed: they are the socket's, not the question's);
+- a SIOCETHTOOL call: the interface and the buffer handed in;
+- the file operations host/replay/snapshot.py records (open for reading,
+  stat, lstat, listdir, readlink, access), and whether an open is made
+  with O_NOFOLLOW (owned files, host/files.py);
+- the page size, with the probe's first batch.
+
+What the verify used is noted (used_questions): the controller asks it
+first the next time.  A read of any other kind (a run of a tool, a unix
+socket, a counter's rise, a key file, a write) raises NotProbed, and a
+probe that fails to answer ProbeLost: BaseExceptions, so that no family's
+`except OSError`/`except Exception` turns them into "unsupported"; the
+replay is dropped and the host asked through its agent.
+
+Learning (host side, a request with "learn": true) is the older way, kept
+for the agent's request format: the command runs with every read recorded
+below the knob families, through the host's port (Host.io,
+host/transports/io.py; the learner is a session of host/replay/snapshot.py's
+SessionIO, wrapping the port the host had), and the report brings back
+the questions and why a probe cannot ask them (`questions()`).  The
+controller no longer asks for it.
 """
 
 from __future__ import annotations
@@ -48,7 +52,14 @@ MSG_PEEK, MSG_TRUNC = socket.MSG_PEEK, socket.MSG_TRUNC
 
 
 class NotProbed(BaseException):
-    """The replay needs a read the probe was not asked: use the agent."""
+    """The replay needs a read no probe can answer (a run of a tool, a
+    unix socket, a counter's rise, a key file): the agent answers."""
+
+
+class ProbeLost(NotProbed):
+    """The live probe failed to answer a read asked on demand (it stopped,
+    its answer did not parse or passed a bound, the deadline passed): the
+    agent answers, and nothing is concluded about the verify."""
 
 
 def normalized(request: bytes) -> bytes:
@@ -189,8 +200,8 @@ def _with_seq(datagram: bytes, seq: bytes) -> bytes:
 
 
 class _ReplaySocket:
-    def __init__(self, protocol: int, answers: dict):
-        self._protocol, self._answers = protocol, answers
+    def __init__(self, protocol: int, replayer: "ProbeReplayer"):
+        self._protocol, self._replayer = protocol, replayer
         self._queue: list = []
 
     def setsockopt(self, *args) -> None:
@@ -203,9 +214,7 @@ class _ReplaySocket:
         pass
 
     def send(self, data, *args) -> int:
-        found = self._answers.get((self._protocol, normalized(data)))
-        if found is None:
-            raise NotProbed(f"a netlink request (protocol {self._protocol}) the probe was not asked")
+        found = self._replayer.kernel_answer("netlink", self._protocol, normalized(data))
         self._queue = [_with_seq(d, bytes(data[8:12])) for d in found]
         return len(data)
 
@@ -231,17 +240,70 @@ class _IoctlSocket:
 
 
 class ProbeReplayer(snapshot._Replayer):
-    """Serves a probe's answers to the reads of its host's port; refuses every other."""
+    """Serves a probe's answers to the reads of its host's port; a read
+    they lack is asked of the live probe through `ask` (one round trip),
+    and every read of any other kind is refused (NotProbed).  Which
+    answers the verify used is noted: the questions a later verify of
+    the host asks first (used_questions)."""
 
-    def __init__(self, answers: "Answers", where: str):
+    def __init__(self, answers: "Answers", where: str, ask=None):
         super().__init__({"files": answers.files}, "/", where)
+        self.files = answers.files  # the same dict, even empty: answers asked later land there
         self.answers = answers
+        self.ask = ask  # ask([question]): adds its answer to `answers`, or raises
+        self._nofollow = False  # in os_open: owned files (host/files.py) are opened so
+        self.used_files: dict = {}   # ident -> whether opened with O_NOFOLLOW
+        self.used_kernel: dict = {}  # (kind, arg, request) -> None, in order
 
     def not_recorded(self, what: str) -> BaseException:
         return NotProbed(what)
 
+    def _result(self, ident: str, what: str, rel):
+        if rel is not None and self.ask is not None and ident.partition(" ")[0] in READ_OPS:
+            answered = self.answers.files.get(ident)
+            if answered is None:
+                missing = self._missing(what, rel)
+                if not isinstance(missing, NotProbed):
+                    raise missing  # a listing read of the host says it is not there
+                self._ask(("file", ident, self._nofollow))
+            elif ident.startswith("open ") and self._nofollow != (ident in self.answers.nofollow):
+                # Asked the other way (a seed from another host): an owned
+                # file must not be read through a link, nor a link refused
+                # where the families follow it.
+                self._ask(("file", ident, self._nofollow))
+        if rel is not None and ident in self.answers.files:
+            self.used_files[ident] = self._nofollow  # an error answered is used too
+        return super()._result(ident, what, rel)
+
+    def os_open(self, path, flags, mode=0o777):
+        self._nofollow = True
+        try:
+            return super().os_open(path, flags, mode)
+        finally:
+            self._nofollow = False
+
+    def _ask(self, question: tuple) -> None:
+        self.ask([question])
+        if question[0] == "file" and question[1].startswith("listdir "):
+            found = self.answers.files.get(question[1]) or {}
+            if "value" in found:
+                self._listed[question[1][len("listdir "):]] = set(found["value"])
+
+    def kernel_answer(self, kind: str, arg, request: bytes):
+        """The answer to a netlink request or ioctl, asked if need be."""
+        table = self.answers.netlink if kind == "netlink" else self.answers.ioctls
+        found = table.get((arg, request))
+        if found is None and self.ask is not None:
+            self._ask((kind, arg, request))
+            found = table.get((arg, request))
+        if found is None:
+            what = f"protocol {arg}" if kind == "netlink" else f"an ethtool ioctl on {arg}"
+            raise NotProbed(f"a {kind} request ({what}) the probe was not asked")
+        self.used_kernel[(kind, arg, request)] = None
+        return found
+
     def netlink(self, protocol: int):
-        return _ReplaySocket(protocol, self.answers.netlink)
+        return _ReplaySocket(protocol, self)
 
     def inet_socket(self):
         return _IoctlSocket()
@@ -250,24 +312,34 @@ class ProbeReplayer(snapshot._Replayer):
         raise NotProbed(f"a socket of family {int(socket.AF_UNIX)}")
 
     def ioctl(self, sock, ifname: str, buf) -> int:
-        found = self.answers.ioctls.get((ifname, buf.tobytes()))
-        if found is None:
-            raise NotProbed(f"an ethtool ioctl on {ifname} the probe was not asked")
-        code, data = found
+        code, data = self.kernel_answer("ioctl", ifname, buf.tobytes())
         if isinstance(code, tuple):  # (errno,): the ioctl failed
             raise OSError(code[0], os.strerror(code[0]))
         buf[:len(data)] = array.array("B", data)
         return code
 
+    def used_questions(self) -> dict:
+        """The reads this verify made, as questions (the form a learned
+        report carries, checked again by control/remote/probe.py)."""
+        import base64
+
+        files = list(self.used_files)
+        return {"format": FORMAT, "files": files,
+                "kernel": [[kind, arg, base64.b64encode(raw).decode()]
+                           for kind, arg, raw in self.used_kernel],
+                "nofollow": [f for f in files if self.used_files[f] and f.startswith("open ")],
+                "why_not": []}
+
 
 class Answers:
     """A probe's answers, decoded (control/remote/probe.py parse_answers)."""
 
-    def __init__(self, page_size: int, files: dict, netlink: dict, ioctls: dict):
-        self.page_size = page_size
+    def __init__(self, page_size, files: dict, netlink: dict, ioctls: dict, nofollow=()):
+        self.page_size = page_size  # None until the probe's first batch is in
         self.files = files        # snapshot.py's file entries, by ident
         self.netlink = netlink    # (protocol, normalized request) -> [datagram]
         self.ioctls = ioctls      # (ifname, buffer in) -> (result, buffer out) | ((errno,), b"")
+        self.nofollow = set(nofollow)  # the opens answered with O_NOFOLLOW
 
 
 class _Counters:
@@ -289,16 +361,22 @@ class _Counters:
 
 
 class ProbedHost(Host):
-    """The host as the probe's answers show it, read-only, on the controller."""
+    """The host as the probe's answers show it, read-only, on the controller.
+    With `ask`, a read the answers lack is asked of the live probe."""
 
-    def __init__(self, answers: Answers, label: str):
+    def __init__(self, answers: Answers, label: str, ask=None):
         super().__init__("/")
         self.answers = answers
         self.where = f"{label}: the probe"
-        self.io = snapshot.SessionIO(ProbeReplayer(answers, self.where))
+        self.replayer = ProbeReplayer(answers, self.where, ask)
+        self.io = snapshot.SessionIO(self.replayer)
         self.counter_source = _Counters(self)
 
     def page_size(self) -> int:
+        if self.answers.page_size is None and self.replayer.ask is not None:
+            self.replayer.ask([])  # an empty batch: the probe's header says it
+        if self.answers.page_size is None:
+            raise NotProbed("the page size")
         return self.answers.page_size
 
     def replaying(self):
