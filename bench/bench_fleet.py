@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark: a read-only audit of 10..500 SSH hosts, nictune vs ansible-core, pyinfra and plain ssh.
+"""Benchmark: a read-only audit of 10..1,000 SSH hosts, nictune vs ansible-core, pyinfra and plain ssh.
 
 One fleet of namespace hosts, each with its own real sshd
 (nictune.lab.fleet), is built once; nictune applies
@@ -32,6 +32,14 @@ cache (XDG_CACHE_HOME) and its own resident zipapp; a before/after table
 follows section 4.
 
     sudo .venv/bin/python bench/bench_fleet.py [--install] [--sizes 10,50,100,200] [--rounds R] [--baseline DIR]
+
+With --apply, instead of the audit: nictune plan and a one-batch nictune
+apply of bench/fleet/apply_profile.yaml beside pyinfra's (apply_deploy.py)
+and ansible-core's (apply.yml) apply of the same changes, each run from
+the same drifted state (a plain ssh script, read back and checked) and
+read back after (see "fleet apply" below and bench/README.md).
+
+    sudo .venv/bin/python bench/bench_fleet.py --install --apply [--sizes 500] [--rounds R] [--forks 50]
 """
 
 from __future__ import annotations
@@ -113,6 +121,10 @@ TARGET_FLOOR_RATIO = 1.3
 TARGET_FLOOR_HOST_CPU_S = 0.025
 TARGET_CTL_CPU_S = 0.010
 TARGET_SCALE_RATIO = 1.2
+# A thousand hosts from one controller: per-host wall at 1,000 no worse
+# than at 100, controller peak memory (PSS of its process tree) at most 200 MB.
+TARGET_SCALE_1000_RATIO = 1.0
+TARGET_CTL_PEAK_KB = 200 * 1024
 SAMPLE_S = 0.25   # memory sampling period of the wrapper
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PR_SET_CHILD_SUBREAPER = 36
@@ -1026,6 +1038,7 @@ def report(fig: dict, summary: dict, sizes: list, tools: list) -> list:
                        f"costliest host {ms(base['host_cpu_max'])}, mean {ms(base['host_cpu_per_host'])}, "
                        f"p95 {ms(base['host_cpu_p95'])}"))
     checks += issue13_checks(summary, sizes)
+    checks += thousand_host_checks(summary, sizes)
     p("\n6. Targets")
     for ok, what, detail in checks:
         p(f"  {'SKIP' if ok is None else 'PASS' if ok else 'FAIL'}  {what}: {detail}")
@@ -1412,6 +1425,29 @@ def main_apply(args, sizes: list, rounds: int) -> int:
     print(f"reproduce with: sudo .venv/bin/python bench/bench_fleet.py --install --apply "
           f"--sizes {','.join(map(str, sizes))} --rounds {rounds} --forks {args.forks}")
     return 1 if problems else 0
+
+
+def thousand_host_checks(summary: dict, sizes: list, tool: str = "nictune") -> list:
+    """A thousand hosts from one controller: wall per host at 1,000 no worse
+    than at 100, controller CPU at most 10 ms per host there, and the
+    controller's peak memory at most 200 MB at every size run."""
+    out = []
+    small, large = summary.get((100, tool)), summary.get((1000, tool))
+    what = f"{tool}: per-host wall at 1,000 hosts no worse than at 100"
+    if small and large:
+        r = (large["wall"] / 1000) / (small["wall"] / 100)
+        out.append((r <= TARGET_SCALE_1000_RATIO, what,
+                    f"{r:.2f}x ({ms(large['wall'] / 1000)} vs {ms(small['wall'] / 100)})"))
+    else:
+        out.append((None, what, "N=100 or 1000 not run"))
+    what = f"{tool}: controller CPU at most {ms(TARGET_CTL_CPU_S)} per host at 1,000 hosts"
+    out.append((large["ctl_cpu_per_host"] <= TARGET_CTL_CPU_S, what, ms(large["ctl_cpu_per_host"])) if large
+               else (None, what, "N=1000 not run"))
+    peaks = [(n, summary[(n, tool)]["peak_pss_kb"]) for n in sizes if (n, tool) in summary]
+    what = f"{tool}: controller peak memory at most {mb(TARGET_CTL_PEAK_KB)} (PSS of its process tree)"
+    out.append((max(kb for _, kb in peaks) <= TARGET_CTL_PEAK_KB, what,
+                ", ".join(f"N={n} {mb(kb)}" for n, kb in peaks)) if peaks else (None, what, "not run"))
+    return out
 
 
 def main() -> int:
