@@ -1339,6 +1339,16 @@ def report_apply(fig: dict, summary: dict, sizes: list, tools: list) -> list:
     return checks
 
 
+def apply_tools(asked: str) -> list:
+    """--tools with --apply: any of APPLY_TOOLS (the audit's default list: all)."""
+    wanted = [t for t in asked.split(",") if t]
+    if wanted == list(TOOLS):
+        return list(APPLY_TOOLS)
+    if not wanted or set(wanted) - set(APPLY_TOOLS):
+        raise BenchError(f"--tools with --apply: any of {', '.join(APPLY_TOOLS)} (got {asked!r})")
+    return [t for t in APPLY_TOOLS if t in wanted]
+
+
 def main_apply(args, sizes: list, rounds: int) -> int:
     """`--apply`: a fleet of max(sizes) hosts, the apply rounds, the table;
     everything removed in a `finally`, as in main()."""
@@ -1360,7 +1370,7 @@ def main_apply(args, sizes: list, rounds: int) -> int:
     try:
         tools_bin, notes = find_tools(args.install)
         needs = {"pyinfra-apply": "pyinfra", "ansible-apply": "ansible-playbook"}
-        tools = [t for t in APPLY_TOOLS if needs.get(t, "ssh") in tools_bin]
+        tools = [t for t in apply_tools(args.tools) if needs.get(t, "ssh") in tools_bin]
         if "ssh" not in tools_bin:
             raise BenchError("no OpenSSH client: the drift script and the read-back need it")
         nictune_version = version([NICTUNE, "--version"])
@@ -1423,7 +1433,8 @@ def main_apply(args, sizes: list, rounds: int) -> int:
         Path(args.json).write_text(json.dumps(fig, indent=1, default=str) + "\n")
         print(f"figures saved to {args.json}")
     print(f"reproduce with: sudo .venv/bin/python bench/bench_fleet.py --install --apply "
-          f"--sizes {','.join(map(str, sizes))} --rounds {rounds} --forks {args.forks}")
+          f"--sizes {','.join(map(str, sizes))} --rounds {rounds} --forks {args.forks}"
+          + (f" --tools {','.join(tools)}" if tools != list(APPLY_TOOLS) else ""))
     return 1 if problems else 0
 
 
@@ -1455,7 +1466,8 @@ def main() -> int:
     ap.add_argument("--sizes", help="comma-separated fleet sizes (default 10,50,100,200; with --apply 500)")
     ap.add_argument("--rounds", type=int, default=3, help="measured rounds per size and tool (default 3)")
     ap.add_argument("--forks", type=int, default=50, help="hosts at once, for every tool (default 50, nictune's)")
-    ap.add_argument("--tools", default=",".join(TOOLS), help=f"which of {','.join(TOOLS)} to run")
+    ap.add_argument("--tools", default=",".join(TOOLS), help=f"which of {','.join(TOOLS)} to run "
+                    f"(with --apply: of {','.join(APPLY_TOOLS)}, default all)")
     ap.add_argument("--install", action="store_true",
                     help=f"first install ansible-core and pyinfra from PyPI into {TOOLS_VENV}")
     ap.add_argument("--json", metavar="FILE", help="also save every figure as JSON")
@@ -1475,12 +1487,12 @@ def main() -> int:
         sys.exit(f"bench: --sizes {args.sizes!r}: want numbers like 10,50,100")
     if not sizes or sizes[0] < 1 or sizes[-1] > fleetlab.MAX_HOSTS:
         sys.exit(f"bench: sizes must be 1 to {fleetlab.MAX_HOSTS}")
+    if args.apply:
+        return main_apply(args, sizes, max(1, args.rounds))
     wanted = [t for t in args.tools.split(",") if t]
     if "nictune" not in wanted or set(wanted) - set(TOOLS):
         sys.exit(f"bench: --tools: nictune plus any of {', '.join(TOOLS[1:])} (got {args.tools!r})")
     rounds = max(1, args.rounds)
-    if args.apply:
-        return main_apply(args, sizes, rounds)
     baseline = Path(args.baseline).resolve() if args.baseline else None
     if baseline and not os.access(baseline / ".venv" / "bin" / "nictune", os.X_OK):
         sys.exit(f"bench: --baseline {args.baseline}: no .venv/bin/nictune there (run its scripts/setup)")

@@ -86,3 +86,10 @@ def test_the_tools_own_failures_are_reported():
     recap = "h1 : ok=4 changed=3 unreachable=0 failed=0\nh2 : ok=1 changed=0 unreachable=0 failed=1\n"
     assert "h2: unreachable=0 failed=1" in bench_fleet.apply_said("ansible-apply", recap, 2, 2)
     assert bench_fleet.apply_said("pyinfra-apply", "--> Errors: 1", 2, 1).startswith("exit 1")
+
+
+def test_apply_mode_takes_its_own_tools():
+    assert bench_fleet.apply_tools(",".join(bench_fleet.TOOLS)) == list(bench_fleet.APPLY_TOOLS)
+    assert bench_fleet.apply_tools("pyinfra-apply,nictune-apply") == ["nictune-apply", "pyinfra-apply"]
+    with pytest.raises(bench_fleet.BenchError, match="--tools with --apply"):
+        bench_fleet.apply_tools("nictune,ssh")

@@ -1,4 +1,4 @@
-"""A fleet lab: N namespace hosts on one bridge, each with its own real sshd.
+"""A fleet lab: N namespace hosts on one Ethernet segment, each with its own real sshd.
 
     root namespace: PREFIXbr 198.19.X.1/24 (a /24 of 198.19.0.0/16 not yet routed here;
                     a /23 for more than 253 hosts, a /22 for more than 509)
