@@ -1407,7 +1407,8 @@ def main_apply(args, sizes: list, rounds: int) -> int:
             print("\n  UNEXPECTED (the timings may not mean what they say):")
             for prob in problems:
                 print(f"    {prob}")
-        fig.update(summary={f"{n}/{t}": v for (n, t), v in summary.items()}, problems=problems,
+        fig.update(runs={str(n): v for n, v in runs.items()},
+                   summary={f"{n}/{t}": v for (n, t), v in summary.items()}, problems=problems,
                    targets=[{"ok": ok, "what": what, "detail": d} for ok, what, d in checks],
                    load_after=" ".join(Path("/proc/loadavg").read_text().split()[:3]))
     except KeyboardInterrupt:
