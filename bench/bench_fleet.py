@@ -121,10 +121,6 @@ TARGET_FLOOR_RATIO = 1.3
 TARGET_FLOOR_HOST_CPU_S = 0.025
 TARGET_CTL_CPU_S = 0.010
 TARGET_SCALE_RATIO = 1.2
-# A thousand hosts from one controller: per-host wall at 1,000 no worse
-# than at 100, controller peak memory (PSS of its process tree) at most 200 MB.
-TARGET_SCALE_1000_RATIO = 1.0
-TARGET_CTL_PEAK_KB = 200 * 1024
 SAMPLE_S = 0.25   # memory sampling period of the wrapper
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PR_SET_CHILD_SUBREAPER = 36
@@ -1037,8 +1033,8 @@ def report(fig: dict, summary: dict, sizes: list, tools: list) -> list:
                        f"at most {ms(TARGET_HOST_CPU_S)} of CPU on each host per audit{note}",
                        f"costliest host {ms(base['host_cpu_max'])}, mean {ms(base['host_cpu_per_host'])}, "
                        f"p95 {ms(base['host_cpu_p95'])}"))
-    checks += issue13_checks(summary, sizes)
     checks += thousand_host_checks(summary, sizes)
+    checks += issue13_checks(summary, sizes)
     p("\n6. Targets")
     for ok, what, detail in checks:
         p(f"  {'SKIP' if ok is None else 'PASS' if ok else 'FAIL'}  {what}: {detail}")
@@ -1137,6 +1133,155 @@ def issue13_checks(summary: dict, sizes: list) -> list:
     else:
         out.append((None, f"per-host wall at 500 within {TARGET_SCALE_RATIO:g}x that at 100", "N=100 or 500 not run"))
     return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", help="comma-separated fleet sizes (default 10,50,100,200; with --apply 500)")
+    ap.add_argument("--rounds", type=int, default=3, help="measured rounds per size and tool (default 3)")
+    ap.add_argument("--forks", type=int, default=50, help="hosts at once, for every tool (default 50, nictune's)")
+    ap.add_argument("--tools", default=",".join(TOOLS), help=f"which of {','.join(TOOLS)} to run "
+                    f"(with --apply: of {','.join(APPLY_TOOLS)}, default all)")
+    ap.add_argument("--install", action="store_true",
+                    help=f"first install ansible-core and pyinfra from PyPI into {TOOLS_VENV}")
+    ap.add_argument("--json", metavar="FILE", help="also save every figure as JSON")
+    ap.add_argument("--baseline", metavar="DIR", help="another nictune checkout (with its .venv): its "
+                    "twin of each nictune form runs in the same rounds (base:nictune, ...)")
+    ap.add_argument("--apply", action="store_true", help="instead of the audit: nictune plan and apply of "
+                    "bench/fleet/apply_profile.yaml beside pyinfra's and ansible's apply of the same changes")
+    args = ap.parse_args()
+    args.sizes = args.sizes or (str(APPLY_SIZE) if args.apply else "10,50,100,200")
+    if os.geteuid() != 0:
+        sys.exit("bench: needs root (network namespaces, sshd); run it with sudo")
+    if not os.access(NICTUNE, os.X_OK):
+        sys.exit(f"bench: no nictune CLI at {NICTUNE}: run it with the project's venv Python")
+    try:
+        sizes = sorted({int(s) for s in args.sizes.split(",")})
+    except ValueError:
+        sys.exit(f"bench: --sizes {args.sizes!r}: want numbers like 10,50,100")
+    if not sizes or sizes[0] < 1 or sizes[-1] > fleetlab.MAX_HOSTS:
+        sys.exit(f"bench: sizes must be 1 to {fleetlab.MAX_HOSTS}")
+    if args.apply:
+        return main_apply(args, sizes, max(1, args.rounds))
+    wanted = [t for t in args.tools.split(",") if t]
+    if "nictune" not in wanted or set(wanted) - set(TOOLS):
+        sys.exit(f"bench: --tools: nictune plus any of {', '.join(TOOLS[1:])} (got {args.tools!r})")
+    rounds = max(1, args.rounds)
+    baseline = Path(args.baseline).resolve() if args.baseline else None
+    if baseline and not os.access(baseline / ".venv" / "bin" / "nictune", os.X_OK):
+        sys.exit(f"bench: --baseline {args.baseline}: no .venv/bin/nictune there (run its scripts/setup)")
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    # Daemonised ssh masters of an interrupted run stay below us, to be stopped.
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    started = time.monotonic()
+    tmp = Path(tempfile.mkdtemp(prefix="ntbench-fleet-"))
+    ENV["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+    # nictune's learned questions (control/remote/probe.py): this run's own, from nothing.
+    ENV["XDG_CACHE_HOME"] = str(tmp / "cache")
+    prefix = f"ntbf{secrets.token_hex(2)}"
+    fleet = hosts = None
+    problems: list = []
+    fig: dict = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+                 "kernel": platform.release(), "cpus": os.cpu_count(), "sizes": sizes, "rounds": rounds,
+                 "forks": args.forks, "prefix": prefix, "fleet_size": sizes[-1], "python": PY}
+    try:
+        tools_bin, notes = find_tools(args.install)
+        needs = {"ansible": "ansible-playbook", "pyinfra": "pyinfra", "pyinfra-facts": "pyinfra", "ssh": "ssh"}
+        tools = ["nictune"] + [t for t in TOOLS[1:] if t in wanted
+                               and (t not in needs or needs[t] in tools_bin)]
+        if baseline:  # each twin right after its form: neighbours in every round's turn
+            tools = [x for t in tools for x in ([t, BASE + t] if t in NICTUNE_FORMS else [t])]
+        fig["versions"] = {"nictune": version([NICTUNE, "--version"]),
+                           "ansible": version([tools_bin.get("ansible-playbook", "false"), "--version"]),
+                           "pyinfra": version([tools_bin.get("pyinfra", "false"), "--version"]),
+                           "ssh": version(["ssh", "-V"])}
+        fig["versions"]["pyinfra-facts"] = fig["versions"]["pyinfra"] + " (facts only)"
+        fig["versions"]["nictune-resident"] = (fig["versions"]["nictune"]
+                                               + " (audit through resident agents, no process started)")
+        fig["versions"]["nictune-agent"] = fig["versions"]["nictune"] + " (--no-probe: the agent every time)"
+        fig["versions"]["nictune"] += " (the probe, once learned)"
+        if baseline:
+            fig["baseline"] = {"dir": str(baseline), "commit": commit_of(baseline)}
+            fig["commit"] = commit_of(HERE.parent)
+            said = version([str(baseline / ".venv" / "bin" / "nictune"), "--version"])
+            for form in NICTUNE_FORMS:
+                fig["versions"][BASE + form] = (f"{said} at {fig['baseline']['commit']} ({baseline}), "
+                                                f"as {form} above")
+        for note in notes:
+            print(f"bench: {note}", flush=True)
+        print(f"bench: bringing up {max(2, sizes[-1])} hosts ({prefix}h001..)", flush=True)
+        t0 = time.monotonic()
+        # Two hosts at least: the drift check spoils one and audits both.
+        fleet = fleetlab.up(max(2, sizes[-1]), str(tmp / "fleet"), prefix=prefix)
+        fig["fleet_up_s"] = round(time.monotonic() - t0, 1)
+        hosts = Hosts(fleet, f"ntbench-{prefix}")
+        KEEP.update(hosts.pids)
+        hosts.attach()
+        b = Bench(tmp, fleet, hosts, args.forks, tools_bin, baseline)
+        print(f"bench: fleet up in {fig['fleet_up_s']} s; nictune apply to every host", flush=True)
+        restore(b, len(b.hosts.pids))
+        fig["login_env"] = check_login_env(b, tools)
+        fig["kex"] = check_kex(b, tools)
+        fig["host_cpu_method"] = check_host_cpu_method(b)
+        fig["learn"] = learn(b, len(b.hosts.pids))
+        if baseline:
+            fig["learn_base"] = learn(b, len(b.hosts.pids), BASE + "nictune")
+        fig["drift_check"] = drift_check(b, tools)
+        print("bench: measuring", flush=True)
+        runs = run_rounds(b, sizes, tools, rounds, problems, notes)
+        summary = summarise(runs)
+        checks = report(fig, summary, sizes, tools)
+        for n in sizes:
+            for tool in tools:
+                if summary[(n, tool)]["outside_cpu"] > 0.05:
+                    problems.append(f"{tool} N={n}: hosts outside the subset spent "
+                                    f"{ms(summary[(n, tool)]['outside_cpu'])} (--limit not honoured?)")
+        for note in notes:
+            print(f"  note: {note}")
+        if problems:
+            print("\n  UNEXPECTED (the timings may not mean what they say):")
+            for prob in problems:
+                print(f"    {prob}")
+        fig.update(runs={str(n): v for n, v in runs.items()},
+                   summary={f"{n}/{t}": v for (n, t), v in summary.items()},
+                   targets=[{"ok": ok, "what": what, "detail": d} for ok, what, d in checks],
+                   problems=problems, notes=notes)
+    except KeyboardInterrupt:
+        print("\nbench: interrupted; cleaning up", file=sys.stderr)
+        return 130
+    except (BenchError, fleetlab.FleetError, subprocess.TimeoutExpired) as e:
+        print(f"bench: {e}", file=sys.stderr)
+        return 1
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for what in stop_descendants():
+            print(f"bench: clean-up: stopped process {what}", file=sys.stderr)
+        if fleet is not None or (tmp / "fleet" / "record.json").exists():
+            fleetlab.down(str(tmp / "fleet" / "record.json"))
+        if hosts is not None:
+            hosts.remove()
+        shutil.rmtree(tmp, ignore_errors=True)
+    fig["bench_seconds"] = round(time.monotonic() - started, 1)
+    print(f"\n(bench took {fig['bench_seconds']:.0f} s; fleet {prefix} and {tmp} removed)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(fig, indent=1, default=str) + "\n")
+        print(f"figures saved to {args.json}")
+    print("reproduce with: sudo .venv/bin/python bench/bench_fleet.py --install "
+          f"--sizes {','.join(map(str, sizes))} --rounds {rounds} --forks {args.forks}"
+          + (f" --tools {','.join(wanted)}" if set(wanted) != set(TOOLS) else "")
+          + (f" --baseline {baseline}" if baseline else ""))
+    return 0
+
+
+# A thousand hosts from one controller: per-host wall at 1,000 no worse
+# than at 100, controller peak memory (PSS of its process tree) at most 200 MB.
+TARGET_SCALE_1000_RATIO = 1.0
+TARGET_CTL_PEAK_KB = 200 * 1024
 
 
 # --- fleet apply (--apply) --------------------------------------------------------
@@ -1460,149 +1605,6 @@ def thousand_host_checks(summary: dict, sizes: list, tool: str = "nictune") -> l
     out.append((max(kb for _, kb in peaks) <= TARGET_CTL_PEAK_KB, what,
                 ", ".join(f"N={n} {mb(kb)}" for n, kb in peaks)) if peaks else (None, what, "not run"))
     return out
-
-
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", help="comma-separated fleet sizes (default 10,50,100,200; with --apply 500)")
-    ap.add_argument("--rounds", type=int, default=3, help="measured rounds per size and tool (default 3)")
-    ap.add_argument("--forks", type=int, default=50, help="hosts at once, for every tool (default 50, nictune's)")
-    ap.add_argument("--tools", default=",".join(TOOLS), help=f"which of {','.join(TOOLS)} to run "
-                    f"(with --apply: of {','.join(APPLY_TOOLS)}, default all)")
-    ap.add_argument("--install", action="store_true",
-                    help=f"first install ansible-core and pyinfra from PyPI into {TOOLS_VENV}")
-    ap.add_argument("--json", metavar="FILE", help="also save every figure as JSON")
-    ap.add_argument("--baseline", metavar="DIR", help="another nictune checkout (with its .venv): its "
-                    "twin of each nictune form runs in the same rounds (base:nictune, ...)")
-    ap.add_argument("--apply", action="store_true", help="instead of the audit: nictune plan and apply of "
-                    "bench/fleet/apply_profile.yaml beside pyinfra's and ansible's apply of the same changes")
-    args = ap.parse_args()
-    args.sizes = args.sizes or (str(APPLY_SIZE) if args.apply else "10,50,100,200")
-    if os.geteuid() != 0:
-        sys.exit("bench: needs root (network namespaces, sshd); run it with sudo")
-    if not os.access(NICTUNE, os.X_OK):
-        sys.exit(f"bench: no nictune CLI at {NICTUNE}: run it with the project's venv Python")
-    try:
-        sizes = sorted({int(s) for s in args.sizes.split(",")})
-    except ValueError:
-        sys.exit(f"bench: --sizes {args.sizes!r}: want numbers like 10,50,100")
-    if not sizes or sizes[0] < 1 or sizes[-1] > fleetlab.MAX_HOSTS:
-        sys.exit(f"bench: sizes must be 1 to {fleetlab.MAX_HOSTS}")
-    if args.apply:
-        return main_apply(args, sizes, max(1, args.rounds))
-    wanted = [t for t in args.tools.split(",") if t]
-    if "nictune" not in wanted or set(wanted) - set(TOOLS):
-        sys.exit(f"bench: --tools: nictune plus any of {', '.join(TOOLS[1:])} (got {args.tools!r})")
-    rounds = max(1, args.rounds)
-    baseline = Path(args.baseline).resolve() if args.baseline else None
-    if baseline and not os.access(baseline / ".venv" / "bin" / "nictune", os.X_OK):
-        sys.exit(f"bench: --baseline {args.baseline}: no .venv/bin/nictune there (run its scripts/setup)")
-
-    def on_term(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
-    # Daemonised ssh masters of an interrupted run stay below us, to be stopped.
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    started = time.monotonic()
-    tmp = Path(tempfile.mkdtemp(prefix="ntbench-fleet-"))
-    ENV["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
-    # nictune's learned questions (control/remote/probe.py): this run's own, from nothing.
-    ENV["XDG_CACHE_HOME"] = str(tmp / "cache")
-    prefix = f"ntbf{secrets.token_hex(2)}"
-    fleet = hosts = None
-    problems: list = []
-    fig: dict = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-                 "kernel": platform.release(), "cpus": os.cpu_count(), "sizes": sizes, "rounds": rounds,
-                 "forks": args.forks, "prefix": prefix, "fleet_size": sizes[-1], "python": PY}
-    try:
-        tools_bin, notes = find_tools(args.install)
-        needs = {"ansible": "ansible-playbook", "pyinfra": "pyinfra", "pyinfra-facts": "pyinfra", "ssh": "ssh"}
-        tools = ["nictune"] + [t for t in TOOLS[1:] if t in wanted
-                               and (t not in needs or needs[t] in tools_bin)]
-        if baseline:  # each twin right after its form: neighbours in every round's turn
-            tools = [x for t in tools for x in ([t, BASE + t] if t in NICTUNE_FORMS else [t])]
-        fig["versions"] = {"nictune": version([NICTUNE, "--version"]),
-                           "ansible": version([tools_bin.get("ansible-playbook", "false"), "--version"]),
-                           "pyinfra": version([tools_bin.get("pyinfra", "false"), "--version"]),
-                           "ssh": version(["ssh", "-V"])}
-        fig["versions"]["pyinfra-facts"] = fig["versions"]["pyinfra"] + " (facts only)"
-        fig["versions"]["nictune-resident"] = (fig["versions"]["nictune"]
-                                               + " (audit through resident agents, no process started)")
-        fig["versions"]["nictune-agent"] = fig["versions"]["nictune"] + " (--no-probe: the agent every time)"
-        fig["versions"]["nictune"] += " (the probe, once learned)"
-        if baseline:
-            fig["baseline"] = {"dir": str(baseline), "commit": commit_of(baseline)}
-            fig["commit"] = commit_of(HERE.parent)
-            said = version([str(baseline / ".venv" / "bin" / "nictune"), "--version"])
-            for form in NICTUNE_FORMS:
-                fig["versions"][BASE + form] = (f"{said} at {fig['baseline']['commit']} ({baseline}), "
-                                                f"as {form} above")
-        for note in notes:
-            print(f"bench: {note}", flush=True)
-        print(f"bench: bringing up {max(2, sizes[-1])} hosts ({prefix}h001..)", flush=True)
-        t0 = time.monotonic()
-        # Two hosts at least: the drift check spoils one and audits both.
-        fleet = fleetlab.up(max(2, sizes[-1]), str(tmp / "fleet"), prefix=prefix)
-        fig["fleet_up_s"] = round(time.monotonic() - t0, 1)
-        hosts = Hosts(fleet, f"ntbench-{prefix}")
-        KEEP.update(hosts.pids)
-        hosts.attach()
-        b = Bench(tmp, fleet, hosts, args.forks, tools_bin, baseline)
-        print(f"bench: fleet up in {fig['fleet_up_s']} s; nictune apply to every host", flush=True)
-        restore(b, len(b.hosts.pids))
-        fig["login_env"] = check_login_env(b, tools)
-        fig["kex"] = check_kex(b, tools)
-        fig["host_cpu_method"] = check_host_cpu_method(b)
-        fig["learn"] = learn(b, len(b.hosts.pids))
-        if baseline:
-            fig["learn_base"] = learn(b, len(b.hosts.pids), BASE + "nictune")
-        fig["drift_check"] = drift_check(b, tools)
-        print("bench: measuring", flush=True)
-        runs = run_rounds(b, sizes, tools, rounds, problems, notes)
-        summary = summarise(runs)
-        checks = report(fig, summary, sizes, tools)
-        for n in sizes:
-            for tool in tools:
-                if summary[(n, tool)]["outside_cpu"] > 0.05:
-                    problems.append(f"{tool} N={n}: hosts outside the subset spent "
-                                    f"{ms(summary[(n, tool)]['outside_cpu'])} (--limit not honoured?)")
-        for note in notes:
-            print(f"  note: {note}")
-        if problems:
-            print("\n  UNEXPECTED (the timings may not mean what they say):")
-            for prob in problems:
-                print(f"    {prob}")
-        fig.update(runs={str(n): v for n, v in runs.items()},
-                   summary={f"{n}/{t}": v for (n, t), v in summary.items()},
-                   targets=[{"ok": ok, "what": what, "detail": d} for ok, what, d in checks],
-                   problems=problems, notes=notes)
-    except KeyboardInterrupt:
-        print("\nbench: interrupted; cleaning up", file=sys.stderr)
-        return 130
-    except (BenchError, fleetlab.FleetError, subprocess.TimeoutExpired) as e:
-        print(f"bench: {e}", file=sys.stderr)
-        return 1
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        for what in stop_descendants():
-            print(f"bench: clean-up: stopped process {what}", file=sys.stderr)
-        if fleet is not None or (tmp / "fleet" / "record.json").exists():
-            fleetlab.down(str(tmp / "fleet" / "record.json"))
-        if hosts is not None:
-            hosts.remove()
-        shutil.rmtree(tmp, ignore_errors=True)
-    fig["bench_seconds"] = round(time.monotonic() - started, 1)
-    print(f"\n(bench took {fig['bench_seconds']:.0f} s; fleet {prefix} and {tmp} removed)")
-    if args.json:
-        Path(args.json).write_text(json.dumps(fig, indent=1, default=str) + "\n")
-        print(f"figures saved to {args.json}")
-    print("reproduce with: sudo .venv/bin/python bench/bench_fleet.py --install "
-          f"--sizes {','.join(map(str, sizes))} --rounds {rounds} --forks {args.forks}"
-          + (f" --tools {','.join(wanted)}" if set(wanted) != set(TOOLS) else "")
-          + (f" --baseline {baseline}" if baseline else ""))
-    return 0
 
 
 if __name__ == "__main__":
