@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark: a read-only audit of 10..500 SSH hosts, nictune vs ansible-core, pyinfra and plain ssh.
+"""Benchmark: a read-only audit of 10..1,000 SSH hosts, nictune vs ansible-core, pyinfra and plain ssh.
 
 One fleet of namespace hosts, each with its own real sshd
 (nictune.lab.fleet), is built once; nictune applies
@@ -32,6 +32,14 @@ cache (XDG_CACHE_HOME) and its own resident zipapp; a before/after table
 follows section 4.
 
     sudo .venv/bin/python bench/bench_fleet.py [--install] [--sizes 10,50,100,200] [--rounds R] [--baseline DIR]
+
+With --apply, instead of the audit: nictune plan and a one-batch nictune
+apply of bench/fleet/apply_profile.yaml beside pyinfra's (apply_deploy.py)
+and ansible-core's (apply.yml) apply of the same changes, each run from
+the same drifted state (a plain ssh script, read back and checked) and
+read back after (see "fleet apply" below and bench/README.md).
+
+    sudo .venv/bin/python bench/bench_fleet.py --install --apply [--sizes 500] [--rounds R] [--forks 50]
 """
 
 from __future__ import annotations
@@ -1046,6 +1054,7 @@ def report(fig: dict, summary: dict, sizes: list, tools: list) -> list:
                        f"at most {ms(TARGET_HOST_CPU_S)} of CPU on each host per audit{note}",
                        f"costliest host {ms(base['host_cpu_max'])}, mean {ms(base['host_cpu_per_host'])}, "
                        f"p95 {ms(base['host_cpu_p95'])}"))
+    checks += thousand_host_checks(summary, sizes)
     checks += issue13_checks(summary, sizes)
     checks += first_audit_checks(summary, sizes)
     p("\n6. Targets")
@@ -1169,16 +1178,20 @@ def first_audit_checks(summary: dict, sizes: list) -> list:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", default="10,50,100,200", help="comma-separated fleet sizes (default 10,50,100,200)")
+    ap.add_argument("--sizes", help="comma-separated fleet sizes (default 10,50,100,200; with --apply 500)")
     ap.add_argument("--rounds", type=int, default=3, help="measured rounds per size and tool (default 3)")
     ap.add_argument("--forks", type=int, default=50, help="hosts at once, for every tool (default 50, nictune's)")
-    ap.add_argument("--tools", default=",".join(TOOLS), help=f"which of {','.join(TOOLS)} to run")
+    ap.add_argument("--tools", default=",".join(TOOLS), help=f"which of {','.join(TOOLS)} to run "
+                    f"(with --apply: of {','.join(APPLY_TOOLS)}, default all)")
     ap.add_argument("--install", action="store_true",
                     help=f"first install ansible-core and pyinfra from PyPI into {TOOLS_VENV}")
     ap.add_argument("--json", metavar="FILE", help="also save every figure as JSON")
     ap.add_argument("--baseline", metavar="DIR", help="another nictune checkout (with its .venv): its "
                     "twin of each nictune form runs in the same rounds (base:nictune, ...)")
+    ap.add_argument("--apply", action="store_true", help="instead of the audit: nictune plan and apply of "
+                    "bench/fleet/apply_profile.yaml beside pyinfra's and ansible's apply of the same changes")
     args = ap.parse_args()
+    args.sizes = args.sizes or (str(APPLY_SIZE) if args.apply else "10,50,100,200")
     if os.geteuid() != 0:
         sys.exit("bench: needs root (network namespaces, sshd); run it with sudo")
     if not os.access(NICTUNE, os.X_OK):
@@ -1189,6 +1202,8 @@ def main() -> int:
         sys.exit(f"bench: --sizes {args.sizes!r}: want numbers like 10,50,100")
     if not sizes or sizes[0] < 1 or sizes[-1] > fleetlab.MAX_HOSTS:
         sys.exit(f"bench: sizes must be 1 to {fleetlab.MAX_HOSTS}")
+    if args.apply:
+        return main_apply(args, sizes, max(1, args.rounds))
     wanted = [t for t in args.tools.split(",") if t]
     if "nictune" not in wanted or set(wanted) - set(TOOLS):
         sys.exit(f"bench: --tools: nictune plus any of {', '.join(TOOLS[1:])} (got {args.tools!r})")
@@ -1304,6 +1319,335 @@ def main() -> int:
           + (f" --tools {','.join(wanted)}" if set(wanted) != set(TOOLS) else "")
           + (f" --baseline {baseline}" if baseline else ""))
     return 0
+
+
+# A thousand hosts from one controller: per-host wall at 1,000 no worse
+# than at 100, controller peak memory (PSS of its process tree) at most 200 MB.
+TARGET_SCALE_1000_RATIO = 1.0
+TARGET_CTL_PEAK_KB = 200 * 1024
+
+
+# --- fleet apply (--apply) --------------------------------------------------------
+# nictune plan and a one-batch nictune apply of bench/fleet/apply_profile.yaml
+# (eleven settings per host) beside pyinfra's and ansible-core's apply of the same
+# changes, each run starting from the same drifted state and ending checked.
+
+APPLY_PROFILE = FLEET_FILES / "apply_profile.yaml"
+APPLY_PLAYBOOK = FLEET_FILES / "apply.yml"
+APPLY_DEPLOY = FLEET_FILES / "apply_deploy.py"
+APPLY_TOOLS = ("nictune-plan", "nictune-apply", "pyinfra-apply", "ansible-apply")
+APPLY_SIZE = 500  # --apply's default --sizes
+TARGET_APPLY_RATIO = 0.5  # nictune apply's wall at most this times pyinfra apply's
+APPLY_CHANGES = 11  # what apply_profile.yaml changes on a drifted host: 6 sysctls, the MTU, 4 features
+
+
+def fleet_checks():
+    """bench/fleet/checks.py: the wanted values, the drifted ones, the drift script."""
+    if str(FLEET_FILES) not in sys.path:
+        sys.path.insert(0, str(FLEET_FILES))
+    import checks
+
+    return checks
+
+
+def apply_argv(b: Bench, tool: str, n: int) -> list:
+    limit, forks = f"fleet[0:{n - 1}]", str(b.forks)
+    if tool in ("nictune-plan", "nictune-apply"):
+        v = b.versions[""]
+        # --confirm-timeout 0: no dead-man confirmation round trip (neither
+        # pyinfra nor ansible has one); the read-back verify stays.
+        extra = ["--confirm-timeout", "0"] if tool == "nictune-apply" else []
+        return [v.nictune, tool.split("-")[1], str(APPLY_PROFILE), "-i", v.inventory, "--limit", limit,
+                "--forks", forks, *extra, "--json"]
+    if tool == "ansible-apply":
+        return [b.bin["ansible-playbook"], "-i", b.fleet.inventory, str(APPLY_PLAYBOOK), "--limit", limit,
+                "-f", forks]
+    return [b.bin["pyinfra"], str(b.pyinfra_inventory(n)), str(APPLY_DEPLOY), "-y", "--parallel", forks]
+
+
+def measure_apply(b: Bench, tool: str, n: int) -> dict:
+    """One measured run (the audit's wrapper and host cgroups), what the
+    tool said of itself, then the bench's own read-back of the hosts."""
+    stat, log = b.scratch / "wrapper.json", b.scratch / f"{tool}-{n}.log"
+    env = b.ansible_env if tool == "ansible-apply" else b.versions[""].env
+    before = b.hosts.cpu()
+    with open(log, "w") as f:
+        proc = spawn([PY, "-S", "-c", WRAPPER, str(stat), str(SAMPLE_S), *apply_argv(b, tool, n)],
+                     timeout=300 + 10 * n, cwd=str(b.scratch), env=env, stdout=f)
+    if proc.returncode != 0 or not stat.exists():
+        raise BenchError(f"the measuring wrapper failed for {tool} (exit {proc.returncode}): "
+                         f"{log.read_text()[-500:]}")
+    run = json.loads(stat.read_text())
+    stat.unlink()
+    b.hosts.wait_idle()
+    deltas = [after - before for before, after in zip(before, b.hosts.cpu())]
+    run["host_cpu"], run["outside_cpu"] = deltas[:n], sum(deltas[n:])
+    run["said"] = apply_said(tool, log.read_text(), n, run["rc"])
+    run["readback"] = readback(b, n)
+    return run
+
+
+def apply_said(tool: str, out: str, n: int, rc: int) -> str:
+    """What is wrong with the tool's own account of the run ("" if nothing):
+    every host reached, none failed; a plan finds the eleven changes on each."""
+    if tool.startswith("nictune"):
+        try:
+            hosts = json.loads(out).get("hosts", [])
+        except ValueError:
+            return f"exit {rc}, no JSON report: {out[-300:]}"
+        bad = [f"{h['host']}: {h['error']['message']}" for h in hosts if h.get("error")]
+        if tool == "nictune-plan":
+            bad += [f"{h['host']}: {len(to_do)} changes planned, not {APPLY_CHANGES}" for h in hosts
+                    for to_do in [[c for c in h.get("changes", []) if c.get("status") != "ok"]]
+                    if len(to_do) != APPLY_CHANGES]
+        else:
+            bad += [f"{h['host']}: not ok" for h in hosts if not h.get("ok") and not h.get("error")]
+        wrong_rc = rc != (2 if tool == "nictune-plan" else 0)  # plan: exit 2 when anything would change
+        return "; ".join(([f"exit {rc}"] if wrong_rc else []) + ([f"{len(hosts)} hosts"] if len(hosts) != n else [])
+                         + bad[:3])
+    if tool == "ansible-apply":
+        recap = re.findall(r"^(\S+)\s+: ok=\d+\s+changed=\d+\s+unreachable=(\d+)\s+failed=(\d+)", out, re.M)
+        bad = [f"{h}: unreachable={u} failed={f}" for h, u, f in recap if int(u) or int(f)]
+        return "; ".join(([f"exit {rc}"] if rc else []) + ([f"{len(recap)} hosts"] if len(recap) != n else [])
+                         + bad[:3])
+    return f"exit {rc}: {out.strip()[-300:]}" if rc else ""
+
+
+def readback(b: Bench, n: int) -> dict:
+    """The hosts as they are, read by one plain ssh per host (ssh_floor.py,
+    the 13 checks of profile.yaml): {"hosts", "drift", "error"}."""
+    out = spawn([PY, "-I", "-S", str(SSH_FLOOR), b.fleet.ssh_config, str(b.forks),
+                 *(h.name for h in b.fleet.hosts[:n])], timeout=120 + 2 * n).stdout
+    return _bench_audit_lines(out)
+
+
+def drift_hosts(b: Bench, n: int) -> None:
+    """Put the first n hosts into the drifted state with a plain ssh script,
+    then read them back: each must be exactly as drifted (or no run starts)."""
+    checks = fleet_checks()
+
+    def one(host) -> str:
+        proc = subprocess.run(["ssh", "-F", b.fleet.ssh_config, *FLOOR_SSH_OPTIONS, host.name, checks.DRIFT_SCRIPT],
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, env=ENV)
+        return "" if proc.returncode == 0 else f"{host.name}: exit {proc.returncode} {proc.stderr.strip()[-200:]}"
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=b.forks) as pool:
+        failed = [e for e in pool.map(one, b.fleet.hosts[:n]) if e]
+    if failed:
+        raise BenchError(f"the drift script failed on {len(failed)} hosts: {failed[0]}")
+    found = readback(b, n)
+    wrong = {h: d for h, d in found["drift"].items() if d != checks.DRIFTED}
+    if found["error"] or found["hosts"] != n or len(found["drift"]) != n or wrong:
+        raise BenchError(f"the hosts are not as drifted after the reset: {found['hosts']} read, "
+                         f"{found['error'] or dict(list(wrong.items())[:2])}")
+
+
+def apply_problems(tool: str, run: dict, n: int) -> list:
+    """A run is good when the tool says it worked and the read-back agrees:
+    every host as wanted after an apply, every host still drifted after a plan."""
+    checks = fleet_checks()
+    rb, out = run["readback"], []
+    if run["said"]:
+        out.append(f"the tool reported: {run['said'][:300]}")
+    if rb["error"] or rb["hosts"] != n:
+        out.append(f"read-back: {rb['hosts']} hosts read, {rb['error'][:200]}")
+    if tool == "nictune-plan":
+        changed = [h for h, d in rb["drift"].items() if d != checks.DRIFTED]
+        if changed or len(rb["drift"]) != n:
+            out.append(f"a plan changed hosts: {len(rb['drift'])} still drifted, changed {changed[:3]}")
+    elif rb["drift"]:
+        out.append(f"{len(rb['drift'])} hosts not as wanted, e.g. {dict(list(rb['drift'].items())[:2])}")
+    return out
+
+
+def run_apply_rounds(b: Bench, sizes: list, tools: list, rounds: int, problems: list) -> dict:
+    """An unmeasured warm-up per tool on 2 hosts, then per size `rounds`
+    rounds, the tools taking turns (a different one first each round); each
+    run from the drifted state, checked after."""
+    runs: dict = {n: {t: [] for t in tools} for n in sizes}
+    for t in tools:
+        drift_hosts(b, 2)
+        measure_apply(b, t, 2)
+    for n in sizes:
+        for r in range(rounds):
+            for t in tools[r % len(tools):] + tools[:r % len(tools)]:
+                drift_hosts(b, n)
+                run = measure_apply(b, t, n)
+                problems += [f"{t} N={n} round {r + 1}: {p}" for p in apply_problems(t, run, n)]
+                runs[n][t].append(run)
+                print(f"  N={n:<4} {t:<14} round {r + 1}: {secs(run['wall'])}, controller CPU "
+                      f"{secs(run['cpu'])}, hosts' CPU {secs(sum(run['host_cpu']))}", flush=True)
+    return runs
+
+
+def report_apply(fig: dict, summary: dict, sizes: list, tools: list) -> list:
+    print(f"\nnictune fleet apply bench   {fig['date']}")
+    print(f"  {fig['cpus']} CPUs, kernel {fig['kernel']}, load average {fig['load_before']} before the "
+          f"rounds; fleet of {fig['fleet_size']} namespace hosts (prefix {fig['prefix']}); forks/parallel "
+          f"{fig['forks']}; {fig['rounds']} rounds per size (+1 warm-up on 2 hosts), tools interleaved")
+    for tool in tools:
+        print(f"  {tool}: {fig['versions'][tool]}")
+    print(f"\n  Each run starts from the same drifted state (a plain ssh script sets the eleven settings of "
+          f"{APPLY_PROFILE.name} off their")
+    print("  wanted values; the bench reads every host back and checks it before the run) and is checked "
+          "after it by the")
+    print("  same read-back: every host as wanted after an apply, every host unchanged after a plan.")
+    rows = []
+    for n in sizes:
+        for tool in tools:
+            s = summary.get((n, tool))
+            if s:
+                rows.append((tool, n, secs(s["wall"]), secs(s["wall_min"]), ms(s["ctl_cpu_per_host"]),
+                             ms(s["host_cpu_per_host"]), ms(s["host_cpu_max"]), mb(s["peak_pss_kb"])))
+    print(table(rows, ("tool", "N", "wall", "wall min", "ctl CPU/host", "host CPU/host", "host max", "peak PSS"),
+                left=2))
+    print("  (medians over the rounds; CPU and memory measured as in the audit bench: the controller's whole")
+    print("  process tree, the hosts' sshd cgroups)")
+    checks = []
+    for n in sizes:
+        mine = summary.get((n, "nictune-apply"))
+        for other in ("pyinfra-apply", "ansible-apply"):
+            s = summary.get((n, other))
+            if mine and s:
+                print(f"  nictune apply / {other} at N={n}: wall {ratio(mine['wall'], s['wall'])}, controller CPU "
+                      f"{ratio(mine['ctl_cpu_per_host'], s['ctl_cpu_per_host'])}, host CPU "
+                      f"{ratio(mine['host_cpu_per_host'], s['host_cpu_per_host'])}")
+        s = summary.get((n, "pyinfra-apply"))
+        what = f"nictune apply of {n} hosts (read-back verify included) at most {TARGET_APPLY_RATIO:g}x pyinfra's wall"
+        if mine and s:
+            r = mine["wall"] / s["wall"]
+            checks.append((r <= TARGET_APPLY_RATIO, what, f"{r:.2f}x ({secs(mine['wall'])} vs {secs(s['wall'])})"))
+        else:
+            checks.append((None, what, "pyinfra not run"))
+    print("\n  Targets")
+    for ok, what, detail in checks:
+        print(f"    {'SKIP' if ok is None else 'met   ' if ok else 'MISSED'}  {what}: {detail}")
+    return checks
+
+
+def apply_tools(asked: str) -> list:
+    """--tools with --apply: any of APPLY_TOOLS (the audit's default list: all)."""
+    wanted = [t for t in asked.split(",") if t]
+    if wanted == list(TOOLS):
+        return list(APPLY_TOOLS)
+    if not wanted or set(wanted) - set(APPLY_TOOLS):
+        raise BenchError(f"--tools with --apply: any of {', '.join(APPLY_TOOLS)} (got {asked!r})")
+    return [t for t in APPLY_TOOLS if t in wanted]
+
+
+def main_apply(args, sizes: list, rounds: int) -> int:
+    """`--apply`: a fleet of max(sizes) hosts, the apply rounds, the table;
+    everything removed in a `finally`, as in main()."""
+    def on_term(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    started = time.monotonic()
+    tmp = Path(tempfile.mkdtemp(prefix="ntbench-fleet-"))
+    ENV["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+    ENV["XDG_CACHE_HOME"] = str(tmp / "cache")
+    prefix = f"ntbf{secrets.token_hex(2)}"
+    fleet = hosts = None
+    problems: list = []
+    fig: dict = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "mode": "apply",
+                 "kernel": platform.release(), "cpus": os.cpu_count(), "sizes": sizes, "rounds": rounds,
+                 "forks": args.forks, "prefix": prefix, "fleet_size": max(2, sizes[-1]), "python": PY}
+    try:
+        tools_bin, notes = find_tools(args.install)
+        needs = {"pyinfra-apply": "pyinfra", "ansible-apply": "ansible-playbook"}
+        tools = [t for t in apply_tools(args.tools) if needs.get(t, "ssh") in tools_bin]
+        if "ssh" not in tools_bin:
+            raise BenchError("no OpenSSH client: the drift script and the read-back need it")
+        nictune_version = version([NICTUNE, "--version"])
+        fig["versions"] = {"nictune-plan": nictune_version + " (plan)",
+                           "nictune-apply": nictune_version + " (apply --confirm-timeout 0: one batch, "
+                                                              "read-back verify)",
+                           "pyinfra-apply": version([tools_bin.get("pyinfra", "false"), "--version"])
+                           + f" ({APPLY_DEPLOY.name} -y)",
+                           "ansible-apply": version([tools_bin.get("ansible-playbook", "false"), "--version"])
+                           + f" ({APPLY_PLAYBOOK.name}, gather_facts off, command modules)"}
+        for note in notes:
+            print(f"bench: {note}", flush=True)
+        print(f"bench: bringing up {fig['fleet_size']} hosts ({prefix}h001..)", flush=True)
+        t0 = time.monotonic()
+        fleet = fleetlab.up(fig["fleet_size"], str(tmp / "fleet"), prefix=prefix)
+        fig["fleet_up_s"] = round(time.monotonic() - t0, 1)
+        hosts = Hosts(fleet, f"ntbench-{prefix}")
+        KEEP.update(hosts.pids)
+        hosts.attach()
+        b = Bench(tmp, fleet, hosts, args.forks, tools_bin)
+        print(f"bench: fleet up in {fig['fleet_up_s']} s; nictune apply of {PROFILE.name} to every host", flush=True)
+        apply_all(b, len(hosts.pids))
+        fig["load_before"] = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+        print("bench: measuring", flush=True)
+        runs = run_apply_rounds(b, sizes, tools, rounds, problems)
+        summary = summarise(runs)
+        checks = report_apply(fig, summary, sizes, tools)
+        for n in sizes:
+            for tool in tools:
+                if summary[(n, tool)]["outside_cpu"] > 0.05:
+                    problems.append(f"{tool} N={n}: hosts outside the subset spent "
+                                    f"{ms(summary[(n, tool)]['outside_cpu'])} (--limit not honoured?)")
+        if problems:
+            print("\n  UNEXPECTED (the timings may not mean what they say):")
+            for prob in problems:
+                print(f"    {prob}")
+        fig.update(runs={str(n): v for n, v in runs.items()},
+                   summary={f"{n}/{t}": v for (n, t), v in summary.items()}, problems=problems,
+                   targets=[{"ok": ok, "what": what, "detail": d} for ok, what, d in checks],
+                   load_after=" ".join(Path("/proc/loadavg").read_text().split()[:3]))
+    except KeyboardInterrupt:
+        print("\nbench: interrupted; cleaning up", file=sys.stderr)
+        return 130
+    except (BenchError, fleetlab.FleetError, subprocess.TimeoutExpired) as e:
+        print(f"bench: {e}", file=sys.stderr)
+        return 1
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for what in stop_descendants():
+            print(f"bench: clean-up: stopped process {what}", file=sys.stderr)
+        if fleet is not None or (tmp / "fleet" / "record.json").exists():
+            fleetlab.down(str(tmp / "fleet" / "record.json"))
+        if hosts is not None:
+            hosts.remove()
+        shutil.rmtree(tmp, ignore_errors=True)
+    fig["bench_seconds"] = round(time.monotonic() - started, 1)
+    print(f"\n(bench took {fig['bench_seconds']:.0f} s, load average after {fig['load_after']}; "
+          f"fleet {prefix} and {tmp} removed)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(fig, indent=1, default=str) + "\n")
+        print(f"figures saved to {args.json}")
+    print(f"reproduce with: sudo .venv/bin/python bench/bench_fleet.py --install --apply "
+          f"--sizes {','.join(map(str, sizes))} --rounds {rounds} --forks {args.forks}"
+          + (f" --tools {','.join(tools)}" if tools != list(APPLY_TOOLS) else ""))
+    return 1 if problems else 0
+
+
+def thousand_host_checks(summary: dict, sizes: list, tool: str = "nictune") -> list:
+    """A thousand hosts from one controller: wall per host at 1,000 no worse
+    than at 100, controller CPU at most 10 ms per host there, and the
+    controller's peak memory at most 200 MB at every size run."""
+    out = []
+    small, large = summary.get((100, tool)), summary.get((1000, tool))
+    what = f"{tool}: per-host wall at 1,000 hosts no worse than at 100"
+    if small and large:
+        r = (large["wall"] / 1000) / (small["wall"] / 100)
+        out.append((r <= TARGET_SCALE_1000_RATIO, what,
+                    f"{r:.2f}x ({ms(large['wall'] / 1000)} vs {ms(small['wall'] / 100)})"))
+    else:
+        out.append((None, what, "N=100 or 1000 not run"))
+    what = f"{tool}: controller CPU at most {ms(TARGET_CTL_CPU_S)} per host at 1,000 hosts"
+    out.append((large["ctl_cpu_per_host"] <= TARGET_CTL_CPU_S, what, ms(large["ctl_cpu_per_host"])) if large
+               else (None, what, "N=1000 not run"))
+    peaks = [(n, summary[(n, tool)]["peak_pss_kb"]) for n in sizes if (n, tool) in summary]
+    what = f"{tool}: controller peak memory at most {mb(TARGET_CTL_PEAK_KB)} (PSS of its process tree)"
+    out.append((max(kb for _, kb in peaks) <= TARGET_CTL_PEAK_KB, what,
+                ", ".join(f"N={n} {mb(kb)}" for n, kb in peaks)) if peaks else (None, what, "not run"))
+    return out
 
 
 if __name__ == "__main__":

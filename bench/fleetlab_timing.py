@@ -1,18 +1,18 @@
 #!/usr/bin/env python3
 """Benchmark: how long the fleet lab takes to come up and go down.
 
-For each fleet size N (default 10 50 100 200 sshd hosts; up to 500) it times
+For each fleet size N (default 10 50 100 200 sshd hosts; up to 1,000) it times
 fleetlab.up() (namespaces, bridge, keys, files, N sshd started and each
 sending its banner) and fleetlab.down() (servers stopped, namespaces, links
 and files removed), and the CPU this process and its children used, so the
 figures say how much of the wall time was this machine's 2 cores at work,
 and the memory the fleet holds once up: the drop of MemAvailable (kernel
 objects: namespaces, veths, sockets, plus the servers) and the PSS of its
-sshd listeners.
+sshd listeners, in all and per host.
 Each N runs --repeat times; the median and min are printed.
 
 Everything is built with a random prefix nt<hex> in a temporary directory
-and removed in a `finally`, also on Ctrl-C.  Needs root.
+and removed in a `finally`, also on Ctrl-C and SIGTERM.  Needs root.
 
     sudo .venv/bin/python bench/fleetlab_timing.py [--sizes 10 50 100 200] [--repeat 3] [--json FILE]
 """
@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import secrets
+import signal
 import statistics
 import sys
 import tempfile
@@ -86,7 +87,12 @@ def main() -> int:
         return 1
     results = {}
     print(f"{'hosts':>5}  {'up median':>9}  {'up min':>7}  {'down median':>11}  {'down min':>8}  "
-          f"{'CPU/round':>9}  {'per host up':>11}  {'memory':>8}  {'sshd PSS':>8}")
+          f"{'CPU/round':>9}  {'per host up':>11}  {'memory':>8}  {'sshd PSS':>8}  {'mem/host':>8}")
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
     try:
         for n in args.sizes:
             rounds = [one_round(n) for _ in range(args.repeat)]
@@ -97,7 +103,8 @@ def main() -> int:
                   f"{min(down):>7.2f}s  {statistics.median(r['cpu_s'] for r in rounds):>8.2f}s  "
                   f"{1000 * statistics.median(up) / n:>9.1f}ms  "
                   f"{statistics.median(r['mem_kb'] for r in rounds) / 1024:>6.0f}MB  "
-                  f"{statistics.median(r['sshd_pss_kb'] for r in rounds) / 1024:>6.0f}MB", flush=True)
+                  f"{statistics.median(r['sshd_pss_kb'] for r in rounds) / 1024:>6.0f}MB  "
+                  f"{statistics.median(r['mem_kb'] for r in rounds) / n / 1024:>6.2f}MB", flush=True)
     except KeyboardInterrupt:
         return 130
     if args.json:

@@ -51,3 +51,38 @@ def drifts(sysctls: dict, mtu: str, operstate: str, ethtool_k: str, nccl: str) -
     if nccl not in (header + NCCL_BODY for header in NCCL_HEADERS):
         out.append("NCCL file")
     return out
+
+
+# --- the fleet apply (bench_fleet.py --apply, apply_profile.yaml) -----------
+# `ethtool -K` names of FEATURES, in the same order.
+FEATURE_FLAGS = ("gro", "gso", "rx", "rx-udp-gro-forwarding")
+# The drifted state every apply run starts from: each of the apply
+# profile's eleven settings off its wanted value (put there by a plain ssh
+# script and checked before each run).
+DRIFTED_SYSCTLS = {
+    "net.ipv4.tcp_ecn": "2",
+    "net.ipv4.tcp_mtu_probing": "0",
+    "net.ipv4.tcp_slow_start_after_idle": "1",
+    f"net.ipv4.conf.{RAIL}.arp_ignore": "0",
+    f"net.ipv4.conf.{RAIL}.arp_announce": "0",
+    f"net.ipv4.conf.{RAIL}.rp_filter": "0",
+}
+DRIFTED_MTU = "1500"
+DRIFT_SCRIPT = " && ".join([
+    "sysctl -qw " + " ".join(f"{k}={v}" for k, v in DRIFTED_SYSCTLS.items()),
+    f"ip link set {RAIL} mtu {DRIFTED_MTU}",
+    f"ethtool -K {RAIL} " + " ".join(f"{flag} off" for flag in FEATURE_FLAGS),
+])
+# What drifts() says of a host in that state (its NCCL file untouched).
+DRIFTED = ["sysctl " + ",".join(sorted(SYSCTLS)), f"{RAIL} link mtu={DRIFTED_MTU} operstate={OPERSTATE}",
+           f"{RAIL} offloads " + ",".join(FEATURES)]
+
+
+def features_on(ethtool_k: str) -> dict:
+    """{feature: "on"/"off"} from `ethtool -k` output."""
+    out = {}
+    for line in ethtool_k.splitlines():
+        name, sep, value = line.strip().partition(":")
+        if sep and value.split():
+            out[name] = value.split()[0]
+    return out

@@ -332,3 +332,34 @@ def test_lab_cli_builds_reports_and_removes_a_fleet(tmp_path):
         fleetlab.lab_down()
     assert not os.path.exists(directory) and "ntfh001" not in namespaces()
     assert json.loads(runner.invoke(app, ["lab", "status", "--json"]).stdout)["lab"]["fleet"] is None
+
+
+def test_a_fleet_split_across_joined_bridges_is_one_segment_and_goes_down_whole(make_fleet, monkeypatch):
+    # Two hosts per bridge (1,000 hosts take 500): three sshd hosts and a
+    # silent one on two bridges, their data rails likewise.
+    monkeypatch.setattr(fleetlab, "HOSTS_PER_BRIDGE", 2)
+    f = make_fleet(3, silent=1, data_rails=True)
+    p = f.prefix
+    bridges = json.load(open(f.record))["bridges"]
+    assert bridges == [f"{p}br", f"{p}br2"]
+
+    def ports(bridge):
+        out = subprocess.run(["ip", "-j", "link", "show", "master", bridge], capture_output=True,
+                             text=True, check=True).stdout
+        return sorted(link["ifname"] for link in json.loads(out))
+
+    assert ports(f"{p}br") == sorted([f"{p}h001", f"{p}h002", f"{p}br2b"])
+    assert ports(f"{p}br2") == sorted([f"{p}h003", f"{p}h004", f"{p}br2a"])
+    assert ports(f"{p}rb2") == sorted([f"{p}d003", f"{p}d004", f"{p}rb2a"])
+    # The controller reaches the host behind the join through the first
+    # bridge's address; host 1 reaches host 3's data rail across the join.
+    far = f.hosts[2]
+    r = ssh_all(f, [far], "ip -j addr show mgmt0")[far.name]
+    assert r.returncode == 0 and mgmt_addresses(r.stdout) == [far.address]
+    ping = fleetlab.run_in(f.hosts[0], ["ping", "-c", "1", "-W", "5", far.data_address])
+    assert ping.returncode == 0, ping.stdout + ping.stderr
+
+    fleetlab.down(f.record)
+    made = {f"{p}{name}" for name in ("br", "br2", "br2a", "br2b", "rb", "rb2", "rb2a", "rb2b")}
+    assert not made & root_links()
+    assert not {h.name for h in f.hosts} & namespaces()

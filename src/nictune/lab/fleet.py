@@ -1,7 +1,7 @@
-"""A fleet lab: N namespace hosts on one bridge, each with its own real sshd.
+"""A fleet lab: N namespace hosts on one Ethernet segment, each with its own real sshd.
 
     root namespace: PREFIXbr 198.19.X.1/24 (a /24 of 198.19.0.0/16 not yet routed here;
-                    a /23 for more than 253 hosts)
+                    a /23 for more than 253 hosts, a /22 for more than 509)
       |-- PREFIXh001 <veth> mgmt0 198.19.X.2   [PREFIXh001: sshd on mgmt0, rail0 <veth> rail1]
       |-- PREFIXh002 <veth> mgmt0 198.19.X.3   [PREFIXh002: ...]
 
@@ -13,8 +13,13 @@ data0 198.18.Y.N on a second bridge PREFIXrb, a /24 of 198.18.0.0/16.  Each sshd
 HOME with Debian's stock dotfiles (root's own ~/.bashrc here starts pyenv:
 ~200 ms per command, which a stock host does not pay).
 
-Up to 500 hosts (issue 13's bench): a Linux bridge takes 1024 ports
-(BR_MAX_PORTS, net/bridge/br_private.h), and beyond 250 hosts the root
+Up to 1,000 hosts.  A Linux bridge takes 1024 ports (BR_MAX_PORTS,
+net/bridge/br_private.h; port 0 unused): past HOSTS_PER_BRIDGE hosts they
+are shared evenly among bridges PREFIXbr, PREFIXbr2, ..., each joined to
+the first by a veth pair (PREFIXbr2a on PREFIXbr2, PREFIXbr2b on PREFIXbr),
+a star with STP off and no loop: one Ethernet segment, one subnet
+(bridge_layout()).  Before building, up() checks this process's limits for
+the size (open files, free PIDs, memory; check_limits()).  Beyond 250 hosts the root
 namespace's neighbour table limits (net.ipv4.neigh.default.gc_thresh1/2/3,
 128/512/1024 by default) are raised for the fleet's life, so that the
 bridge's ARP entries for every host are not garbage-collected mid-run
@@ -32,6 +37,7 @@ import json
 import os
 import random
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -40,7 +46,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Callable, Dict, Iterable, List, Optional
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from nictune.lab import namespaces as labmod
 from nictune.host.errors import SYSTEM, NictuneError
@@ -51,9 +57,23 @@ SKEL = "/etc/skel"
 POOL = ipaddress.ip_network("198.19.0.0/16")
 DATA_POOL = ipaddress.ip_network("198.18.0.0/16")  # data_rails: hosts' data0
 DATA_RAIL = "data0"
-# bench/bench_fleet.py goes to 500; `nictune lab up --hosts` keeps its own
+# bench/bench_fleet.py goes to 1,000; `nictune lab up --hosts` keeps its own
 # lower limit (labmod.FLEET_MAX_HOSTS).
-MAX_HOSTS = 500
+MAX_HOSTS = 1000
+# Ports of one bridge: BR_MAX_PORTS is 1024, port number 0 is never given.
+BRIDGE_MAX_PORTS = 1023
+# Hosts on one bridge at most; fleets up to this size keep a single bridge
+# (as before the split), larger ones take ceil(N / this) bridges.
+HOSTS_PER_BRIDGE = 500
+IFNAMSIZ = 15  # longest interface name (and, here, namespace name)
+# What a fleet holds per host, to check before building: its sshd
+# listener's PSS and the kernel's namespace, veths, sockets (2.2 MB
+# measured at 500 hosts, bench/README.md: fleetlab_timing.py), rounded up.
+MEM_PER_HOST_KB = 3 * 1024
+# Open files this process may need per host (a tool run from it may hold a
+# connection to every host at once, as pyinfra does), and PIDs: a listener
+# per host plus the sessions and commands of the hosts being worked on.
+FDS_BASE, PIDS_BASE, PIDS_PER_HOST = 256, 512, 2
 # Above this many hosts the neighbour table limits are raised (see above).
 NEIGH_RAISE_ABOVE = 250
 NEIGH_SYSCTL = "/proc/sys/net/ipv4/neigh/default/gc_thresh{}"
@@ -217,6 +237,155 @@ def subnet_prefix(hosts: int) -> int:
     return min(24, 32 - (size.bit_length() - 1))
 
 
+@dataclass(frozen=True)
+class Segment:
+    """One bridge of a fleet and the ports on it; every bridge but the first
+    also has `join`, the veth pair to the first: (end on this bridge, end on
+    the first)."""
+    bridge: str
+    ports: Tuple[str, ...]
+    join: Optional[Tuple[str, str]] = None
+
+
+def bridge_layout(bridge: str, ports: List[str], per_bridge: Optional[int] = None) -> List[Segment]:
+    """Ports (root ends of the hosts' veths) shared evenly, in order, among
+    as few bridges as hold per_bridge each (HOSTS_PER_BRIDGE by default):
+    `bridge` itself, then bridge2, bridge3, ... each joined to the first."""
+    per_bridge = per_bridge or HOSTS_PER_BRIDGE
+    count = max(1, -(-len(ports) // per_bridge))
+    if -(-len(ports) // count) + count - 1 > BRIDGE_MAX_PORTS:
+        raise FleetError(f"{len(ports)} hosts do not fit {count} bridges of {BRIDGE_MAX_PORTS} ports")
+    segments, start = [], 0
+    for i in range(count):
+        size = len(ports) // count + (1 if i < len(ports) % count else 0)
+        name = bridge if i == 0 else f"{bridge}{i + 1}"
+        join = None if i == 0 else (f"{name}a", f"{name}b")
+        segments.append(Segment(name, tuple(ports[start:start + size]), join))
+        start += size
+    return segments
+
+
+def _bridge_links(segments: List[Segment]) -> List[str]:
+    """The root-namespace links of a layout besides the hosts' veths: the
+    bridges and both ends of each join (deleted by name: no namespace takes
+    them along)."""
+    return [s.bridge for s in segments] + [end for s in segments if s.join for end in s.join]
+
+
+def _bridge_lines(segments: List[Segment]) -> List[str]:
+    """`ip -batch` lines making the bridges and joins; the ports are enslaved
+    by the caller once they exist (_port_lines)."""
+    first = segments[0].bridge
+    # STP is off, so ports forward at once; forward_delay 0 makes sure of it.
+    lines = [f"link add {s.bridge} type bridge forward_delay 0" for s in segments]
+    for s in segments:
+        if s.join:
+            here, there = s.join
+            lines += [f"link add {here} type veth peer name {there}",
+                      f"link set {here} master {s.bridge} up", f"link set {there} master {first} up"]
+    return lines
+
+
+def _port_lines(segments: List[Segment]) -> List[str]:
+    lines = [f"link set {port} master {s.bridge} up" for s in segments for port in s.ports]
+    return lines + [f"link set {s.bridge} up" for s in segments]
+
+
+def host_addresses(subnet: ipaddress.IPv4Network, count: int) -> List[str]:
+    """The hosts' addresses: .2 onwards (the first bridge has .1), below the
+    broadcast address."""
+    if count + 3 > subnet.num_addresses:
+        raise FleetError(f"{subnet} cannot hold a bridge, {count} hosts and its broadcast address")
+    return [str(subnet.network_address + i + 1) for i in range(1, count + 1)]
+
+
+def _check_names(prefix: str, total: int) -> None:
+    """The longest names (PREFIXh1000, PREFIXbr2a) must fit IFNAMSIZ."""
+    longest = max([f"{prefix}h{total:03d}", f"{prefix}d{total:03d}"]
+                  + _bridge_links(bridge_layout(f"{prefix}br", ["x"] * total))
+                  + _bridge_links(bridge_layout(f"{prefix}rb", ["x"] * total)), key=len)
+    if len(longest) > IFNAMSIZ:
+        raise FleetError(f"fleet prefix {prefix!r} is too long for {total} hosts: {longest!r} has "
+                         f"{len(longest)} characters, an interface name at most {IFNAMSIZ}")
+
+
+def check_limits(hosts: int) -> None:
+    """Refuse, with what to change, a fleet this process or machine cannot
+    hold; raise the soft open-file limit to what the size needs when the
+    hard one allows (children, the tools a bench runs, inherit it)."""
+    want = FDS_BASE + hosts
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        if hard != resource.RLIM_INFINITY and hard < want:
+            raise FleetError(f"a fleet of {hosts} hosts needs {want} open files in this process (a tool "
+                             f"may hold a connection to every host); its limit is {hard}: raise it "
+                             f"(`ulimit -n {want}`, or LimitNOFILE= in a unit) and start again")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    want = PIDS_BASE + PIDS_PER_HOST * hosts
+    free, where = _free_pids()
+    if free < want:
+        raise FleetError(f"a fleet of {hosts} hosts needs about {want} free process IDs (a server per "
+                         f"host and their sessions); {where} leaves {free}: raise it and start again")
+    want = MEM_PER_HOST_KB * hosts
+    have = _mem_available_kb()
+    if have < want:
+        raise FleetError(f"a fleet of {hosts} hosts needs about {want // 1024} MB of memory "
+                         f"({MEM_PER_HOST_KB // 1024} MB per host); MemAvailable is {have // 1024} MB")
+
+
+def _free_pids() -> Tuple[int, str]:
+    """How many more tasks can start, and the limit that says so: the
+    kernel's pid_max and threads-max against the tasks alive now, and the
+    pids cgroup this process is in (a container's pids.max) if any."""
+    with open("/proc/loadavg") as f:
+        tasks = int(f.read().split()[3].split("/")[1])
+    best = (10 ** 9, "")
+    for path, name in (("/proc/sys/kernel/pid_max", "kernel.pid_max"),
+                       ("/proc/sys/kernel/threads-max", "kernel.threads-max")):
+        limit = _read_int(path)
+        if limit is not None and limit - tasks < best[0]:
+            best = (limit - tasks, f"{name} ({limit}, {tasks} tasks running)")
+    group = _pids_cgroup()
+    if group:
+        limit, current = _read_int(os.path.join(group, "pids.max")), _read_int(os.path.join(group, "pids.current"))
+        if limit is not None and current is not None and limit - current < best[0]:
+            best = (limit - current, f"the pids cgroup's pids.max ({group}: {limit}, {current} in use)")
+    return best
+
+
+def _pids_cgroup() -> Optional[str]:
+    """This process's pids cgroup directory (v1 controller or v2), if any."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        for candidate in ((f"/sys/fs/cgroup/pids{path}",) if "pids" in controllers.split(",") else
+                          (f"/sys/fs/cgroup{path}",) if controllers == "" else ()):
+            if os.path.exists(os.path.join(candidate, "pids.max")):
+                return candidate
+    return None
+
+
+def _read_int(path: str) -> Optional[int]:
+    """An integer file ("max" and unreadable files: None)."""
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _mem_available_kb() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1])
+    return 0
+
+
 def _claim_subnet(bridge: str, prefixlen: int = 24, pool=POOL) -> ipaddress.IPv4Network:
     """Give the bridge .1 of a subnet of 198.19.0.0/16 that nothing else in the
     root namespace uses (a test fleet and the lab fleet may be up together).
@@ -257,9 +426,10 @@ def _plan_hosts(prefix: str, n: int, silent: int, unreachable: int) -> List[Flee
 
 
 def _check_free(prefix: str, hosts: List[FleetHost], data_rails: bool = False) -> None:
-    names = [f"{prefix}br"] + [h.name for h in hosts]
+    in_ns = [h.name for h in hosts if h.netns]
+    names = _bridge_links(bridge_layout(f"{prefix}br", in_ns)) + [h.name for h in hosts]
     if data_rails:
-        names += [f"{prefix}rb"] + [_data_link(prefix, h) for h in hosts]
+        names += _bridge_links(bridge_layout(f"{prefix}rb", in_ns)) + [_data_link(prefix, h) for h in hosts]
     links = {link["ifname"] for link in json.loads(_must(["ip", "-j", "link", "show"]) or "[]")}
     taken = [name for name in names if name in links or os.path.exists(f"/run/netns/{name}")]
     if taken:
@@ -279,6 +449,7 @@ def up(n: int, dir: str, prefix: str = "ntf", silent: int = 0, unreachable: int 
     if n < 1 or silent < 0 or unreachable < 0 or n + silent + unreachable > MAX_HOSTS:
         raise FleetError(f"a fleet has 1 to {MAX_HOSTS} hosts in all (asked: {n} sshd, "
                          f"{silent} silent, {unreachable} unreachable)")
+    _check_names(prefix, n + silent + unreachable)
     if os.geteuid() != 0:
         raise FleetError("building a fleet needs root (network namespaces, sshd)")
     if not os.access(SSHD, os.X_OK) or shutil.which("ssh-keygen", path=_ENV["PATH"]) is None:
@@ -287,6 +458,7 @@ def up(n: int, dir: str, prefix: str = "ntf", silent: int = 0, unreachable: int 
     if os.path.isdir(dir) and os.listdir(dir):
         raise FleetError(f"fleet directory {dir} is not empty: a fleet left over? "
                          f"remove it with fleetlab.down('{dir}/record.json') or pick another directory")
+    check_limits(n + silent + unreachable)
     python = _target_python()
     hosts = _plan_hosts(prefix, n, silent, unreachable)
     _check_free(prefix, hosts, data_rails)
@@ -314,26 +486,25 @@ def up(n: int, dir: str, prefix: str = "ntf", silent: int = 0, unreachable: int 
 
 
 def _build_network(record: _Record, prefix: str, hosts: List[FleetHost]) -> None:
-    bridge = f"{prefix}br"
     in_ns = [h for h in hosts if h.netns]
+    segments = bridge_layout(f"{prefix}br", [h.name for h in in_ns])
     # Recorded before creation: down() of a name that was never made is a no-op,
     # and _check_free() made sure none of these names belonged to anyone else.
+    record.data["root_links"] = _bridge_links(segments)
     record.add("namespaces", [h.netns for h in in_ns])
-    record.add("links", [bridge] + [h.name for h in in_ns])
-    lines = [f"netns add {h.netns}" for h in in_ns]
-    # STP is off, so ports forward at once; forward_delay 0 makes sure of it.
-    lines.append(f"link add {bridge} type bridge forward_delay 0")
+    record.add("links", _bridge_links(segments) + [h.name for h in in_ns])
+    lines = [f"netns add {h.netns}" for h in in_ns] + _bridge_lines(segments)
     for h in in_ns:
         lines.append(f"link add {h.name} type veth peer name mgmt0 netns {h.netns}")
         lines.append(f"link add rail0 netns {h.netns} type veth peer name rail1 netns {h.netns}")
-        lines.append(f"link set {h.name} master {bridge} up")
-    lines.append(f"link set {bridge} up")
+    lines += _port_lines(segments)
     _raise_neigh_limits(record, len(hosts))
     _ip_batch(lines)
-    subnet = _claim_subnet(bridge, subnet_prefix(len(hosts)))
-    for i, h in enumerate(hosts, start=1):
-        h.address = str(subnet.network_address + i + 1)
-    record.data.update(subnet=str(subnet), hosts=[asdict(h) for h in hosts])
+    subnet = _claim_subnet(segments[0].bridge, subnet_prefix(len(hosts)))
+    for h, address in zip(hosts, host_addresses(subnet, len(hosts))):
+        h.address = address
+    record.data.update(subnet=str(subnet), hosts=[asdict(h) for h in hosts],
+                       bridges=[s.bridge for s in segments])
     record.save()
 
     def inside(h: FleetHost) -> None:
@@ -348,21 +519,20 @@ def _data_link(prefix: str, host: FleetHost) -> str:
 
 
 def _build_data_rails(record: _Record, prefix: str, hosts: List[FleetHost]) -> None:
-    """data0 in each host namespace, its peer on the bridge PREFIXrb: a
-    rail between hosts (the rails rail0/rail1 are each host's own)."""
-    bridge = f"{prefix}rb"
+    """data0 in each host namespace, its peer on the bridge PREFIXrb (and
+    more, joined, past HOSTS_PER_BRIDGE): a rail between hosts (the rails
+    rail0/rail1 are each host's own)."""
     in_ns = [h for h in hosts if h.netns]
-    record.data["data_bridge"] = bridge
-    record.add("links", [bridge] + [_data_link(prefix, h) for h in in_ns])
-    lines = [f"link add {bridge} type bridge forward_delay 0"]
-    for h in in_ns:
-        lines.append(f"link add {_data_link(prefix, h)} type veth peer name {DATA_RAIL} netns {h.netns}")
-        lines.append(f"link set {_data_link(prefix, h)} master {bridge} up")
-    lines.append(f"link set {bridge} up")
-    _ip_batch(lines)
-    subnet = _claim_subnet(bridge, subnet_prefix(len(hosts)), DATA_POOL)
-    for i, h in enumerate(hosts, start=1):
-        h.data_address = str(subnet.network_address + i + 1) if h.netns else ""
+    segments = bridge_layout(f"{prefix}rb", [_data_link(prefix, h) for h in in_ns])
+    record.data["data_bridge"] = segments[0].bridge
+    record.data["root_links"] = record.data.get("root_links", []) + _bridge_links(segments)
+    record.add("links", _bridge_links(segments) + [_data_link(prefix, h) for h in in_ns])
+    lines = _bridge_lines(segments)
+    lines += [f"link add {_data_link(prefix, h)} type veth peer name {DATA_RAIL} netns {h.netns}" for h in in_ns]
+    _ip_batch(lines + _port_lines(segments))
+    subnet = _claim_subnet(segments[0].bridge, subnet_prefix(len(hosts)), DATA_POOL)
+    for h, address in zip(hosts, host_addresses(subnet, len(hosts))):
+        h.data_address = address if h.netns else ""
     record.data.update(data_subnet=str(subnet), hosts=[asdict(h) for h in hosts])
     record.save()
     _parallel(lambda h: _ip_batch([f"addr add {h.data_address}/{subnet.prefixlen} dev {DATA_RAIL}",
@@ -681,8 +851,9 @@ def down(record_path: str) -> List[str]:
     deadline = time.monotonic() + 5
     while True:
         present = _root_links()
-        # Bridges stay until deleted by name; the veths go with their namespaces.
-        bridges = {record.get("bridge"), record.get("data_bridge")}
+        # Bridges (and the veths joining them) stay until deleted by name;
+        # the hosts' veths go with their namespaces.
+        bridges = {record.get("bridge"), record.get("data_bridge"), *record.get("root_links", [])}
         if not present & (set(links) - bridges) or time.monotonic() >= deadline:
             break
         time.sleep(0.02)
@@ -748,7 +919,7 @@ def status(record_path: str) -> Optional[Dict]:
     running = {p["host"] for p in record.get("processes", []) if _is_ours(p) and _alive(p["pid"])}
     hosts = [{**h, "running": h["name"] in running} for h in record.get("hosts", [])]
     return {"prefix": record["prefix"], "dir": record["dir"], "subnet": record["subnet"],
-            "bridge": record["bridge"], "hosts": hosts,
+            "bridge": record["bridge"], "bridges": record.get("bridges", [record["bridge"]]), "hosts": hosts,
             "inventory": os.path.join(record["dir"], "inventory.ini"),
             "ssh_config": os.path.join(record["dir"], "ssh_config")}
 
