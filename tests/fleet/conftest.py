@@ -33,6 +33,13 @@ def fleet(tmp_path_factory):
         yield f
 
 
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """Two reachable sshd hosts of the module's own, for tests that change them."""
+    with running_fleet(tmp_path_factory, 2) as f:
+        yield f
+
+
 @pytest.fixture
 def make_fleet(tmp_path_factory):
     require_fleet()

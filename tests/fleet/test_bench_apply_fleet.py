@@ -16,7 +16,6 @@ import subprocess
 import sys
 
 import pytest
-from fleet_helpers import running_fleet
 
 from nictune.lab.fleet import run_in
 
@@ -37,12 +36,6 @@ def _checks():
 checks = _checks()
 
 
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory):
-    with running_fleet(tmp_path_factory, 2) as f:
-        yield f
-
-
 def state(host) -> list:
     """checks.drifts() of the host as its kernel says (the NCCL file, which
     the apply profile leaves alone, taken as wanted)."""
@@ -53,32 +46,32 @@ def state(host) -> list:
     return checks.drifts(sysctls, str(link["mtu"]), link["operstate"].lower(), ethtool, checks.NCCL)
 
 
-def drift(fleet) -> None:
-    for h in fleet.hosts:
-        subprocess.run(["ssh", "-F", fleet.ssh_config, "-o", "BatchMode=yes", h.name, checks.DRIFT_SCRIPT],
+def drift(pair) -> None:
+    for h in pair.hosts:
+        subprocess.run(["ssh", "-F", pair.ssh_config, "-o", "BatchMode=yes", h.name, checks.DRIFT_SCRIPT],
                        check=True, capture_output=True, timeout=60)
-    assert [state(h) for h in fleet.hosts] == [checks.DRIFTED] * 2
+    assert [state(h) for h in pair.hosts] == [checks.DRIFTED] * 2
 
 
-def test_nictune_apply_of_the_bench_profile_undoes_the_drift_script(fleet):
-    assert len(checks.DRIFTED) == 3 and len(fleet.hosts) == 2
-    drift(fleet)
-    r = subprocess.run([NICTUNE, "apply", os.path.join(FILES, "apply_profile.yaml"), "-i", fleet.inventory,
+def test_nictune_apply_of_the_bench_profile_undoes_the_drift_script(pair):
+    assert len(checks.DRIFTED) == 3 and len(pair.hosts) == 2
+    drift(pair)
+    r = subprocess.run([NICTUNE, "apply", os.path.join(FILES, "apply_profile.yaml"), "-i", pair.inventory,
                         "--confirm-timeout", "0", "--json"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     report = json.loads(r.stdout)
     assert [h["ok"] for h in report["hosts"]] == [True, True]
-    assert [state(h) for h in fleet.hosts] == [[], []]
+    assert [state(h) for h in pair.hosts] == [[], []]
 
 
-def test_the_bench_playbook_undoes_the_drift_script_and_then_changes_nothing(fleet, tmp_path):
-    drift(fleet)
+def test_the_bench_playbook_undoes_the_drift_script_and_then_changes_nothing(pair, tmp_path):
+    drift(pair)
     env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_PYTHON_INTERPRETER": "/usr/bin/python3",
            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"), "ANSIBLE_HOME": str(tmp_path / "ansible-home")}
-    argv = [PLAYBOOK, "-i", fleet.inventory, os.path.join(FILES, "apply.yml"), "--limit", "fleet"]
+    argv = [PLAYBOOK, "-i", pair.inventory, os.path.join(FILES, "apply.yml"), "--limit", "fleet"]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stdout[-3000:]
-    assert [state(h) for h in fleet.hosts] == [[], []]
+    assert [state(h) for h in pair.hosts] == [[], []]
     assert r.stdout.count("changed=3 ") == 2  # sysctls, MTU, offloads on each host
     again = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
     assert again.returncode == 0 and again.stdout.count("changed=0 ") == 2, again.stdout[-3000:]

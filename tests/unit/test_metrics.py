@@ -582,6 +582,7 @@ def test_by_default_priorities_and_keys_are_summed_and_detail_keeps_them(tmp_pat
     # never a sum beside its parts: sum by (instance, device) reads the same in both modes
     assert _key("nictune_pfc_rx_pause_frames_total", **rail) not in detail
     assert _key("nictune_drift_events_total") not in detail
+    assert len(metrics.DETAIL_LABELS) >= 4, metrics.DETAIL_LABELS
     for metric, labels in metrics.DETAIL_LABELS.items():
         assert metric in metrics.CATALOG and "--metrics-detail" in metrics.CATALOG[metric][1], metric
 

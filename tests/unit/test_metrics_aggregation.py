@@ -96,7 +96,9 @@ def test_federation_and_remote_write_take_every_roll_up():
     assert shard["rule_files"] == [RULES.name]
     kept = shard["remote_write"][0]["write_relabel_configs"][0]
     assert kept["action"] == "keep" and kept["source_labels"] == ["__name__"]
-    for record, _expr in _recorded():
+    recorded = _recorded()
+    assert len(recorded) >= 10, recorded
+    for record, _expr in recorded:
         assert re.fullmatch(federated, record), record
         assert re.fullmatch(kept["regex"], record), record
     # The drift itself (which key, which node) leaves the shard too; the
