@@ -18,13 +18,16 @@ only the host side's own cost is counted.  Each round, interleaved:
     sudo .venv/bin/python bench/bench_agent_cpu.py [--rounds 20]
 
 Prints the median and the 25th/75th percentiles of each, in ms of CPU.
-`--bootstrap FILE` runs another bootstrap text (a Python file holding the
-BOOTSTRAP string as agentzip.py's own), to compare two in one interleaved run.
+`--against SRC` also runs the agent of another checkout (its src/ directory:
+its bootstrap and its archive, built there), interleaved with this one, each
+with its own state directory: "before" and "after" in one run, e.g.
+`git worktree add /tmp/before main` then `--against /tmp/before/src`.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import secrets
@@ -79,8 +82,8 @@ def cpu_ms(argv: list, stdin: bytes = b"", exchange=None) -> tuple:
     return (usage.ru_utime + usage.ru_stime) * 1000, out
 
 
-def agent_run(ns: str, bootstrap: str, bundle, state: str, request: dict) -> tuple:
-    argv = ["ip", "netns", "exec", ns, sys.executable, "-I", "-S", "-c", bootstrap, bundle.sha256, state]
+def agent_run(ns: str, bundle, state: str, request: dict) -> tuple:
+    argv = ["ip", "netns", "exec", ns, sys.executable, "-I", "-S", "-c", bundle.bootstrap, bundle.sha256, state]
 
     def exchange(proc):
         answer = proc.stdout.readline()
@@ -100,11 +103,11 @@ def checked_only(bootstrap: str) -> str:
     return head + "sys.exit(0)\n"
 
 
-def loaded_modules(ns: str, bootstrap: str, bundle, state: str, request: dict) -> list:
+def loaded_modules(ns: str, bundle, state: str, request: dict) -> list:
     """The modules a run of the agent loads beyond the interpreter's start."""
     dump = "code = main()\nsys.stderr.write(' '.join(sorted(sys.modules))); sys.stderr.flush()\n"
     argv = ["ip", "netns", "exec", ns, sys.executable, "-I", "-S", "-c",
-            bootstrap.replace("code = main()\n", dump), bundle.sha256, state]
+            bundle.bootstrap.replace("code = main()\n", dump), bundle.sha256, state]
     ran = subprocess.run(argv, input=json.dumps(request).encode() + b"\n", capture_output=True, check=True)
     start = subprocess.run([sys.executable, "-I", "-S", "-c", "import sys; print(' '.join(sys.modules))"],
                            capture_output=True, text=True, check=True).stdout.split()
@@ -117,23 +120,40 @@ def importing(bootstrap: str, modules: list) -> str:
             "sys.path.insert(0, home)\n" + "".join(f"import {m}\n" for m in modules) + "os._exit(0)\n")
 
 
+class Bundle:
+    """An agent as the SSH path sends it: the archive and its bootstrap."""
+
+    def __init__(self, data: bytes, sha256: str, bootstrap: str):
+        self.data, self.sha256, self.bootstrap = data, sha256, bootstrap
+
+
+def bundle_of(src) -> Bundle:
+    """This checkout's agent, or that of the checkout whose src/ is `src`."""
+    if src is None:
+        built = agentzip.build()
+        return Bundle(built.data, built.sha256, agentzip.BOOTSTRAP)
+    code = ("import json, sys, base64; from nictune.control.remote import agentzip as a; b = a.build(); "
+            "print(json.dumps([base64.b64encode(b.data).decode(), b.sha256, a.BOOTSTRAP]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": os.path.abspath(src)}).stdout
+    data, sha, bootstrap = json.loads(out)
+    return Bundle(base64.b64decode(data), sha, bootstrap)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--profile", help="another profile (its drift: DRIFT's commands)")
-    ap.add_argument("--bootstrap", help="a Python file whose BOOTSTRAP is compared with agentzip's")
+    ap.add_argument("--against", metavar="SRC", help="another checkout's src/ directory, run interleaved")
     args = ap.parse_args()
-    bundle = agentzip.build()
     profile = load_profile(args.profile) if args.profile else load_profile_text(PROFILE, "agent-cpu.yaml")
-    bootstraps = {"": agentzip.BOOTSTRAP}
-    if args.bootstrap:
-        other: dict = {}
-        exec(open(args.bootstrap).read(), other)  # noqa: S102 - the user's own file, as a module
-        bootstraps = {"old ": other["BOOTSTRAP"], "new ": agentzip.BOOTSTRAP}
+    agents = {"": bundle_of(None)}
+    if args.against:
+        agents = {"before ": bundle_of(args.against), "after ": agents[""]}
     ns = "nt" + secrets.token_hex(3)
     scratch = tempfile.mkdtemp(prefix="nt-agent-cpu-")
     # A state directory per bootstrap: each keeps the cache it sealed.
-    states = {tag: os.path.join(scratch, tag.strip() or "state") for tag in bootstraps}
+    states = {tag: os.path.join(scratch, tag.strip() or "state") for tag in agents}
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
         run = lambda argv: subprocess.run(["ip", "netns", "exec", ns, *argv], check=True,  # noqa: E731
@@ -141,25 +161,26 @@ def main() -> int:
         run(["ip", "link", "add", "rail0", "type", "veth", "peer", "name", "rail1"])
         run(["ip", "link", "set", "rail0", "up"])
         got: dict = {}
-        for tag, text in bootstraps.items():  # unpack once: every round is a warm "have"
-            agent_run(ns, text, bundle, states[tag], build_request("plan", profile))
-        for cmd in DRIFT:
-            run(cmd)
-        modules = loaded_modules(ns, agentzip.BOOTSTRAP, bundle, states[next(iter(bootstraps))],
-                                 build_request("apply", profile))
+        for tag, agent in agents.items():  # unpack once: every round is a warm "have"
+            agent_run(ns, agent, states[tag], build_request("plan", profile))
+        modules = {}
+        for tag, agent in agents.items():
+            for cmd in DRIFT:
+                run(cmd)
+            modules[tag] = loaded_modules(ns, agent, states[tag], build_request("apply", profile))
         for _ in range(args.rounds):
             got.setdefault("python", []).append(cpu_ms(["ip", "netns", "exec", ns, sys.executable,
                                                         "-I", "-S", "-c", "pass"])[0])
-            for tag, text in bootstraps.items():
-                argv = ["ip", "netns", "exec", ns, sys.executable, "-I", "-S", "-c", checked_only(text),
-                        bundle.sha256, states[tag]]
+            for tag, agent in agents.items():
+                argv = ["ip", "netns", "exec", ns, sys.executable, "-I", "-S", "-c",
+                        checked_only(agent.bootstrap), agent.sha256, states[tag]]
                 got.setdefault(tag + "check", []).append(cpu_ms(argv)[0])
-                argv[-3] = importing(text, modules)
+                argv[-3] = importing(agent.bootstrap, modules[tag])
                 got.setdefault(tag + "imports", []).append(cpu_ms(argv)[0])
                 for command in ("plan", "apply"):
                     for cmd in DRIFT:
                         run(cmd)
-                    ms, out = agent_run(ns, text, bundle, states[tag], build_request(command, profile))
+                    ms, out = agent_run(ns, agent, states[tag], build_request(command, profile))
                     assert out.startswith(b"have\n"), out[:200]
                     report = json.loads(out.splitlines()[1])
                     assert report["ok"] and report["exit_code"] == (2 if command == "plan" else 0), report
@@ -168,7 +189,8 @@ def main() -> int:
             q = statistics.quantiles(values, n=4)
             print(f"{what:12s} median {statistics.median(values):6.1f} ms CPU  "
                   f"(p25 {q[0]:.1f}, p75 {q[2]:.1f}, {len(values)} runs)")
-        print(f"load average {os.getloadavg()[0]:.2f}; an apply loads {len(modules)} modules")
+        print(f"load average {os.getloadavg()[0]:.2f}; an apply loads "
+              + ", ".join(f"{tag}{len(m)}" for tag, m in modules.items()) + " modules")
     finally:
         subprocess.run(["ip", "netns", "del", ns], check=False)
         subprocess.run(["rm", "-rf", scratch], check=False)
