@@ -9,7 +9,7 @@ it is re-sent only when the code changed.
 
 BOOTSTRAP is the only code that runs on the target before the agent: it
 checks the cached copy (ownership, permissions and a manifest of hashes,
-on every run), answers "have" or "need" for the archive, unpacks,
+and of the module sources' sizes and mtimes, on every run), answers "have" or "need" for the archive, unpacks,
 byte-compiles and seals a new one into <state dir>/agent/<sha256>/ (once:
 later runs import the compiled modules), and hands stdin over to the agent.
 """
