@@ -90,8 +90,8 @@ def test_broken_hosts_are_reported_and_do_not_hold_the_run(fleet, profile):
 
 def test_the_agent_is_sent_once_then_reused(fleet, profile):
     host = fleet.of_kind("sshd")[0].name
-    nictune("plan", profile, "-i", fleet.inventory, "--limit", host)
-    code, report = nictune("plan", profile, "-i", fleet.inventory, "--limit", host)
+    nictune("plan", profile, "-i", fleet.inventory, "--limit", host, "--no-probe")
+    code, report = nictune("plan", profile, "-i", fleet.inventory, "--limit", host, "--no-probe")
     assert report["hosts"][0]["transport"] == {"agent_sent": False}
 
 

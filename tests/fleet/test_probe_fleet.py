@@ -18,9 +18,11 @@ import sys
 import textwrap
 
 import pytest
-from fleet_helpers import audit, comparable, drift_of, nictune, profile_file
+from fleet_helpers import audit, by_host, comparable, drift_of, nictune, profile_file
 from test_hostile_hosts import inventory_with
+from typer.testing import CliRunner
 
+from nictune.cli.app import app
 from nictune.control.remote import agentzip, probe
 from nictune.lab.fleet import run_in
 
@@ -221,3 +223,75 @@ def test_a_question_cache_that_is_not_the_users_own_is_not_used(make_fleet, prof
     assert third["via"] == "zipapp", third
     assert [w for w in third["warnings"] if f"question cache {directory} is not used: its mode is 0755" in w]
     assert {p: p.read_bytes() for p in directory.iterdir()} == kept  # nothing written into it
+
+
+# -- plan ---------------------------------------------------------------------------
+
+def plan_text(fleet, profile: str, *extra: str) -> tuple:
+    """`nictune plan` of the fleet as a user reads it: (exit code, the rendered diff),
+    each line's run of blanks as one and the timings (this profile has no other
+    decimals) as "S"."""
+    result = CliRunner().invoke(app, ["plan", profile, "-i", fleet.inventory, "--limit", "fleet", *extra])
+    shown = [re.sub(r" +", " ", re.sub(r"\b\d+\.\d+\b", "S", line)) for line in result.stdout.splitlines()]
+    return result.exit_code, shown
+
+
+def test_a_plan_is_the_probes_and_equals_the_agents(make_fleet, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    fleet = make_fleet(2)
+    drifted, clean = fleet.of_kind("sshd")
+    profile = profile_file(tmp_path, PROFILE, "probe.yaml")
+    code, report = nictune("apply", profile, "-i", fleet.inventory, "--limit", "fleet")
+    assert code == 0, report
+    run_in(drifted, ["ip", "link", "set", "rail1", "mtu", "1500"])
+    run_in(drifted, ["ethtool", "-K", "rail0", "gro", "off"])
+    run_in(drifted, ["sysctl", "-qw", "net.ipv4.tcp_ecn=2"])
+
+    started = agent_starts(monkeypatch)
+    code, probed = nictune("plan", profile, "-i", fleet.inventory, "--limit", "fleet")
+    shown = plan_text(fleet, profile)
+    assert started == [] and code == 2, probed
+    assert {h["via"] for h in probed["hosts"]} == {"probe"}
+    code_agent, agents = nictune("plan", profile, "-i", fleet.inventory, "--limit", "fleet", "--no-probe")
+    assert code_agent == code and {h["via"] for h in agents["hosts"]} == {"zipapp"}
+    assert len(started) == 2  # --no-probe: each host's agent
+    probed, agents = by_host(probed), by_host(agents)
+    for name in agents:
+        assert comparable(probed[name]) == comparable(agents[name]), name
+    pending = {(c["key"]["target"], c["key"]["name"], c["before"], c["after"])
+               for c in probed[drifted.name]["changes"] if c["status"] == "pending"}
+    assert pending == {("rail1", "mtu", 1500, 9000), ("rail0", "rx-gro", False, True),
+                       ("host", "net.ipv4.tcp_ecn", 2, 1)}
+    assert probed[clean.name]["exit_code"] == 0 and probed[clean.name]["summary"] == {"ok": 11}
+    # The diff a user reads is the agent's, line for line.
+    assert shown == plan_text(fleet, profile, "--no-probe")
+    assert shown[0] == 2 and " rail1 link mtu 1500 9000 pending " + profile + ":12" in shown[1], shown
+
+
+KEYED = PROFILE + """\
+  crypto:
+    match: {name: rail0}
+    ipsec:
+      lab: true
+      sas:
+        - {src: 198.18.7.1, dst: 198.18.7.2, spi: 0x1001, reqid: 1, key_file: KEYFILE}
+"""
+
+
+def test_a_plan_that_reads_a_key_file_goes_to_its_agent(make_fleet, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    fleet = make_fleet(1)
+    [host] = fleet.of_kind("sshd")
+    key_file = tmp_path / "sa1.key"  # the hosts are namespaces of this machine: its files
+    key_file.write_text("0a1b2c3d4e5f60718293a4b5c6d7e8f901234567\n")
+    os.chmod(key_file, 0o600)
+    profile = profile_file(tmp_path, KEYED.replace("KEYFILE", str(key_file)), "keyed.yaml")
+    started = agent_starts(monkeypatch)
+    code, report = nictune("plan", profile, "-i", fleet.inventory, "--limit", "fleet")
+    [got] = report["hosts"]
+    assert code == 2 and got["via"] == "zipapp" and got["error"] is None and len(started) == 1, got
+    assert any(c["key"]["family"] == "ipsec" for c in got["changes"])
+    [why] = [q["why_not"] for q in kept_questions()]  # the next plan goes to the agent at once
+    assert why == [f"key file {key_file} (its fingerprint; snapshots hold no key material)"], why
+    assert comparable(got) == comparable(by_host(nictune("plan", profile, "-i", fleet.inventory,
+                                                         "--limit", "fleet", "--no-probe")[1])[host.name])

@@ -197,3 +197,48 @@ def test_what_the_bootstrap_creates_is_private_whatever_the_umask(tmp_path):
     answer, _, _ = bootstrap(state, send_archive=False, umask=0)
     assert answer == "have"
 
+
+
+def rewrite_keeping_stat(path: str, text: bytes) -> None:
+    """`path` holds `text` (of its size), with its mtime put back."""
+    st = os.stat(path)
+    assert len(text) == st.st_size
+    with open(path, "r+b") as f:
+        f.write(text)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_a_source_is_checked_by_its_stat_and_its_checked_pyc_is_what_runs(cached, tmp_path):
+    # The check hashes a module's .pyc, which is what Python runs while the
+    # source's size and mtime are those it records; the source itself is
+    # compared by size and mtime.  A source rewritten with both put back
+    # (only its owner can) passes, and still does not run: its .pyc does.
+    state, home = cached
+    marker = tmp_path / "ran-edited-source"
+    source = os.path.join(home, "nictune/host/agent.py")
+    evil = f"open({str(marker)!r}, 'w').close()\n".encode()
+    rewrite_keeping_stat(source, evil + b"#" * (os.path.getsize(source) - len(evil)))
+    answer, report, proc = bootstrap(state, send_archive=False)
+    assert answer == "have" and ran(report), proc.stderr
+    assert not marker.exists()
+    with open(os.path.join(home, "MANIFEST")) as f:
+        head = f.readline()
+    assert head == f"nictune-agent-manifest 2 {sys.implementation.cache_tag}\n"
+
+
+def test_a_manifest_of_the_format_before_is_checked_as_it_says(cached):
+    # A cache sealed by the bootstrap before (every file hashed, no stat):
+    # still used, every file still hashed.
+    state, home = cached
+    path = os.path.join(home, "MANIFEST")
+    with open(path) as f:
+        lines = f.read().splitlines()
+    with open(path, "w") as f:
+        f.write("\n".join([f"nictune-agent-manifest 1 {sys.implementation.cache_tag}"]
+                          + [" ".join(line.split(" ")[::3]) for line in lines[1:]]) + "\n")
+    answer, report, _ = bootstrap(state, send_archive=False)
+    assert answer == "have" and ran(report)
+    source = os.path.join(home, "nictune/host/errors.py")
+    rewrite_keeping_stat(source, b"#" * os.path.getsize(source))
+    answer, report, _ = bootstrap(state, send_archive=True)
+    assert answer == "need nictune/host/errors.py differs from the copy unpacked" and ran(report)

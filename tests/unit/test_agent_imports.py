@@ -156,6 +156,16 @@ def test_the_engine_imports_no_family_until_a_profile_names_it():
         "nictune.host.knobs.base", "nictune.host.knobs.sysctl"]
 
 
+def test_a_plan_or_apply_imports_no_health_facts():
+    # Only verify and show report health (facts/health.py, rdma.py): the
+    # engine imports them for those, not for every run of the agent.
+    agent_dir = os.path.dirname(os.path.dirname(os.path.dirname(knobs.__path__[0])))
+    loaded, _ = _modules("import sys\nsys.path.insert(0, sys.argv[1])\nimport nictune.host.transaction.engine\n"
+                         + DUMP, agent_dir)
+    assert "nictune.host.transaction.engine" in loaded
+    assert {"nictune.host.facts.health", "nictune.host.facts.rdma"} & loaded == set()
+
+
 def test_the_catalog_is_derived_from_the_registry_and_the_classes():
     """REGISTRY is the one list a family is registered in; CATALOG (what the
     agent reads to import only the families at hand) and the owned-file

@@ -29,7 +29,7 @@ COMMON_OPTS = ["-n", "--state-dir", "--json"]
 # What each command takes, in --help order (first name of each option).
 COMMAND_LINE = {
     "plan": ["target", *FLEET_OPTS, *COMMON_OPTS, "--format", "--base", "--base-file",
-             "--from-snapshots", "--max-age", "-a", "--show-file-content", *SSH, "--force"],
+             "--from-snapshots", "--max-age", "-a", "--show-file-content", *SSH, "--probe", "--force"],
     "apply": ["target", *FLEET_OPTS, "--junit", *COMMON_OPTS, "-a", "--show-file-content", *SSH,
               "--confirm-timeout", "--force"],
     "verify": ["target", *FLEET_OPTS, *COMMON_OPTS, "--format", "-a", "--show-file-content", *SSH,

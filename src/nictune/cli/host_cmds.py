@@ -120,7 +120,7 @@ def _markdown(report: dict, opts: Options, target: str) -> bool:
     return emit(report, opts, target)
 
 
-@with_options(TARGET, FLEET, COMMON, FORMAT, BASE, SNAPSHOTS, SHOW_ALL, CONTENT, SSH, FORCE)
+@with_options(TARGET, FLEET, COMMON, FORMAT, BASE, SNAPSHOTS, SHOW_ALL, CONTENT, SSH, PROBE, FORCE)
 def plan(target: Optional[str], opts: Options) -> None:
     """Dry run: show each setting's before -> after.  Exit 2 if anything would change.
     With --base REF: what the change since REF does, apart from today's drift.

@@ -60,8 +60,8 @@ LldpWaitOpt = Annotated[float, typer.Option(
          "for frames (a switch sends one every 30 s).")]
 ProbeOpt = Annotated[bool, typer.Option(
     "--probe/--no-probe",
-    help="verify/audit: ask the host only what the verify reads, through a probe, and verify on "
-         "the controller, without starting the agent (control/remote/probe.py).")]
+    help="plan/verify/audit: ask the host only what the command reads, through a probe, and run "
+         "it on the controller, without starting the agent (control/remote/probe.py).")]
 CablingOpt = Annotated[Optional[str], typer.Option(
     "--cabling", metavar="FILE",
     help="Cabling plan (CSV: host,rail,switch,port) to check the rails' LLDP neighbours against; "

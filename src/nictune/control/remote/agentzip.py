@@ -9,7 +9,7 @@ it is re-sent only when the code changed.
 
 BOOTSTRAP is the only code that runs on the target before the agent: it
 checks the cached copy (ownership, permissions and a manifest of hashes,
-on every run), answers "have" or "need" for the archive, unpacks,
+and of the module sources' sizes and mtimes, on every run), answers "have" or "need" for the archive, unpacks,
 byte-compiles and seals a new one into <state dir>/agent/<sha256>/ (once:
 later runs import the compiled modules), and hands stdin over to the agent.
 """
@@ -96,13 +96,24 @@ def _add(z: zipfile.ZipFile, name: str, data: bytes) -> None:
 # checked, on every run: the state directory, agent/ and every directory and
 # file under agent/<sha256>/ must be this user's and writable by nobody else,
 # and nothing from agent/ down a symlink (so no other user can change the
-# code between the check and the import); and every file must hash as the
-# MANIFEST written when it was unpacked says, for this python.  A cache that fails is removed and the
-# archive asked for again ("need <why>"); the controller reports why.  The
-# check reads and hashes the whole tree (about 85 files, 1 MB): some 3 ms
-# per run here, 4 with compiling this longer bootstrap (BLAKE2b: the
+# code between the check and the import); no file may be missing or added;
+# and every file Python may execute must be as the MANIFEST written when it
+# was unpacked says, for this python.  That is every byte of each compiled
+# module (.pyc, timestamp-checked: compiled so at unpacking) and of any file
+# without one, hashed; a module's source is compared by size and mtime (ns)
+# only, for Python runs its .pyc while the source's mtime (s) and size are
+# those the .pyc records, and a source whose size or mtime changed is
+# refused here before it could run instead.  So every byte that runs from
+# the cache is as unpacked, as when every file was hashed; what is no longer
+# seen is a source changed with its size and mtime put back (a deliberate
+# utimensat by its owner, root) or decayed on disk, neither of which runs:
+# only a traceback would quote it.  Hashing the sources as well cost 40 %
+# more (2 of some 6 ms per run on the lab: the hash is BLAKE2b, the
 # interpreter's built-in SHA-256 took twice as long, and importing hashlib
-# for OpenSSL's costs more than it saves).
+# for OpenSSL's costs more than it saves).  A cache that fails is removed
+# and the archive asked for again ("need <why>"); the controller reports
+# why.  A MANIFEST of the format before (every file hashed) is checked as it
+# says.
 BOOTSTRAP = r"""
 import os, sys
 if sys.version_info < (3, 9):
@@ -117,7 +128,9 @@ cache = os.path.join(state, "agent")
 home = os.path.join(cache, sha)
 out, inp = sys.stdout.buffer, sys.stdin.buffer
 uid, DIR, FILE = os.geteuid(), 0o040000, 0o100000
-SEAL = "nictune-agent-manifest 1 %s" % sys.implementation.cache_tag
+TAG = sys.implementation.cache_tag
+SEAL = "nictune-agent-manifest 2 %s" % TAG
+HASHED_ONLY = "nictune-agent-manifest 1 %s" % TAG  # every file hashed, no stat kept
 
 def unsafe(name, st, kind):
     if st.st_mode & 0o170000 != kind:
@@ -132,14 +145,27 @@ def digest(path):
     with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
         return blake2b(f.read(), digest_size=32).hexdigest()
 
+def compiled(name):
+    # The .pyc Python runs for the module source `name`, "" for other files.
+    folder, _, base = name.rpartition("/")
+    if not base.endswith(".py"):
+        return ""
+    return "%s__pycache__/%s.%s.pyc" % (folder + "/" if folder else "", base[:-3], TAG)
+
 def damage(top):
     try:
         with os.fdopen(os.open(os.path.join(top, "MANIFEST"), os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
             lines = f.read().decode().splitlines()
-        want = dict(line.split(" ", 1)[::-1] for line in lines[1:])
+        fields = 4 if lines and lines[0] == SEAL else 2
+        want = {}
+        for line in lines[1:]:
+            parts = line.split(" ", fields - 1)  # hash [size mtime_ns] name
+            if len(parts) != fields:
+                raise ValueError(line)
+            want[parts[-1]] = parts[:-1]
     except (OSError, ValueError):
         return "its MANIFEST is missing or unreadable"
-    if not lines or lines[0] != SEAL:
+    if not lines or lines[0] not in (SEAL, HASHED_ONLY):
         return "its MANIFEST is not %r" % SEAL
     try:
         seen, todo = 0, [""]
@@ -154,14 +180,19 @@ def damage(top):
                     if e.is_dir(follow_symlinks=False):
                         todo.append(name + "/")
                         continue
-                    why = unsafe(name, e.stat(follow_symlinks=False), FILE)
+                    st = e.stat(follow_symlinks=False)
+                    why = unsafe(name, st, FILE)
                     if why:
                         return why
                     if name == "MANIFEST":
                         continue
                     if name not in want:
                         return "%s is not part of the agent" % name
-                    if digest(e.path) != want[name]:
+                    if fields == 4 and compiled(name) in want:  # its .pyc, hashed, is what runs
+                        same = want[name][1:] == ["%d" % st.st_size, "%d" % st.st_mtime_ns]
+                    else:
+                        same = digest(e.path) == want[name][0]
+                    if not same:
                         return "%s differs from the copy unpacked" % name
                     seen += 1
     except OSError as e:
@@ -173,7 +204,8 @@ def seal(top):
     for dirpath, dirnames, filenames in os.walk(top):
         for n in filenames:
             path = os.path.join(dirpath, n)
-            lines.append("%s %s" % (digest(path), os.path.relpath(path, top)))
+            st = os.lstat(path)
+            lines.append("%s %d %d %s" % (digest(path), st.st_size, st.st_mtime_ns, os.path.relpath(path, top)))
     with open(os.path.join(top, "MANIFEST"), "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -213,7 +245,7 @@ why = cached()
 if why is None:
     out.write(b"have\n"); out.flush()
 else:
-    import compileall, hashlib, io, tempfile, zipfile
+    import compileall, hashlib, io, py_compile, tempfile, zipfile
     out.write(b"need %s\n" % why.encode("unicode_escape")[:300] if why else b"need\n"); out.flush()
     size = int(inp.readline())
     data = inp.read(size)
@@ -223,7 +255,9 @@ else:
     os.makedirs(cache, mode=0o700, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=cache, prefix=".new-")
     zipfile.ZipFile(io.BytesIO(data)).extractall(tmp)
-    compileall.compile_dir(tmp, quiet=2)
+    # Timestamp .pycs whatever SOURCE_DATE_EPOCH says: Python runs one
+    # without reading its source while the source's mtime and size hold.
+    compileall.compile_dir(tmp, quiet=2, invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
     seal(tmp)
     try:
         os.rename(tmp, home)

@@ -20,6 +20,10 @@ there and then, one round trip (ProbeReplayer's `ask`): the families' own
 reads are the questions, no list of them is kept anywhere else.  So no
 verify needs a learning run of the agent, the first of a host neither.
 
+A plan goes the same way (control/remote/ssh.py PROBE_COMMANDS): it only
+reads, as a verify does, and the engine makes the same report on the
+answers as the agent on the host.
+
 Every question is checked before it is sent, every answer as it comes,
 and the bounds below hold over the whole session.  A probe that fails or
 answers what does not parse sends the host to its agent (ProbeLost); so

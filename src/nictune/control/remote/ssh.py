@@ -8,11 +8,12 @@ out again, every field checked), and for an apply the "confirm" exchange of
 nictune/host/transaction/watchdog.py.  A cached agent that fails the bootstrap's check
 is sent again, with a warning in the report.
 
-A verify with no resident agent to ask goes to the probe
-(control/remote/probe.py): no agent is started, the controller verifies on
-the probe's answers, asking it in batches over one channel ("via":
-"probe"); a verify no probe can answer, or a probe that fails, goes to the
-agent.
+A plan or verify with no resident agent to ask goes to the probe
+(control/remote/probe.py): no agent is started, the controller runs the
+engine on the probe's answers, asking it in batches over one channel
+("via": "probe"); one no probe can answer (a key file, a run of a tool),
+or a probe that fails, goes to the agent.  Both only read: an apply,
+a rollback, a request to record a snapshot always start the agent.
 
 A plan or verify (audit, verify -i) first asks the resident agent, when one
 runs on the host (host/resident/daemon.py), through the session's stream-local
@@ -85,7 +86,7 @@ class SshOptions:
     accept_new_host_keys: bool = False
     confirm_timeout: float = 30.0
     ssh_config: Optional[str] = "~/.ssh/config"
-    # A verify asks the probe (control/remote/probe.py); False: always the agent.
+    # A plan or verify asks the probe (control/remote/probe.py); False: always the agent.
     probe: bool = True
     probe_cache: Optional[str] = None  # where the questions asked are kept
 
@@ -508,6 +509,9 @@ def _bundle() -> agentzip.Bundle:
 STREAMLOCAL = "direct-streamlocal@openssh.com"
 RESIDENT_SOCKET = "agent.sock"  # host/resident/daemon.py SOCKET_NAME
 RESIDENT_COMMANDS = ("plan", "verify")
+# The commands that only read, so that the controller can run them on a
+# probe's answers as the agent would on the host (control/remote/probe.py).
+PROBE_COMMANDS = ("plan", "verify")
 
 
 def streamlocal_open(chanid: int, window: int, packet: int, path: str) -> Message:
@@ -664,7 +668,7 @@ class SshTarget:
                 return report
         user = client.get_transport().get_username()
         cache_warning = None
-        if request["command"] == "verify" and self.options.probe and not request.get("record"):
+        if request["command"] in PROBE_COMMANDS and self.options.probe and not request.get("record"):
             report, cache_warning = self._probe_first(client, request, bundle.sha256, user)
             if report is not None:
                 return report

@@ -22,6 +22,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs every agent run (test_agent_imports.py)
     from typing import Optional
 
+    from nictune.host.facts.health import Health
+
 from nictune.host import errors
 
 from nictune.host.transaction import aside
@@ -36,7 +38,6 @@ from nictune.host.errors import (
     NoJournal,
     StateDirError,
 )
-from nictune.host.facts.health import Health
 from nictune.host.machine import Host, vfs_of
 from nictune.host.transaction.journal import (
     AGENT,
@@ -387,6 +388,10 @@ class Engine:
         if "expect" in self.fams.by_name:
             return self.fams["expect"].health
         if self._own_health is None:
+            # Imported here: only verify and show report health, and a plan
+            # or an apply over SSH pays every import at every run.
+            from nictune.host.facts.health import Health
+
             self._own_health = Health(self.host)
         return self._own_health
 
