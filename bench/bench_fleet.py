@@ -1335,7 +1335,9 @@ TARGET_CTL_PEAK_KB = 200 * 1024
 APPLY_PROFILE = FLEET_FILES / "apply_profile.yaml"
 APPLY_PLAYBOOK = FLEET_FILES / "apply.yml"
 APPLY_DEPLOY = FLEET_FILES / "apply_deploy.py"
-APPLY_TOOLS = ("nictune-plan", "nictune-apply", "pyinfra-apply", "ansible-apply")
+# ssh-apply: the physical floor, one plain ssh session per host that sets
+# the eleven values blind and reads them back (ssh_floor.py --apply).
+APPLY_TOOLS = ("nictune-plan", "nictune-apply", "pyinfra-apply", "ansible-apply", "ssh-apply")
 APPLY_SIZE = 500  # --apply's default --sizes
 TARGET_APPLY_RATIO = 0.5  # nictune apply's wall at most this times pyinfra apply's
 APPLY_CHANGES = 11  # what apply_profile.yaml changes on a drifted host: 6 sysctls, the MTU, 4 features
@@ -1362,6 +1364,9 @@ def apply_argv(b: Bench, tool: str, n: int) -> list:
     if tool == "ansible-apply":
         return [b.bin["ansible-playbook"], "-i", b.fleet.inventory, str(APPLY_PLAYBOOK), "--limit", limit,
                 "-f", forks]
+    if tool == "ssh-apply":
+        return [PY, "-I", "-S", str(SSH_FLOOR), "--apply", b.fleet.ssh_config, forks,
+                *(h.name for h in b.fleet.hosts[:n])]
     return [b.bin["pyinfra"], str(b.pyinfra_inventory(n)), str(APPLY_DEPLOY), "-y", "--parallel", forks]
 
 
@@ -1410,6 +1415,11 @@ def apply_said(tool: str, out: str, n: int, rc: int) -> str:
         bad = [f"{h}: unreachable={u} failed={f}" for h, u, f in recap if int(u) or int(f)]
         return "; ".join(([f"exit {rc}"] if rc else []) + ([f"{len(recap)} hosts"] if len(recap) != n else [])
                          + bad[:3])
+    if tool == "ssh-apply":
+        found = _bench_audit_lines(out)
+        bad = ([f"exit {rc}"] if rc else []) + ([f"{found['hosts']} hosts"] if found["hosts"] != n else [])
+        return "; ".join(bad + ([found["error"][:200]] if found["error"] else [])
+                         + [f"{h}: {d}" for h, d in list(found["drift"].items())[:3]])
     return f"exit {rc}: {out.strip()[-300:]}" if rc else ""
 
 
@@ -1508,7 +1518,7 @@ def report_apply(fig: dict, summary: dict, sizes: list, tools: list) -> list:
     checks = []
     for n in sizes:
         mine = summary.get((n, "nictune-apply"))
-        for other in ("pyinfra-apply", "ansible-apply"):
+        for other in ("pyinfra-apply", "ansible-apply", "ssh-apply"):
             s = summary.get((n, other))
             if mine and s:
                 print(f"  nictune apply / {other} at N={n}: wall {ratio(mine['wall'], s['wall'])}, controller CPU "
@@ -1521,6 +1531,11 @@ def report_apply(fig: dict, summary: dict, sizes: list, tools: list) -> list:
             checks.append((r <= TARGET_APPLY_RATIO, what, f"{r:.2f}x ({secs(mine['wall'])} vs {secs(s['wall'])})"))
         else:
             checks.append((None, what, "pyinfra not run"))
+        floor = summary.get((n, "ssh-apply"))
+        if s and floor:
+            # What the target asks of any tool that opens one SSH session a host.
+            print(f"  the floor (one plain ssh a host, blind set + read-back) / pyinfra-apply at N={n}: "
+                  f"wall {ratio(floor['wall'], s['wall'])}")
     print("\n  Targets")
     for ok, what, detail in checks:
         print(f"    {'SKIP' if ok is None else 'met   ' if ok else 'MISSED'}  {what}: {detail}")
@@ -1568,7 +1583,9 @@ def main_apply(args, sizes: list, rounds: int) -> int:
                            "pyinfra-apply": version([tools_bin.get("pyinfra", "false"), "--version"])
                            + f" ({APPLY_DEPLOY.name} -y)",
                            "ansible-apply": version([tools_bin.get("ansible-playbook", "false"), "--version"])
-                           + f" ({APPLY_PLAYBOOK.name}, gather_facts off, command modules)"}
+                           + f" ({APPLY_PLAYBOOK.name}, gather_facts off, command modules)",
+                           "ssh-apply": "plain OpenSSH (one session a host: the values set "
+                                                                 "blind, then read back)"}
         for note in notes:
             print(f"bench: {note}", flush=True)
         print(f"bench: bringing up {fig['fleet_size']} hosts ({prefix}h001..)", flush=True)

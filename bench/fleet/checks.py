@@ -73,6 +73,14 @@ DRIFT_SCRIPT = " && ".join([
     f"ip link set {RAIL} mtu {DRIFTED_MTU}",
     f"ethtool -K {RAIL} " + " ".join(f"{flag} off" for flag in FEATURE_FLAGS),
 ])
+# The apply's physical floor (bench_fleet.py --apply, tool ssh-apply): the
+# eleven wanted values set blind, as fast as a shell can, in one plain ssh
+# session that then reads them back (ssh_floor.py --apply).
+WANT_SCRIPT = " && ".join([
+    "sysctl -qw " + " ".join(f"{k}={v}" for k, v in SYSCTLS.items()),
+    f"ip link set {RAIL} mtu {MTU}",
+    f"ethtool -K {RAIL} " + " ".join(f"{flag} on" for flag in FEATURE_FLAGS),
+])
 # What drifts() says of a host in that state (its NCCL file untouched).
 DRIFTED = ["sysctl " + ",".join(sorted(SYSCTLS)), f"{RAIL} link mtu={DRIFTED_MTU} operstate={OPERSTATE}",
            f"{RAIL} offloads " + ",".join(FEATURES)]

@@ -4,7 +4,11 @@ one shell script that prints the values of the 13 checks of
 bench/fleet/profile.yaml, compared here with checks.py.  At most FORKS
 sessions at once (a thread pool, as the other tools' forks).
 
-    python ssh_floor.py SSH_CONFIG FORKS HOST...
+    python ssh_floor.py [--apply] SSH_CONFIG FORKS HOST...
+
+With --apply, the floor of a fleet apply (bench_fleet.py --apply): the same
+session first sets the apply profile's eleven values (checks.WANT_SCRIPT),
+then reads them back as above.
 
 Prints one line per host, "BENCH-AUDIT <host> ok" or "... drift <what>;
 <what>" or "... error <why>"; exit 0, 2 when a host drifted, 1 when one
@@ -31,8 +35,8 @@ SSH_OPTIONS = ["-o", "KexAlgorithms=curve25519-sha256", "-o", "ControlMaster=no"
                "-o", "BatchMode=yes"]
 
 
-def audit(config: str, name: str) -> str:
-    proc = subprocess.run(["ssh", "-F", config, *SSH_OPTIONS, name, SCRIPT], stdin=subprocess.DEVNULL,
+def audit(config: str, name: str, first: str = "") -> str:
+    proc = subprocess.run(["ssh", "-F", config, *SSH_OPTIONS, name, first + SCRIPT], stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=120)
     parts = proc.stdout.split(SEP + "\n")
     if proc.returncode != 0 or len(parts) != 3:
@@ -46,9 +50,12 @@ def audit(config: str, name: str) -> str:
 
 
 def main() -> int:
-    config, forks, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+    args = sys.argv[1:]
+    first = checks.WANT_SCRIPT + " && " if args[:1] == ["--apply"] else ""
+    args = args[1:] if first else args
+    config, forks, names = args[0], int(args[1]), args[2:]
     with ThreadPoolExecutor(max_workers=max(1, min(forks, len(names)))) as pool:
-        results = list(pool.map(lambda name: audit(config, name), names))
+        results = list(pool.map(lambda name: audit(config, name, first), names))
     for name, result in zip(names, results):
         print(f"BENCH-AUDIT {name} {result}")
     if any(r.startswith("error") for r in results):
