@@ -38,7 +38,7 @@ import os
 import socket
 import struct
 
-from nictune.host.replay import snapshot
+from nictune.host.replay import decoded, snapshot
 from nictune.host.machine import Host
 
 FORMAT = 1
@@ -189,6 +189,9 @@ def _with_seq(datagram: bytes, seq: bytes) -> bytes:
 
 
 class _ReplaySocket:
+    # netlink/socket.py decodes what this socket serves once for all hosts
+    decoded = decoded.SHARED
+
     def __init__(self, protocol: int, answers: dict):
         self._protocol, self._answers = protocol, answers
         self._queue: list = []
