@@ -112,3 +112,46 @@ def test_only_the_replays_sockets_share_and_pyroute2_messages_are_never_shared()
     cache = decoded.DecodedCache()
     first, second = (cache.decoded(Foreign, b"x" * 20) for _ in range(2))
     assert first is not second and first["decoded"] and not cache._items
+
+
+def strset_message(names: list, pid: int) -> bytes:
+    """A STRSET_GET reply: the feature names' string set."""
+    strings = [("ETHTOOL_A_STRINGS_STRING", {"attrs": [("ETHTOOL_A_STRING_INDEX", i),
+                                                        ("ETHTOOL_A_STRING_VALUE", n)]})
+               for i, n in enumerate(names)]
+    sset = {"attrs": [("ETHTOOL_A_STRINGSET_ID", 0), ("ETHTOOL_A_STRINGSET_COUNT", len(names)),
+                      ("ETHTOOL_A_STRINGSET_STRINGS", {"attrs": strings})]}
+    msg = ethtool.strset_msg()
+    msg["cmd"], msg["version"] = 1, 1
+    msg["attrs"] = [("ETHTOOL_A_STRSET_STRINGSETS", {"attrs": [("ETHTOOL_A_STRINGSETS_STRINGSET", sset)]})]
+    msg["header"] = {"type": 20, "flags": 0, "sequence_number": 1, "pid": pid}
+    msg.encode()
+    return bytes(msg.data)
+
+
+def test_feature_names_of_a_shared_string_set_are_worked_out_once_and_each_host_has_its_own_list(monkeypatch):
+    cache = decoded.DecodedCache()
+
+    class Replies:  # a replay's netlink socket: the answer, through the shared cache
+        def __init__(self, raw: bytes):
+            self.raw = raw
+
+        def request(self, *args):
+            return [cache.decoded(ethtool.strset_msg, self.raw)]
+
+    def host(raw: bytes) -> ethtool.Ethtool:
+        e = ethtool.Ethtool.__new__(ethtool.Ethtool)
+        e._nl, e._family, e._feature_names = Replies(raw), 20, None
+        return e
+
+    calls = []
+    real = ethtool._feature_names
+    monkeypatch.setattr(ethtool, "_feature_names", lambda sset: (calls.append(1), real(sset))[1])
+    a = host(strset_message(["sg", "", "tso"], pid=1)).feature_names()
+    b = host(strset_message(["sg", "", "tso"], pid=2)).feature_names()
+    other = host(strset_message(["sg", "gro"], pid=3)).feature_names()
+    assert a == b == ["sg", "", "tso"] and other == ["sg", "gro"]
+    assert len(calls) == 2  # once per distinct string set
+    a.append("mine")
+    assert host(strset_message(["sg", "", "tso"], pid=4)).feature_names() == ["sg", "", "tso"]
+    assert b == ["sg", "", "tso"]

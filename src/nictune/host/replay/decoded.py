@@ -58,7 +58,8 @@ def _frozen_class(cls: type) -> type:
     with _frozen_lock:
         frozen = _frozen_classes.get(cls)
         if frozen is None:
-            frozen = type(f"Shared{cls.__name__}", (cls,), {name: _refuse for name in _MUTATORS})
+            frozen = type(f"Shared{cls.__name__}", (cls,), dict({name: _refuse for name in _MUTATORS},
+                                                                shared=True))
             _frozen_classes[cls] = frozen
     return frozen
 
