@@ -351,10 +351,55 @@ def _lab_file(work: str, fleet, answers: str, sessions: int, version: str) -> st
     path = os.path.join(work, f"lab-{version}.json")
     with open(path, "w") as f:
         json.dump({"inventory": fleet.inventory, "ssh_config": fleet.ssh_config,
-                   "hosts": [h.name for h in fleet.hosts],
+                   "hosts": [h.name for h in fleet.hosts[:2]],
                    "questions": rec["hosts"][0]["questions"], "sessions": sessions,
                    "probe_cache": os.path.join(work, f"probe-cache-{version}")}, f)
     return path
+
+
+# -- the whole CLI audit ------------------------------------------------------------------
+
+# Runs the CLI as its console script does (cli/app.py main), and notes the
+# process's own CPU (every thread's) and peak RSS as it leaves.
+_CLI = """
+import os, resource, sys
+path = sys.argv.pop(1)
+from nictune.cli.app import run
+sys.argv[0] = "nictune"
+code = run()
+sys.stdout.flush()
+u = resource.getrusage(resource.RUSAGE_SELF)
+with open(path, "w") as f:
+    f.write("%f %f" % (u.ru_utime + u.ru_stime, u.ru_maxrss / 1024))
+os._exit(code)
+"""
+
+
+def cli_audit(version: str, checkout: str, fleet, work: str, learn: bool = False) -> dict:
+    """`nictune audit PROFILE -i INVENTORY --forks 50 --json` of every lab
+    host, in a process of its own running checkout's code: its CPU per host
+    and peak RSS.  learn: the first audit, which teaches the probe its
+    questions (its figures are not the probe's)."""
+    env = dict(os.environ, XDG_CACHE_HOME=os.path.join(work, f"xdg-{version}"))
+    python = sys.executable
+    if checkout != ROOT:
+        env["PYTHONPATH"] = os.path.join(checkout, "src")
+        own = os.path.join(checkout, ".venv", "bin", "python")
+        python = own if os.path.exists(own) else python
+    note = os.path.join(work, f"rusage-{version}")
+    argv = [python, "-c", _CLI, note, "audit", PROFILE, "-i", fleet.inventory, "--forks", "50", "--json"]
+    out = subprocess.run(argv, capture_output=True, env=env, timeout=1800)
+    try:
+        report = json.loads(out.stdout)
+    except ValueError:
+        raise SystemExit(f"bench: the {version} audit gave no report: {out.stderr.decode()[-2000:]}") from None
+    vias = {h.get("via") for h in report["hosts"]}
+    want = {"zipapp"} if learn else {"probe"}
+    if vias != want or len(report["hosts"]) != len(fleet.hosts):
+        raise SystemExit(f"bench: the {version} audit went {vias}, not {want}: {out.stderr.decode()[-1000:]}")
+    with open(note) as f:
+        cpu, rss = (float(x) for x in f.read().split())
+    return {"cli_cpu_per_host_ms": cpu / len(fleet.hosts) * 1000, "cli_peak_rss_mb": rss}
 
 
 # -- main ---------------------------------------------------------------------------------
@@ -393,6 +438,10 @@ def main() -> int:
             return 0
         results = {v: [] for v, _ in versions}
         ssh = {v: [] for v, _ in versions}
+        cli = {v: [] for v, _ in versions}
+        if fleet is not None:
+            for version, checkout in versions:
+                cli_audit(version, checkout, fleet, work, learn=True)
         replay = ["--replay-only", path, "--replays", str(args.replays), "--hold", str(args.hold)]
         for _ in range(args.rounds):
             for version, checkout in versions:
@@ -400,7 +449,9 @@ def main() -> int:
                 if fleet is not None and args.sessions:
                     lab = _lab_file(work, fleet, path, args.sessions, version)
                     ssh[version].append(run_version(version, checkout, ["--ssh-only", lab]))
-        _print(results, ssh, args)
+                if fleet is not None:
+                    cli[version].append(cli_audit(version, checkout, fleet, work))
+        _print(results, ssh, cli, args)
         return 0
     finally:
         if fleet is not None:
@@ -432,7 +483,7 @@ def _answers(args, work: str) -> tuple:
     return fleet, path
 
 
-def _print(results: dict, ssh: dict, args) -> None:
+def _print(results: dict, ssh: dict, cli: dict, args) -> None:
     keys = ("import_ms", "parse_ms", "verify_ms", "accept_ms", "total_ms",
             "report_kb", "replay_peak_mb", "rss_before_hold_mb", "rss_peak_mb")
     print(f"\nreplay of the lab hosts' probe answers in turn (bench/fleet/profile.yaml), CPU ms per host, "
@@ -442,6 +493,10 @@ def _print(results: dict, ssh: dict, args) -> None:
         print(f"\nSSH audit of one lab host on the controller (paramiko + replay), CPU ms per host, "
               f"medians of {args.rounds} rounds of {args.sessions} sessions")
         _rows(ssh, ("connect_auth_ms", "probe_session_ms", "whole_audit_ms"))
+    if any(cli.values()):
+        print(f"\nnictune audit of the {args.hosts} lab hosts (probe, --forks 50), the whole process: "
+              f"medians of {args.rounds} rounds")
+        _rows(cli, ("cli_cpu_per_host_ms", "cli_peak_rss_mb"))
     this = statistics.median(r["total_ms"] for r in results["this"])
     peak = statistics.median(r["rss_peak_mb"] for r in results["this"])
     whole = statistics.median(r["whole_audit_ms"] for r in ssh["this"]) if ssh.get("this") else None
@@ -456,7 +511,7 @@ def _rows(results: dict, keys: tuple) -> None:
     for k in keys:
         print(f"{k:22}" + "".join(f"{statistics.median(r[k] for r in rs):12.2f}" for rs in results.values()))
     if len(results) == 2:
-        k = "total_ms" if "total_ms" in keys else "whole_audit_ms"
+        k = keys[0] if keys[0].startswith("cli") else "total_ms" if "total_ms" in keys else "whole_audit_ms"
         this, base = (statistics.median(r[k] for r in rs) for rs in results.values())
         print(f"{k + ' this/baseline':22}{this / base:12.2f}")
 
