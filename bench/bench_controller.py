@@ -154,7 +154,9 @@ def _shared_as_in_a_fleet(replay, hosts: int):
     seen = []
     for i in range(hosts):
         cache._items.clear()
-        replay(i)
+        cache._seen.clear()
+        replay(i)  # met once: decoded, not kept
+        replay(i)  # met again: kept
         seen.append(set(cache._items))
     common = set.intersection(*seen)
     kept = [(k, v) for k, v in cache._items.items() if k in common]
@@ -164,6 +166,7 @@ def _shared_as_in_a_fleet(replay, hosts: int):
 
         cache._items = OrderedDict(kept)
         cache._size = sum(len(v.data) for _, v in kept)
+        cache._seen.clear()  # this host's own messages: met for the first time
 
     return restore
 

@@ -37,12 +37,17 @@ def test_the_same_bytes_are_decoded_once_and_each_host_keeps_its_header(monkeypa
     calls = []
     real = _nlmsg.nlmsg.decode
     monkeypatch.setattr(_nlmsg.nlmsg, "decode", lambda self: (calls.append(1), real(self))[1])
-    host_a = cache.decoded(ethtool.features_msg, features_message("rail0", 1, 111))
+    first = cache.decoded(ethtool.features_msg, features_message("rail0", 1, 111))
+    assert len(calls) == 1 and not cache._items  # met once: decoded, not kept
+    host_a = cache.decoded(ethtool.features_msg, features_message("rail0", 2, 112))
+    assert len(calls) == 2 and len(cache._items) == 1  # met again: kept
     host_b = cache.decoded(ethtool.features_msg, features_message("rail0", 7, 222))
-    assert len(calls) == 1 and (cache.hits, cache.misses) == (1, 1)
-    assert host_a["header"]["sequence_number"] == 1 and host_a["header"]["pid"] == 111
+    host_c = cache.decoded(ethtool.features_msg, features_message("rail0", 9, 333))
+    assert len(calls) == 2 and (cache.hits, cache.misses) == (2, 2)
+    assert host_a["header"]["sequence_number"] == 2 and host_a["header"]["pid"] == 112
     assert host_b["header"]["sequence_number"] == 7 and host_b["header"]["pid"] == 222
-    for got in (host_a, host_b):  # what a family reads is what a plain decode gives
+    assert host_c["header"]["sequence_number"] == 9 and host_c["header"]["pid"] == 333
+    for got in (first, host_a, host_b, host_c):  # what a family reads is what a plain decode gives
         want = plain(features_message("rail0", 1, 111))
         assert got.get_attr("ETHTOOL_A_FEATURES_HEADER").get_attr("ETHTOOL_A_HEADER_DEV_NAME") == "rail0"
         assert (got.get_attr("ETHTOOL_A_FEATURES_ACTIVE").get_attr("ETHTOOL_A_BITSET_VALUE")
@@ -52,17 +57,22 @@ def test_the_same_bytes_are_decoded_once_and_each_host_keeps_its_header(monkeypa
 
 def test_different_answers_never_share_a_record():
     cache = decoded.DecodedCache()
-    a = cache.decoded(ethtool.features_msg, features_message("rail0", 1, 1, active=b"\x05\0\0\0"))
-    b = cache.decoded(ethtool.features_msg, features_message("rail0", 1, 1, active=b"\x07\0\0\0"))
-    c = cache.decoded(ethtool.features_msg, features_message("rail1", 1, 1, active=b"\x05\0\0\0"))
-    values = [m.get_attr("ETHTOOL_A_FEATURES_ACTIVE").get_attr("ETHTOOL_A_BITSET_VALUE") for m in (a, b, c)]
+    answers = [("rail0", b"\x05\0\0\0"), ("rail0", b"\x07\0\0\0"), ("rail1", b"\x05\0\0\0")]
+    for _ in range(2):  # each met twice: each kept
+        got = [cache.decoded(ethtool.features_msg, features_message(name, 1, 1, active=active))
+               for name, active in answers]
+    assert len(cache._items) == 3
+    got = [cache.decoded(ethtool.features_msg, features_message(name, 1, 1, active=active))
+           for name, active in answers]
+    values = [m.get_attr("ETHTOOL_A_FEATURES_ACTIVE").get_attr("ETHTOOL_A_BITSET_VALUE") for m in got]
     assert values == [b"\x05\0\0\0", b"\x07\0\0\0", b"\x05\0\0\0"]
-    assert c.get_attr("ETHTOOL_A_FEATURES_HEADER").get_attr("ETHTOOL_A_HEADER_DEV_NAME") == "rail1"
-    assert cache.misses == 3 and cache.hits == 0
+    assert got[2].get_attr("ETHTOOL_A_FEATURES_HEADER").get_attr("ETHTOOL_A_HEADER_DEV_NAME") == "rail1"
+    assert cache.hits == 3 and cache.misses == 6
 
 
 def test_a_shared_record_cannot_be_changed_through_one_hosts_view():
     cache = decoded.DecodedCache()
+    cache.decoded(ethtool.features_msg, features_message("rail0", 9, 9))  # met once: not kept
     host_a = cache.decoded(ethtool.features_msg, features_message("rail0", 1, 1))
     host_b = cache.decoded(ethtool.features_msg, features_message("rail0", 2, 2))
     nested = host_a.get_attr("ETHTOOL_A_FEATURES_HEADER")
@@ -86,8 +96,17 @@ def test_a_shared_record_cannot_be_changed_through_one_hosts_view():
 def test_the_cache_stays_within_its_bound():
     cache = decoded.DecodedCache(max_bytes=3 * len(features_message("rail0", 1, 1)))
     for i in range(10):
-        cache.decoded(ethtool.features_msg, features_message(f"rail{i}", 1, 1))
+        for _ in range(2):
+            cache.decoded(ethtool.features_msg, features_message(f"rail{i}", 1, 1))
     assert len(cache._items) == 3 and cache._size <= cache.max_bytes
+
+
+def test_what_one_host_alone_answers_is_never_kept():
+    cache = decoded.DecodedCache()
+    for i in range(50):  # 50 hosts, each its own link: decoded as ever
+        m = cache.decoded(ethtool.features_msg, features_message(f"rail{i}", 1, 1))
+        assert not m.shared
+    assert not cache._items and len(cache._seen) == 50
 
 
 def test_only_the_replays_sockets_share_and_pyroute2_messages_are_never_shared():
@@ -147,6 +166,9 @@ def test_feature_names_of_a_shared_string_set_are_worked_out_once_and_each_host_
     calls = []
     real = ethtool._feature_names
     monkeypatch.setattr(ethtool, "_feature_names", lambda sset: (calls.append(1), real(sset))[1])
+    host(strset_message(["sg", "", "tso"], pid=0)).feature_names()  # met once: not kept
+    host(strset_message(["sg", "gro"], pid=0)).feature_names()
+    calls.clear()
     a = host(strset_message(["sg", "", "tso"], pid=1)).feature_names()
     b = host(strset_message(["sg", "", "tso"], pid=2)).feature_names()
     other = host(strset_message(["sg", "gro"], pid=3)).feature_names()

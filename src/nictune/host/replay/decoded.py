@@ -4,10 +4,11 @@ The controller replays a verify on each host's probe answers
 (probe_reads.ProbedHost), and most of what the hosts of one fleet answer is
 byte for byte the same: the ethtool string set of feature names, the
 generic netlink family lookups, the feature dump of identical rails.
-Decoding it again for every host is a third of the replay's CPU.  So the
-replay's netlink sockets carry a DecodedCache (socket.py NetlinkSocket
-asks its raw socket for one; a kernel socket has none, so the agent on a
-host never caches), and a message is decoded once per distinct bytes.
+Decoding it again for every host is a good share of the replay's CPU
+(bench/bench_controller.py).  So the replay's netlink sockets carry a
+DecodedCache (socket.py NetlinkSocket asks its raw socket for one; a
+kernel socket has none, so the agent on a host never caches), and what
+hosts answer alike is decoded once for all of them.
 
 What makes sharing safe:
 - the key is the message class and the message's exact bytes, but for its
@@ -20,8 +21,10 @@ What makes sharing safe:
   through its agent), never hand one host's change to another;
 - only _nlmsg.py's classes are shared (pyroute2's are decoded as ever).
 
-The cache is bounded (MAX_BYTES of message bodies, least recently used
-dropped first) and thread-safe: fleet.run_jobs replays hosts in threads.
+A message is kept from the second time its bytes are met: what only one
+host answers (its own link dump) is decoded as ever and never kept.  The
+cache is bounded (MAX_BYTES of messages, least recently used dropped
+first) and thread-safe: fleet.run_jobs replays hosts in threads.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from nictune.host.transports.netlink import _nlmsg
 # most of the controller's 200 MB budget; the lab's verify is 11 messages
 # of 8.5 KB in all.
 MAX_BYTES = 2 << 20
+MAX_SEEN = 100_000  # hashes of messages met once (some 5 MB), forgotten all at once past it
 _HEADER_NAMES = tuple(name for name, _ in _nlmsg._HEADER)
 
 
@@ -64,6 +68,12 @@ def _frozen_class(cls: type) -> type:
     return frozen
 
 
+def _plain(cls: type, raw: bytes):
+    message = cls(raw)
+    message.decode()
+    return message
+
+
 def _freeze(message: _nlmsg._Base, data: bytes) -> None:
     """message and its nested attributes read-only, their bytes immutable."""
     attrs = []
@@ -83,31 +93,44 @@ class DecodedCache:
         self.max_bytes = max_bytes
         self._items: OrderedDict = OrderedDict()
         self._size = 0
+        self._seen: set = set()  # hashes of messages met once
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
     def decoded(self, cls: type, raw: bytes):
         """The message raw decoded as cls (raw: one whole message)."""
         if not issubclass(cls, _nlmsg.nlmsg):
-            m = cls(raw)  # pyroute2's: decoded as ever, never shared
-            m.decode()
-            return m
+            return _plain(cls, raw)  # pyroute2's: decoded as ever, never shared
         key = (cls, raw[4:8], raw[16:])  # type and flags, then the body
         with self._lock:
             shared = self._items.get(key)
             if shared is not None:
                 self._items.move_to_end(key)
                 self.hits += 1
-        if shared is None:
-            shared = self._decode(cls, raw, key)
-        return self._own(cls, shared, raw)
+            else:
+                self.misses += 1
+                seen_before = self._seen_before(hash(key))
+        if shared is not None:
+            return self._own(cls, shared, raw)
+        if not seen_before:
+            return _plain(cls, raw)
+        return self._own(cls, self._keep(cls, raw, key), raw)
 
-    def _decode(self, cls: type, raw: bytes, key: tuple):
-        shared = cls(raw)
-        shared.decode()
+    def _seen_before(self, digest: int) -> bool:
+        """Whether a message of this hash was met before (under the lock).
+        Only what a second host answers alike is kept: a host's own link
+        dump, met once per audit, would only crowd the cache."""
+        if digest in self._seen:
+            return True
+        if len(self._seen) >= MAX_SEEN:
+            self._seen.clear()
+        self._seen.add(digest)
+        return False
+
+    def _keep(self, cls: type, raw: bytes, key: tuple):
+        shared = _plain(cls, raw)
         _freeze(shared, raw)
         with self._lock:
-            self.misses += 1
             if key not in self._items:
                 self._items[key] = shared
                 self._size += len(raw)
