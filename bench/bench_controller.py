@@ -3,29 +3,32 @@
 A probe audit's controller side (control/remote/ssh.py SshTarget._via_probe)
 is an SSH session, then the verify replayed on the probe's answers
 (probe.parse_answers, probe.verify: host/replay/probe_reads.py ProbedHost), then
-hostreport.accept.  This bench tells the two apart:
+hostreport.accept.  This bench tells them apart:
 
-1. It starts a fleet-lab host (nictune.lab.fleet, root needed), applies
-   bench/fleet/profile.yaml there with the agent, lets the agent learn the
-   verify's questions and asks them with the probe, all inside the host's
-   namespace: one host's real answers, recorded.
-2. replay: a fresh process (per version, taking turns with --baseline)
-   replays that verify REPLAYS times, each under another host label, and
-   prints the CPU (time.process_time) per host of parse, verify and accept;
-   then holds HOLD hosts' reports as the audit does and prints the peak RSS
-   and the bytes held per report (tracemalloc, on a sample).
-3. ssh: paramiko's share per host on the controller, against the lab
-   host's sshd: connect and authenticate; that plus the probe's session;
-   and the whole SshTarget.run of a warm probe audit.
+1. It starts --hosts fleet-lab hosts (nictune.lab.fleet, root needed),
+   applies bench/fleet/profile.yaml on each with the agent, lets the agent
+   learn the verify's questions and asks them with the probe, all inside
+   each host's namespace: the hosts' real answers, recorded.
+2. replay: a fresh process per version (taking turns with --baseline)
+   replays the verifies REPLAYS times, the hosts in turn, each under another
+   label, with only what every host answered alike shared
+   (host/replay/decoded.py), and prints the CPU (time.process_time) per host
+   of parse, verify and accept; then holds HOLD hosts' reports as the audit
+   does and prints the peak RSS and the bytes held per report.
+3. SSH: paramiko's share per host on the controller, against two lab
+   hosts' sshd: connect and authenticate; that plus the probe's session;
+   the whole SshTarget.run of a warm probe audit.
+4. CLI: `nictune audit` of every lab host, the whole process: CPU per host
+   and peak RSS.
 
-    sudo .venv/bin/python bench/bench_controller.py [--replays 200] [--hold 1000]
+    sudo .venv/bin/python bench/bench_controller.py [--hosts 8] [--replays 200] [--hold 1000]
         [--rounds 3] [--sessions 20] [--baseline DIR] [--profile] [--save FILE]
     .venv/bin/python bench/bench_controller.py --from FILE ...   (no root, no fleet: replay only)
 
 --baseline DIR: another checkout (its src/ is put first on PYTHONPATH,
-its .venv's Python used if it has one); the replays of the two versions
-take turns within each round.  --profile: cProfile of the replay, top
-functions.  A bench, not a test: exit 0 even when a target is missed.
+its .venv's Python used if it has one).  --profile: cProfile of the
+replay and the SSH audit, top functions.  A bench, not a test: exit 0
+even when a target is missed.
 """
 
 from __future__ import annotations
@@ -409,7 +412,7 @@ def cli_audit(version: str, checkout: str, fleet, work: str, learn: bool = False
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--hosts", type=int, default=2, help="lab hosts whose answers are replayed in turn")
+    ap.add_argument("--hosts", type=int, default=8, help="lab hosts whose answers are replayed in turn")
     ap.add_argument("--replays", type=int, default=200, help="verifies replayed per version and round")
     ap.add_argument("--hold", type=int, default=1000, help="hosts' reports held, as an audit of that many")
     ap.add_argument("--rounds", type=int, default=3)
