@@ -17,8 +17,7 @@ What makes sharing safe:
 - what is shared is read-only: attribute lists become tuples, nested
   attributes a class whose every mutating method raises, their bytes
   `bytes`.  A family that tried to change a shared record would fail
-  loudly (the replay's report is then an error and the host is asked
-  through its agent), never hand one host's change to another;
+  (SharedRecordError), never hand one host's change to another;
 - only _nlmsg.py's classes are shared (pyroute2's are decoded as ever).
 
 A message is kept from the second time its bytes are met: what only one
@@ -39,7 +38,7 @@ from nictune.host.transports.netlink import _nlmsg
 # most of the controller's 200 MB budget; the lab's verify is 11 messages
 # of 8.5 KB in all.
 MAX_BYTES = 2 << 20
-MAX_SEEN = 100_000  # hashes of messages met once (some 5 MB), forgotten all at once past it
+MAX_SEEN = 50_000  # hashes of messages met once (some 3 MB), forgotten all at once past it
 _HEADER_NAMES = tuple(name for name, _ in _nlmsg._HEADER)
 
 
