@@ -268,14 +268,23 @@ def _by_package(stats) -> None:
         print(f"  {t:8.3f}  {group}")
 
 
-def run_version(version: str, checkout: str, argv: list) -> dict:
-    """This script's --replay-only or --ssh-only in checkout's code."""
-    env = dict(os.environ)
+def version_env(version: str, checkout: str, work: str) -> tuple:
+    """(python, environment) that run checkout's code, with its bytecode
+    cached in the bench's temp dir (a user's second run: both versions
+    alike, whatever __pycache__ the checkouts hold)."""
+    env = dict(os.environ, PYTHONPYCACHEPREFIX=os.path.join(work, f"pycache-{version}"))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     python = sys.executable
     if checkout != ROOT:
         env["PYTHONPATH"] = os.path.join(checkout, "src")
         own = os.path.join(checkout, ".venv", "bin", "python")
         python = own if os.path.exists(own) else python
+    return python, env
+
+
+def run_version(version: str, checkout: str, argv: list, work: str) -> dict:
+    """This script's --replay-only or --ssh-only in checkout's code."""
+    python, env = version_env(version, checkout, work)
     out = subprocess.run([python, os.path.abspath(__file__)] + argv, capture_output=True, text=True,
                          env=env, timeout=1800)
     if out.returncode != 0:
@@ -386,12 +395,8 @@ def cli_audit(version: str, checkout: str, fleet, work: str, learn: bool = False
     host, in a process of its own running checkout's code: its CPU per host
     and peak RSS.  learn: the first audit, which teaches the probe its
     questions (its figures are not the probe's)."""
-    env = dict(os.environ, XDG_CACHE_HOME=os.path.join(work, f"xdg-{version}"))
-    python = sys.executable
-    if checkout != ROOT:
-        env["PYTHONPATH"] = os.path.join(checkout, "src")
-        own = os.path.join(checkout, ".venv", "bin", "python")
-        python = own if os.path.exists(own) else python
+    python, env = version_env(version, checkout, work)
+    env["XDG_CACHE_HOME"] = os.path.join(work, f"xdg-{version}")
     note = os.path.join(work, f"rusage-{version}")
     argv = [python, "-c", _CLI, note, "audit", PROFILE, "-i", fleet.inventory, "--forks", "50", "--json"]
     out = subprocess.run(argv, capture_output=True, env=env, timeout=1800)
@@ -451,10 +456,10 @@ def main() -> int:
         replay = ["--replay-only", path, "--replays", str(args.replays), "--hold", str(args.hold)]
         for _ in range(args.rounds):
             for version, checkout in versions:
-                results[version].append(run_version(version, checkout, replay))
+                results[version].append(run_version(version, checkout, replay, work))
                 if fleet is not None and args.sessions:
                     lab = _lab_file(work, fleet, path, args.sessions, version)
-                    ssh[version].append(run_version(version, checkout, ["--ssh-only", lab]))
+                    ssh[version].append(run_version(version, checkout, ["--ssh-only", lab], work))
                 if fleet is not None:
                     cli[version].append(cli_audit(version, checkout, fleet, work))
         _print(results, ssh, cli, args)
