@@ -42,7 +42,7 @@ import os
 import socket
 import struct
 
-from nictune.host.replay import snapshot
+from nictune.host.replay import decoded, snapshot
 from nictune.host.machine import Host
 
 FORMAT = 1
@@ -200,6 +200,9 @@ def _with_seq(datagram: bytes, seq: bytes) -> bytes:
 
 
 class _ReplaySocket:
+    # netlink/socket.py decodes what this socket serves once for all hosts
+    decoded = decoded.SHARED
+
     def __init__(self, protocol: int, replayer: "ProbeReplayer"):
         self._protocol, self._replayer = protocol, replayer
         self._queue: list = []

@@ -42,6 +42,7 @@ class _Base(dict):
     fields: tuple = ()
     nla_map: tuple = ()
     nla_flags = 0
+    shared = False  # True: read-only, shared by the controller's replays (host/replay/decoded.py)
 
     def __init__(self, data=None):
         dict.__init__(self)

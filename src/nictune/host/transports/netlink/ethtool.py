@@ -328,6 +328,19 @@ def _bits(bitset, attr: str = "ETHTOOL_A_BITSET_VALUE", limit: int = MAX_FEATURE
     return {w * 32 + b for w, word in enumerate(words) if word for b in range(32) if word >> b & 1}
 
 
+def _feature_names(sset) -> tuple:
+    """The feature bit names by index ('' for unused bits) of a string set."""
+    names: Dict[int, str] = {}
+    strings = sset.get_attr("ETHTOOL_A_STRINGSET_STRINGS")
+    for s in strings.get_attrs("ETHTOOL_A_STRINGS_STRING") if strings else []:
+        names[s.get_attr("ETHTOOL_A_STRING_INDEX")] = s.get_attr("ETHTOOL_A_STRING_VALUE") or ""
+    count = sset.get_attr("ETHTOOL_A_STRINGSET_COUNT") or 0
+    if not isinstance(count, int) or count > MAX_FEATURE_BITS:
+        raise NetlinkError(errno.EPROTO, f"the kernel claims {count!r} feature bits, "
+                           f"more than the {MAX_FEATURE_BITS} nictune reads")
+    return tuple(names.get(i, "") for i in range(count))
+
+
 @dataclass
 class Features:
     # every named feature bit of the device -> on/off (ethtool -k)
@@ -402,17 +415,17 @@ class Ethtool(GenlFamily):
             stringset = ("ETHTOOL_A_STRINGSETS_STRINGSET", {"attrs": [("ETHTOOL_A_STRINGSET_ID", ETH_SS_FEATURES)]})
             msg = self._msg(strset_msg, STRSET_GET, [("ETHTOOL_A_STRSET_STRINGSETS", {"attrs": [stringset]})])
             reply = self._nl.request(msg, self._family, NLM_F_REQUEST, {self._family: strset_msg})
-            names: Dict[int, str] = {}
             sets = reply[0].get_attr("ETHTOOL_A_STRSET_STRINGSETS")
             sset = sets.get_attr("ETHTOOL_A_STRINGSETS_STRINGSET")
-            strings = sset.get_attr("ETHTOOL_A_STRINGSET_STRINGS")
-            for s in strings.get_attrs("ETHTOOL_A_STRINGS_STRING") if strings else []:
-                names[s.get_attr("ETHTOOL_A_STRING_INDEX")] = s.get_attr("ETHTOOL_A_STRING_VALUE") or ""
-            count = sset.get_attr("ETHTOOL_A_STRINGSET_COUNT") or 0
-            if not isinstance(count, int) or count > MAX_FEATURE_BITS:
-                raise NetlinkError(errno.EPROTO, f"the kernel claims {count!r} feature bits, "
-                                   f"more than the {MAX_FEATURE_BITS} nictune reads")
-            self._feature_names = [names.get(i, "") for i in range(count)]
+            # A record the controller's replays share (host/replay/decoded.py)
+            # is read-only: its names are worked out once for every host.
+            shared = getattr(sset, "shared", False)
+            known = sset.__dict__.get("feature_names") if shared else None
+            if known is None:
+                known = _feature_names(sset)
+                if shared:
+                    sset.feature_names = known
+            self._feature_names = list(known)
         return self._feature_names
 
     def features(self) -> Dict[str, Features]:

@@ -96,6 +96,9 @@ class NetlinkSocket:
             self._sock.close()
             raise
         self.msg_map: MsgMap = dict(msg_map or {})
+        # A replay's socket (host/replay/probe_reads.py) shares its decoded
+        # messages between hosts (host/replay/decoded.py); a kernel's has none.
+        self._decoded = getattr(self._sock, "decoded", None)
         self._seq = 0
         self._buf = bytearray(_BUFSIZE)
 
@@ -178,7 +181,9 @@ class NetlinkSocket:
                     return replies, interrupted
                 if kind not in (NLMSG_NOOP, NLMSG_OVERRUN):
                     cls = msg_map.get(kind)
-                    if cls is not None:
+                    if cls is not None and self._decoded is not None:
+                        replies.append(self._decoded.decoded(cls, bytes(buf[off:end])))
+                    elif cls is not None:
                         m = cls(bytes(buf[off:end]))
                         m.decode()
                         replies.append(m)
