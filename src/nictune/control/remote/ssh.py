@@ -50,7 +50,7 @@ from typing import Dict, List, Optional
 
 import paramiko
 from paramiko.channel import Channel
-from paramiko.common import cMSG_CHANNEL_OPEN
+from paramiko.common import MSG_GLOBAL_REQUEST, cMSG_CHANNEL_OPEN
 from paramiko.message import Message
 
 import nictune
@@ -387,6 +387,35 @@ def _changed(host: str, expected, offered, note: str = "") -> HostKeyRefused:
 
 # -- connecting ---------------------------------------------------------------
 
+def _prompt_transport(sock, **kw) -> paramiko.Transport:
+    """paramiko's Transport on a TCP socket that sends at once and
+    acknowledges the server's host-keys notice at once.  Without these,
+    Nagle's algorithm and delayed ACKs cost each connection some 80 ms of
+    waiting on a fast network (measured against the lab's OpenSSH 9.2,
+    before/after: 64 -> 22 ms to authenticate, 43 -> 3 ms to open the
+    first channel): OpenSSH sends its unsolicited hostkeys-00@openssh.com
+    global request right after authentication, and holds its answer to
+    the client's first channel open until that request is acknowledged,
+    which the client's kernel delays by 40 ms.  A socket that is not TCP
+    (a ProxyCommand, a jump host's channel) is left as it is."""
+    tcp = isinstance(sock, socket.socket) and sock.family in (socket.AF_INET, socket.AF_INET6)
+    if tcp:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    transport = paramiko.Transport(sock, **kw)
+    if tcp:
+        handle = transport._handler_table[MSG_GLOBAL_REQUEST]
+
+        def global_request(m):
+            handle(m)
+            try:  # leaves delayed-ACK mode: the pending ACK goes out now
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
+            except OSError:
+                pass
+
+        transport._handler_table[MSG_GLOBAL_REQUEST] = global_request
+    return transport
+
+
 def _connect(ep: _Endpoint, options: SshOptions, sock=None, note: str = "") -> paramiko.SSHClient:
     host = _host_id(ep.hostname, ep.port)
     known = _known_keys(ep.known_hosts, host)
@@ -401,6 +430,7 @@ def _connect(ep: _Endpoint, options: SshOptions, sock=None, note: str = "") -> p
                        key_filename=[k for k in ep.key_files if os.path.exists(k)] or None,
                        timeout=t, banner_timeout=t, auth_timeout=t, channel_timeout=t,
                        sock=sock, look_for_keys=not ep.key_files,
+                       transport_factory=_prompt_transport,
                        # IdentitiesOnly: offer only the named keys, as OpenSSH
                        # does (an agent full of keys can exhaust MaxAuthTries).
                        allow_agent=not (ep.identities_only and ep.key_files))
