@@ -86,6 +86,7 @@ stable; fields are only ever added):
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import select
@@ -126,11 +127,22 @@ RTM_NEWLINK = 16
 RTM_DELLINK = 17
 IFF_UP = 0x1  # include/uapi/linux/if.h
 _HDR = struct.Struct("=IHHII")
-# A burst of link events (many VFs at once) settles before the re-tune.
+# A burst of link events (many VFs at once) settles before the re-tune of
+# a link that appeared; a change of a link is verified without waiting.
 SETTLE = 0.05
-# Link events ask for a verify at once, but no more often than this: a
-# flapping carrier must not keep the agent reading the host.
+# Link events ask for a verify at once: VERIFY_BURST of them at once, then
+# one every MIN_GAP seconds (Pacer): a flapping carrier must not keep the
+# agent reading the host, and a drift must not wait behind the verify that
+# the event of the agent's own last write asked for.
 MIN_GAP = 0.25
+VERIFY_BURST = 4
+# Families the resident agent never writes (Family.resident_writes: the
+# firmware's stored configuration, read with mstconfig, seconds per device)
+# are read at start, when a desired state is taken up, and by the poll at
+# most every SLOW_POLL seconds, never on an event nor by the agent's own
+# applies: a stored value changes only when a tool writes it, runs only
+# after a reset, and is only ever reported.
+SLOW_POLL = 3600.0
 SOCKET_NAME = "agent.sock"
 MAX_REQUEST = 4 * 2**20  # a profile and its sources, many times over
 REQUEST_TIMEOUT = 10.0
@@ -141,15 +153,26 @@ _UCRED = struct.Struct("iII")  # include/linux/socket.h struct ucred: pid, uid, 
 def archive_id():
     """sha256 of the zipapp this code was imported from (agent install puts
     it at <state dir>/resident/nictune-agent.pyz), or None."""
-    import hashlib
-
     import nictune
 
     archive = getattr(getattr(nictune, "__loader__", None), "archive", None)
     if not archive:
         return None
     with open(archive, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+        return _sha256()(f.read()).hexdigest()
+
+
+def _sha256():
+    """Python's own sha256, not hashlib's: hashlib loads OpenSSL's libcrypto,
+    about 4 MB of the resident agent's RSS, for one hash at start."""
+    try:
+        from _sha256 import sha256  # Python <= 3.11
+    except ImportError:
+        try:
+            from _sha2 import sha256  # 3.12 and later
+        except ImportError:  # a Python built without its own: OpenSSL's, then
+            from hashlib import sha256
+    return sha256
 
 
 def peer_uid(conn: socket.socket) -> int:
@@ -303,6 +326,41 @@ class FlapLimiter:
         self.left.clear()
 
 
+class Pacer:
+    """When an event-driven verify may run: at once while the bucket holds a
+    token (`burst` of them, one back every `gap` seconds)."""
+
+    def __init__(self, burst: int = VERIFY_BURST, gap: float = MIN_GAP):
+        self.burst, self.gap = burst, gap
+        self.tokens, self.at = float(burst), time.monotonic()
+
+    def _refill(self, now: float) -> None:
+        self.tokens = min(float(self.burst), self.tokens + (now - self.at) / self.gap)
+        self.at = now
+
+    def next_at(self, now: float) -> float:
+        """The monotonic time from which the next verify may run."""
+        self._refill(now)
+        return now if self.tokens >= 1 else now + (1 - self.tokens) * self.gap
+
+    def spend(self, now: float) -> None:
+        self._refill(now)
+        self.tokens = max(0.0, self.tokens - 1)
+
+
+def slow_key(key) -> bool:
+    """Whether `key` belongs to a family the resident agent never writes
+    (SLOW_POLL)."""
+    from nictune.host.knobs import family_named
+
+    family = family_named(key.family)
+    return family is not None and not family.resident_writes
+
+
+def fast_key(key) -> bool:
+    return not slow_key(key)
+
+
 class LinkMonitor(Subscription):
     """rtnetlink link notifications: (event, ifindex, name), event "new" or
     "del", or ("resync", 0, "") when the kernel dropped some (ENOBUFS)."""
@@ -417,11 +475,16 @@ class Resident:
         self.link_up: dict = {}   # name -> IFF_UP when last seen, to tell a link come up
         self.drifted: set = set()  # keys differing since their drift was counted
         self.verify_at = float("inf")  # monotonic time of an event-driven verify
+        self.pacer = Pacer()
+        self.slow_at = 0.0             # monotonic time the slow families are read again
+        self.slow_names: set = set()   # their keys' names, as last read
         # The LLDP listener of the rails whose entries have switch: checks
         # (transports/lldpsock.py; imported with the first such rail): its
         # frames go to lldpsock.STORE_FILE.
         self.lldp = None
-        self._verified = 0.0           # monotonic time of the last verify
+        # The metrics endpoint's server (host/resident/metrics.py), served
+        # from run()'s select (main(): start_metrics), or None.
+        self.metrics_server = None
         self.status = {
             "nictune_agent_status": STATUS_FORMAT, "pid": os.getpid(), "started": time.time(),
             "updated": None, "stopped": None, "interval": interval, "flap_limit": flap_limit,
@@ -482,8 +545,8 @@ class Resident:
         defaults again), applies the whole of it, as `nictune apply`."""
         if at_start and self.first_start_since_boot():
             self.reapply("boot")
-        self.verify(cause)
-        self._verified, self.verify_at = time.monotonic(), float("inf")
+        self.verify(cause, slow=True)
+        self.verify_at = float("inf")
 
     def first_start_since_boot(self) -> bool:
         """Whether the desired state, the last journaled apply and the last
@@ -519,7 +582,7 @@ class Resident:
 
         try:
             out = self._engine().apply(d["doc"], d.get("sources") or {}, d.get("path"),
-                                       remember=False, only=wanted, keeping=d)
+                                       remember=False, only=wanted, keeping=d, scope=fast_key)
         except Superseded:
             # An apply or a rollback replaced it meanwhile: the next turn
             # takes the new one up (refresh_desired).
@@ -551,16 +614,21 @@ class Resident:
 
     # -- watching ------------------------------------------------------------------
 
-    def verify(self, cause: str = "") -> None:
-        """Read every key; count new drift; put back what on_drift says
-        (the re-apply's reason starts with `cause` when given)."""
+    def verify(self, cause: str = "", slow: bool = False) -> None:
+        """Read every key (those of the slow families only with `slow`:
+        SLOW_POLL); count new drift; put back what on_drift says (the
+        re-apply's reason starts with `cause` when given)."""
         d = self.desired
         engine = self._engine()
         try:
-            desire, changes = engine._plan(d["doc"], d.get("sources") or {}, read_only=True)
+            desire, changes = engine._plan(d["doc"], d.get("sources") or {}, read_only=True,
+                                           scope=None if slow else fast_key)
         except NictuneError as e:
             self._failed(f"verify: {e}")
             return
+        if slow:
+            self.slow_at = time.monotonic() + SLOW_POLL
+            self.slow_names = {str(c.key) for c in changes if slow_key(c.key)}
         now = time.time()
         keys = self.status["keys"]
         differ, restore = {}, []
@@ -592,7 +660,8 @@ class Resident:
             if policy == "restore" and c.status == m.PENDING and not rec["left_alone"]:
                 restore.append(name)
         self.status["last_verify"] = now
-        ok = not differ
+        # A slow family's key left out of this verify differs still if it did.
+        ok = not differ and (slow or not self.drifted & self.slow_names)
         if restore:
             out = self.reapply((f"{cause}: " if cause else "") + "restore " + ", ".join(restore),
                                only=lambda key: str(key) in restore)
@@ -703,8 +772,7 @@ class Resident:
         self.status["error"] = None
         appeared, check, up = set(), False, set()
         if monitors:
-            time.sleep(SETTLE)
-            events = [e for mon in monitors for e in mon.read()]
+            events = self.read_events(monitors)
             appeared, check = self.on_links(events)
             downs = set()
             for mon in monitors:
@@ -728,10 +796,32 @@ class Resident:
         if up - appeared:
             self.reassert(up - appeared)
         if check:
-            self.verify_at = min(self.verify_at, self._verified + MIN_GAP)
+            self.verify_at = min(self.verify_at, self.pacer.next_at(time.monotonic()))
         if (due or time.monotonic() >= self.verify_at) and not verified:
-            self.verify()
-            self._verified, self.verify_at = time.monotonic(), float("inf")
+            self.verify(slow=due and time.monotonic() >= self.slow_at)
+            self.pacer.spend(time.monotonic())
+            self.verify_at = float("inf")
+
+    def read_events(self, monitors) -> list:
+        """What the ready monitors say.  When a link appeared (a name with a
+        new ifindex), SETTLE first: the burst it comes in (many VFs, a
+        driver's reload) is re-tuned by one apply."""
+        events = [e for mon in monitors for e in mon.read()]
+        if any(event == "new" and name and self.ifindex.get(name) != index
+               for event, index, name in events):
+            time.sleep(SETTLE)
+            events += [e for mon in monitors for e in mon.read()]
+        return events
+
+    def serve(self, ready: list, rails: list, server) -> None:
+        """What the sockets beside the monitors that are `ready` ask for."""
+        if any(sock in ready for sock in rails):
+            self.keep_lldp(ready)  # the kernel queued a frame: nothing polls for them
+        if server is not None and server in ready:
+            server.serve()  # between cycles: never beside the agent's own work
+        if self.metrics_server is not None and self.metrics_server in ready:
+            # A scrape is answered in a thread of its own (ThreadingHTTPServer).
+            self.metrics_server.handle_request()
 
     def ethtool_monitor(self):
         """The ethtool monitor group's socket, or None (the status says why)."""
@@ -763,6 +853,11 @@ class Resident:
             except Exception as e:  # noqa: BLE001 - the next turn tries again
                 self._failed(f"start: {type(e).__name__}: {e}")
             self.write_status()
+            # What start-up made lives as long as the agent: out of the
+            # collector's way, which would otherwise walk it at every
+            # collection of the oldest generation.
+            gc.collect()
+            gc.freeze()
             if self.listen:  # after write_status: the state directory exists, 0700
                 try:
                     server = AuditSocket(self.state_dir, archive_id(), log=self.log)
@@ -772,20 +867,14 @@ class Resident:
             while True:
                 timeout = max(0.0, min(next_poll, self.verify_at) - time.monotonic())
                 rails = self.lldp.sockets() if self.lldp else []
-                ready, _, _ = select.select(monitors + [wake_fd] + ([server] if server else []) + rails,
-                                            [], [], timeout)
+                side = rails + [s for s in (server, self.metrics_server) if s is not None]
+                ready, _, _ = select.select(monitors + [wake_fd] + side, [], [], timeout)
                 if wake_fd in ready:
                     return
-                if any(sock in ready for sock in rails):
-                    self.keep_lldp(ready)  # the kernel queued a frame: nothing polls for them
-                    if (not any(mon in ready for mon in monitors) and server not in ready
-                            and time.monotonic() < min(next_poll, self.verify_at)):
-                        continue
-                if server in ready:
-                    server.serve()  # between cycles: never beside the agent's own work
-                    if (not any(mon in ready for mon in monitors)
-                            and time.monotonic() < min(next_poll, self.verify_at)):
-                        continue
+                self.serve(ready, rails, server)
+                if (not any(mon in ready for mon in monitors)
+                        and time.monotonic() < min(next_poll, self.verify_at)):
+                    continue
                 due = time.monotonic() >= next_poll
                 if due:
                     next_poll = time.monotonic() + self.interval
@@ -809,8 +898,42 @@ class Resident:
                 pass
 
 
+def start_metrics(agent: Resident, address: str, textfile):
+    """The metrics (host/resident/metrics.py) of `agent`: its endpoint on
+    `address` (when given) becomes agent.metrics_server, which the agent's
+    loop serves from its own select(): socketserver's serve_forever would
+    wake a thread twice a second on an idle host (100 ms of CPU every 10
+    minutes).  The textfile writer (when `textfile`) is the exporter
+    returned, started, or None."""
+    # The endpoint speaks plain HTTP, but http.server imports http.client,
+    # which imports ssl when it can: OpenSSL's libraries, about 5 MB of the
+    # resident agent's RSS.  Nothing the resident agent runs uses TLS.
+    sys.modules.setdefault("ssl", None)
+    # Here, not at the top: only the resident agent serves metrics.
+    from nictune.host.resident import metrics
+
+    def status() -> dict:
+        return agent.status
+
+    try:
+        if address:
+            agent.metrics_server = metrics.Exporter(status, address, log=agent.log).server
+        return metrics.start(status, None, textfile, log=agent.log) if textfile else None
+    except (OSError, ValueError) as e:
+        if agent.metrics_server is not None:
+            agent.metrics_server.server_close()
+        raise NictuneError(f"metrics on {address}: {e}") from None
+
+
+def _HelpFormatter(prog: str) -> argparse.HelpFormatter:
+    """argparse's, with a width: without one it imports shutil (and with it
+    zlib, bz2 and lzma) for the terminal's, at every add_argument."""
+    return argparse.HelpFormatter(prog, width=80)
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="nictune-agent", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="nictune-agent", description=__doc__.split("\n")[0],
+                                     formatter_class=_HelpFormatter)
     parser.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
     parser.add_argument("--netns", default=None,
                         help="the namespace this runs in (its /etc/netns files)")
@@ -828,18 +951,12 @@ def main(argv=None) -> int:
     signal.set_wakeup_fd(w)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: None)
-    exporter = None
+    exporter = agent = None
     try:
         agent = Resident(args.state_dir, args.netns, args.interval, args.flap_limit,
                          args.flap_window)
-        # Here, not at the top: only the resident agent serves metrics.
-        from nictune.host.resident import metrics
-
-        try:
-            exporter = metrics.start(lambda: agent.status, args.metrics_address or None,
-                                     args.metrics_textfile, log=agent.log)
-        except (OSError, ValueError) as e:
-            raise NictuneError(f"metrics on {args.metrics_address}: {e}") from None
+        if args.metrics_address or args.metrics_textfile:
+            exporter = start_metrics(agent, args.metrics_address, args.metrics_textfile)
         agent.log(f"started (state directory {args.state_dir}, every {args.interval:g} s"
                   + (f", metrics on http://{args.metrics_address}/metrics" if args.metrics_address else "")
                   + ")")
@@ -850,6 +967,8 @@ def main(argv=None) -> int:
     finally:
         if exporter is not None:
             exporter.stop()
+        if agent is not None and agent.metrics_server is not None:
+            agent.metrics_server.server_close()
     return 0
 
 
