@@ -143,6 +143,12 @@ VERIFY_BURST = 4
 # applies: a stored value changes only when a tool writes it, runs only
 # after a reset, and is only ever reported.
 SLOW_POLL = 3600.0
+# What the stdlib modules of the metrics endpoint (http.server) import when
+# they can, and nothing the resident agent runs uses: ssl (http.client's,
+# for HTTPS: OpenSSL's libraries, about 5 MB of RSS for an endpoint that
+# speaks plain HTTP), bz2 and lzma (shutil's, for archive formats: 0.3 MB).
+# The agent's process never loads them (start_metrics).
+NOT_LOADED = ("ssl", "bz2", "lzma")
 SOCKET_NAME = "agent.sock"
 MAX_REQUEST = 4 * 2**20  # a profile and its sources, many times over
 REQUEST_TIMEOUT = 10.0
@@ -905,10 +911,8 @@ def start_metrics(agent: Resident, address: str, textfile):
     wake a thread twice a second on an idle host (100 ms of CPU every 10
     minutes).  The textfile writer (when `textfile`) is the exporter
     returned, started, or None."""
-    # The endpoint speaks plain HTTP, but http.server imports http.client,
-    # which imports ssl when it can: OpenSSL's libraries, about 5 MB of the
-    # resident agent's RSS.  Nothing the resident agent runs uses TLS.
-    sys.modules.setdefault("ssl", None)
+    for name in NOT_LOADED:
+        sys.modules.setdefault(name, None)  # `import name` fails, as where Python lacks it
     # Here, not at the top: only the resident agent serves metrics.
     from nictune.host.resident import metrics
 
