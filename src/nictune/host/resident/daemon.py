@@ -13,17 +13,22 @@ systemd unit's ExecStart would (`python3 -m nictune.host.resident
   read-back, rollback on failure): the kernel's defaults are back;
 - listens to rtnetlink link notifications (RTMGRP_LINK): a matched
   interface that appears with a new ifindex (deleted and made again, a
-  driver reload) is re-tuned at once, whatever on_drift says; one that
+  driver reload) is re-tuned at once (SETTLE), whatever on_drift says; one that
   comes back up (IFF_UP) has the keys of the families the kernel resets
   then (IRQ placement, knobs/irq.py) written again, whatever on_drift
-  says; any other change of a link is verified at once;
+  says; any other change of a link is verified at once (a storm of
+  events at the pace of Pacer);
 - listens to the ethtool generic netlink family's "monitor" group
   (netlink/ethmonitor.py): an ethtool setting changed by anyone (features,
   rings, channels, coalesce, pause), most of which make no rtnetlink
   event, is verified at once too.  A kernel without the group leaves
   ethtool settings to the poll, and the status says so (ethtool_monitor);
 - verifies every --interval seconds what sends no notification (sysctls,
-  sysfs, owned files, ethtool settings);
+  sysfs, owned files, ethtool settings); the families it never writes
+  (firmware configuration: mstconfig) only at start, when it takes up a
+  desired state and every SLOW_POLL seconds;
+- serves its metrics endpoint from the same select() (start_metrics): between
+  events, polls and scrapes nothing in it wakes;
 - records each key's drift as it happens; on_drift (profile top level and
   per entry, read like on_unsupported: engine.Policy) says whether it is
   put back: `report` (the default) or `restore`.  A key that drifts
