@@ -2,13 +2,14 @@
 how fast drift is put back, how fast a re-created rail is re-tuned.
 
     sudo .venv/bin/python bench/bench_resident.py [--rails 8] [--idle-seconds 60]
-        [--drifts 100] [--recreates 10] [--rounds 1] [--baseline DIR] [--no-metrics]
+        [--drifts 100] [--recreates 10] [--rounds 1] [--baseline DIR] [--no-metrics] [--lldp]
 
 A namespace with RAILS veth rails (_util.RailLab, as bench_lldp_listener.py),
 a committed profile keeping them (MTU, GRO, rp_filter, a host sysctl;
 on_drift: restore) and `nictune agent run --netns` keeping it with its
 defaults (--interval 30, the metrics endpoint on 127.0.0.1:9463 unless
---no-metrics) but --flap-limit 1000, so that a hundred drifts are not taken
+--no-metrics; with --lldp the entry has switch: checks, so the LLDP
+listener runs too) but --flap-limit 1000, so that a hundred drifts are not taken
 for a flapping key.  After its start verify:
 
   rss      VmRSS, and Pss / anonymous memory from /proc/PID/smaps_rollup;
@@ -54,10 +55,11 @@ DRIFT_P99_BUDGET_MS = 100
 RECREATE_BUDGET_MS = 1000
 
 
-def profile() -> str:
+def profile(lldp: bool = False) -> str:
     return ("nictune: 1\non_drift: restore\nhost:\n  sysctl:\n    net.ipv4.tcp_ecn: 1\n"
             "interfaces:\n  rails:\n    match: {name: \"rail*\"}\n    mtu: 9000\n"
-            "    features: {gro: on}\n    sysctl: {ipv4.rp_filter: 2}\n")
+            "    features: {gro: on}\n    sysctl: {ipv4.rp_filter: 2}\n"
+            + ("    switch: {lldp: optional}\n" if lldp else ""))
 
 
 def smaps(pid: int) -> dict:
@@ -90,7 +92,7 @@ def probe(lab: RailLab, *argv) -> dict:
 def measure(lab: RailLab, src: str, args) -> dict:
     extra = ["--flap-limit", "1000"] + (["--metrics-address", ""] if args.no_metrics else [])
     with tempfile.TemporaryDirectory(prefix="nt-resident-bench-") as state:
-        agent = start_resident(lab, state, profile(), src, *extra)
+        agent = start_resident(lab, state, profile(args.lldp), src, *extra)
         try:
             time.sleep(2)
             pid = agent.pid
@@ -139,7 +141,8 @@ def report(results: dict, args) -> None:
                      f"{s['recreate_p50']:.0f}", f"{s['recreate_max']:.0f}",
                      f"{s['recreate_missed']}/{s['recreates'] + s['recreate_missed']}"))
     print(f"\nresident agent, {args.rails} rails, {args.rounds} round(s), metrics "
-          f"{'off' if args.no_metrics else 'on'}; times in ms; load average {os.getloadavg()[0]:.2f}")
+          f"{'off' if args.no_metrics else 'on'}, LLDP listener {'on' if args.lldp else 'off'}; "
+          f"times in ms; load average {os.getloadavg()[0]:.2f}")
     print(table(rows, header))
     s = results["this"]
     print(f"\nbudgets: RSS {s['rss_kib']:.0f} KiB (<= {RSS_BUDGET_KIB}: "
@@ -162,6 +165,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--baseline", default=None, help="another checkout, measured in turn")
     parser.add_argument("--no-metrics", action="store_true", help="run the agent without its endpoint")
+    parser.add_argument("--lldp", action="store_true",
+                        help="the rails' entry checks the switch port: the LLDP listener runs")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("bench_resident: run as root (network namespaces)", file=sys.stderr)
