@@ -376,3 +376,18 @@ def test_without_netns_agent_run_execs_the_agent_too(tmp_path):
         names = _imports_of_the_last_interpreter(log.read())
     assert "nictune.host.resident.daemon" in names
     assert not {n for n in names if n.split(".")[0] in NEVER_IMPORTED}
+
+
+def test_a_drift_reported_by_netlink_is_put_back_without_waiting_for_the_poll(lab, agent):
+    apply(lab, "restore")
+    # The last --interval wins: no poll within the test; three drifts are no flapping here.
+    a = agent("--interval", "3600", "--flap-limit", "10")
+    for _ in range(3):  # one after the other, each right after the agent's own write
+        must(lab, "ip", "link", "set", "ntv0", "mtu", "1500")
+        assert wait_for(lambda: mtu(lab) == 9000, 10), a.stop()
+    must(lab, "ethtool", "-K", "ntv0", "gro", "off")  # the ethtool monitor's event
+    assert wait_for(lambda: gro(lab) == "on", 10), a.stop()
+    time.sleep(1)  # the verify that the event of its own write asks for is over
+    must(lab, "sysctl", "-qw", "net.ipv4.tcp_ecn=2")  # no event: left to the poll
+    time.sleep(1)
+    assert sysctl(lab, "net.ipv4.tcp_ecn") == "2"
