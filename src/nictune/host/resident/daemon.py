@@ -133,8 +133,10 @@ RTM_DELLINK = 17
 IFF_UP = 0x1  # include/uapi/linux/if.h
 _HDR = struct.Struct("=IHHII")
 # A burst of link events (many VFs at once) settles before the re-tune of
-# a link that appeared; a change of a link is verified without waiting.
+# a link that appeared: until no event came for QUIET seconds, SETTLE at
+# most.  A change of a link is verified without waiting.
 SETTLE = 0.05
+QUIET = 0.01
 # Link events ask for a verify at once: VERIFY_BURST of them at once, then
 # one every MIN_GAP seconds (Pacer): a flapping carrier must not keep the
 # agent reading the host, and a drift must not wait behind the verify that
@@ -815,13 +817,17 @@ class Resident:
 
     def read_events(self, monitors) -> list:
         """What the ready monitors say.  When a link appeared (a name with a
-        new ifindex), SETTLE first: the burst it comes in (many VFs, a
-        driver's reload) is re-tuned by one apply."""
+        new ifindex), the burst it comes in (many VFs, a driver's reload)
+        settles first (QUIET, SETTLE), to be re-tuned by one apply."""
         events = [e for mon in monitors for e in mon.read()]
         if any(event == "new" and name and self.ifindex.get(name) != index
                for event, index, name in events):
-            time.sleep(SETTLE)
-            events += [e for mon in monitors for e in mon.read()]
+            deadline = time.monotonic() + SETTLE
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select(monitors, [], [], min(QUIET, left))[0]:
+                    break
+                events += [e for mon in monitors for e in mon.read()]
         return events
 
     def serve(self, ready: list, rails: list, server) -> None:
