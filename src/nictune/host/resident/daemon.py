@@ -489,6 +489,7 @@ class Resident:
         self.drifted: set = set()  # keys differing since their drift was counted
         self.verify_at = float("inf")  # monotonic time of an event-driven verify
         self.pacer = Pacer()
+        self._said = None              # the status last written, but its time
         self.slow_at = 0.0             # monotonic time the slow families are read again
         self.slow_names: set = set()   # their keys' names, as last read
         # The LLDP listener of the rails whose entries have switch: checks
@@ -773,10 +774,17 @@ class Resident:
 
     # -- the loop --------------------------------------------------------------
 
-    def write_status(self) -> None:
+    def write_status(self, if_changed: bool = False) -> None:
+        """STATUS_FILE, replaced; with `if_changed`, only when it says
+        something new besides the time (a turn that only heard of a link
+        going away spends no fsync before the next event's work)."""
+        said = json.dumps({k: v for k, v in self.status.items() if k != "updated"}, sort_keys=True)
+        if if_changed and said == self._said:
+            return
         self.status["updated"] = time.time()
         with self.journal._state(create=True) as fd:
             _replace(fd, STATUS_FILE, json.dumps(self.status, sort_keys=True))
+        self._said = said
 
     def cycle(self, monitors, due: bool) -> None:
         """One turn: the events of the monitors that are ready first (a
@@ -900,7 +908,7 @@ class Resident:
                 except Exception as e:  # noqa: BLE001 - a resident agent outlives one bad cycle
                     self._failed(f"{type(e).__name__}: {e}")
                 self.host.forget(facts=True)
-                self.write_status()
+                self.write_status(if_changed=True)
         finally:
             for mon in monitors:
                 mon.close()
