@@ -441,3 +441,20 @@ def test_a_storm_of_link_events_is_verified_at_a_bounded_pace():
         assert pacer.next_at(now) == now
         pacer.spend(now)
     assert pacer.next_at(now) > now
+
+
+def test_a_turn_that_changed_nothing_but_the_time_writes_no_status(cx7, monkeypatch):
+    host, state = _applied_then_drifted(cx7)
+    agent = _agent(host, state, monkeypatch)
+    assert agent.refresh_desired()
+    agent.take_up("start")
+    agent.write_status(if_changed=True)
+    path = os.path.join(state, "agent-status.json")
+    first = os.stat(path).st_ino  # replaced whole (a rename): a new inode at each write
+    agent.cycle([_Events([("del", 999, "gone0")])], due=False)  # a link we never kept went away
+    agent.write_status(if_changed=True)
+    assert os.stat(path).st_ino == first
+    agent.cycle([], due=True)  # a poll: its last_verify is news
+    agent.write_status(if_changed=True)
+    assert os.stat(path).st_ino != first
+    assert json.load(open(path))["last_verify"] == agent.status["last_verify"]
