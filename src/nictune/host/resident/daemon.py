@@ -923,13 +923,13 @@ class Resident:
                 pass
 
 
-def start_metrics(agent: Resident, address: str, textfile):
+def start_metrics(agent: Resident, address: str, textfile, **options):
     """The metrics (host/resident/metrics.py) of `agent`: its endpoint on
     `address` (when given) becomes agent.metrics_server, which the agent's
     loop serves from its own select(): socketserver's serve_forever would
     wake a thread twice a second on an idle host (100 ms of CPU every 10
     minutes).  The textfile writer (when `textfile`) is the exporter
-    returned, started, or None."""
+    returned, started, or None.  `options` go to both metrics.Exporter's."""
     for name in NOT_LOADED:
         sys.modules.setdefault(name, None)  # `import name` fails, as where Python lacks it
     # Here, not at the top: only the resident agent serves metrics.
@@ -940,8 +940,8 @@ def start_metrics(agent: Resident, address: str, textfile):
 
     try:
         if address:
-            agent.metrics_server = metrics.Exporter(status, address, log=agent.log).server
-        return metrics.start(status, None, textfile, log=agent.log) if textfile else None
+            agent.metrics_server = metrics.Exporter(status, address, log=agent.log, **options).server
+        return metrics.start(status, None, textfile, log=agent.log, **options) if textfile else None
     except (OSError, ValueError) as e:
         if agent.metrics_server is not None:
             agent.metrics_server.server_close()
