@@ -6,10 +6,12 @@ found next to them and imported as `_util`.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import statistics
 import subprocess
+import sys
 import time
 from typing import Callable, Optional
 
@@ -87,3 +89,96 @@ def table(rows: list, header: tuple, left: int = 1) -> str:
         cells = [str(c).ljust(w) if i < left else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths))]
         lines.append("  " + "  ".join(cells).rstrip())
     return "\n".join(lines)
+
+
+# -- the resident agent's lab: a namespace of veth rails (bench_lldp_listener.py,
+# bench_resident.py) ------------------------------------------------------------
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def sh(*argv: str) -> None:
+    subprocess.run(argv, check=True, capture_output=True)
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of pid (/proc/PID/stat), in seconds."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def rss_kib(pid: int) -> int:
+    """VmRSS of pid, KiB."""
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+class RailLab:
+    """A namespace (`host`) with `rails` veth rails rail0..railN-1 (MTU 9000,
+    up), their peers swp0.. in a second one (`switch`); close() removes both."""
+
+    def __init__(self, rails: int, tag: str):
+        self.host, self.switch, self.rails, self.tag = f"ntlh{tag}", f"ntls{tag}", rails, tag
+        for ns in (self.host, self.switch):
+            sh("ip", "netns", "add", ns)
+        try:
+            for i in range(rails):
+                self.add_rail(i)
+                sh("ip", "-n", self.host, "link", "set", f"rail{i}", "mtu", "9000", "up")
+        except BaseException:
+            self.close()
+            raise
+
+    def add_rail(self, i: int) -> None:
+        """rail<i> in the host namespace, its peer swp<i> (up) in the switch one."""
+        sh("ip", "link", "add", f"ntlb{self.tag}{i}", "type", "veth", "peer", "name", f"ntlc{self.tag}{i}")
+        sh("ip", "link", "set", f"ntlb{self.tag}{i}", "netns", self.host, "name", f"rail{i}")
+        sh("ip", "link", "set", f"ntlc{self.tag}{i}", "netns", self.switch, "name", f"swp{i}")
+        sh("ip", "-n", self.switch, "link", "set", f"swp{i}", "up")
+
+    def close(self) -> None:
+        for ns in (self.host, self.switch):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def start_resident(lab: RailLab, state: str, profile_text: str, src: str, *agent_args: str):
+    """Apply `profile_text` to the lab's host namespace (nictune from `src`),
+    start `nictune agent run --netns` there (its pid is the agent's: `agent
+    run` execs it under `ip netns exec`) and wait until its start verify is
+    done.  The Popen; stop_resident() ends it."""
+    path = os.path.join(state, "profile.yaml")
+    with open(path, "w") as f:
+        f.write(profile_text)
+    env = dict(os.environ, PYTHONPATH=src)
+    nictune = [sys.executable, "-c", "from nictune.cli.app import main; main()"]
+    subprocess.run(nictune + ["apply", path, "--netns", lab.host, "--state-dir", state, "--json"],
+                   capture_output=True, env=env, timeout=120, check=True)
+    agent = subprocess.Popen(nictune + ["agent", "run", "--netns", lab.host, "--state-dir", state,
+                                        *agent_args],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    status = os.path.join(state, "netns", lab.host, "agent-status.json")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # settled: its start verify is done
+        try:
+            with open(status) as f:
+                found = json.load(f)
+            if found.get("last_verify") and found["pid"] == agent.pid:
+                return agent
+        except (OSError, ValueError):
+            pass
+        if agent.poll() is not None:
+            break
+        time.sleep(0.2)
+    stop_resident(agent)
+    raise BenchError("the resident agent did not finish its start verify within 60 s")
+
+
+def stop_resident(agent: subprocess.Popen) -> None:
+    agent.terminate()
+    try:
+        agent.wait(10)
+    except subprocess.TimeoutExpired:
+        agent.kill()
+        agent.wait(5)

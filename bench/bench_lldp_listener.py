@@ -24,7 +24,6 @@ than it should (a bench, not a test), 1 when it could not run.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import statistics
@@ -38,13 +37,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 
 from nictune.host.facts import lldp  # noqa: E402
+from _util import RailLab, cpu_seconds, rss_kib, start_resident, stop_resident  # noqa: E402
 
-TICKS = os.sysconf("SC_CLK_TCK")
 REPRODUCE = "sudo .venv/bin/python bench/bench_lldp_listener.py --rails 8 --seconds 30 --rounds 3"
-
-
-def sh(*argv: str) -> None:
-    subprocess.run(argv, check=True, capture_output=True)
 
 
 def profile(rails: int, with_switch: bool) -> str:
@@ -52,41 +47,7 @@ def profile(rails: int, with_switch: bool) -> str:
     return (f"nictune: 1\ninterfaces:\n  rails:\n    match: {{name: \"rail*\"}}\n    mtu: 9000{switch}\n")
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
-
-
-def rss_kib(pid: int) -> int:
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
-
-
-def agent_pid(launcher: subprocess.Popen) -> int:
-    """The resident agent's pid: `agent run` execs it under `ip netns exec`."""
-    return launcher.pid
-
-
-class Lab:
-    def __init__(self, rails: int, tag: str):
-        self.host, self.switch, self.rails = f"ntlh{tag}", f"ntls{tag}", rails
-        for ns in (self.host, self.switch):
-            sh("ip", "netns", "add", ns)
-        for i in range(rails):
-            sh("ip", "link", "add", f"ntlb{tag}{i}", "type", "veth", "peer", "name", f"ntlc{tag}{i}")
-            sh("ip", "link", "set", f"ntlb{tag}{i}", "netns", self.host, "name", f"rail{i}")
-            sh("ip", "link", "set", f"ntlc{tag}{i}", "netns", self.switch, "name", f"swp{i}")
-            sh("ip", "-n", self.host, "link", "set", f"rail{i}", "mtu", "9000", "up")
-            sh("ip", "-n", self.switch, "link", "set", f"swp{i}", "up")
-
-    def close(self) -> None:
-        for ns in (self.host, self.switch):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-
-
-def send_frames(lab: Lab, stop: threading.Event) -> None:
+def send_frames(lab: RailLab, stop: threading.Event) -> None:
     """A frame a second on every rail, from the switch namespace."""
     frame = lldp.encode(lldp.Neighbour(
         chassis_id="0c:42:a1:00:00:01", chassis_subtype="mac", port_id="swp1", port_subtype="interface-name",
@@ -104,34 +65,17 @@ def send_frames(lab: Lab, stop: threading.Event) -> None:
     proc.wait(5)
 
 
-def measure(lab: Lab, state: str, with_switch: bool, seconds: float, frames: bool = False) -> dict:
-    path = os.path.join(state, "profile.yaml")
-    with open(path, "w") as f:
-        f.write(profile(lab.rails, with_switch))
-    env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(HERE), "src"))
-    nictune = [sys.executable, "-c", "from nictune.cli.app import main; main()"]
-    subprocess.run(nictune + ["apply", path, "--netns", lab.host, "--state-dir", state, "--json"],
-                   capture_output=True, env=env, timeout=120)
-    agent = subprocess.Popen(nictune + ["agent", "run", "--netns", lab.host, "--state-dir", state,
-                                        "--interval", "3600", "--metrics-address", ""],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+def measure(lab: RailLab, state: str, with_switch: bool, seconds: float, frames: bool = False) -> dict:
+    agent = start_resident(lab, state, profile(lab.rails, with_switch), os.path.join(os.path.dirname(HERE), "src"),
+                           "--interval", "3600", "--metrics-address", "")
     stop = threading.Event()
     sender = threading.Thread(target=send_frames, args=(lab, stop)) if frames else None
     try:
-        status = os.path.join(state, "netns", lab.host, "agent-status.json")
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # settled: its start verify is done
-            try:
-                if json.load(open(status)).get("last_verify") and json.load(open(status))["pid"] == agent.pid:
-                    break
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.2)
         time.sleep(2)
         if sender:
             sender.start()
             time.sleep(2)
-        pid = agent_pid(agent)
+        pid = agent.pid
         cpu0, t0 = cpu_seconds(pid), time.monotonic()
         time.sleep(seconds)
         cpu1, t1 = cpu_seconds(pid), time.monotonic()
@@ -143,12 +87,7 @@ def measure(lab: Lab, state: str, with_switch: bool, seconds: float, frames: boo
         stop.set()
         if sender:
             sender.join(10)
-        agent.terminate()
-        try:
-            agent.wait(10)
-        except subprocess.TimeoutExpired:
-            agent.kill()
-            agent.wait(5)
+        stop_resident(agent)
 
 
 def main() -> int:
@@ -160,7 +99,7 @@ def main() -> int:
     if os.geteuid() != 0:
         print("bench_lldp_listener: run as root (network namespaces)", file=sys.stderr)
         return 1
-    lab = Lab(args.rails, str(os.getpid() % 10000))
+    lab = RailLab(args.rails, str(os.getpid() % 10000))
     rows = {"without": [], "with": [], "with, 1 frame/s/rail": []}
     try:
         for r in range(args.rounds):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import textwrap
 import time
@@ -19,6 +20,7 @@ import pytest
 from netns_helpers import ResidentAgent, nictune, wait_for
 from typer.testing import CliRunner
 
+import nictune as nictune_pkg
 from nictune.cli.app import app
 
 pytestmark = pytest.mark.netns
@@ -320,3 +322,75 @@ def test_a_link_whose_name_is_not_utf8_stops_neither_the_agent_nor_its_metrics(l
     assert r.stdout.strip() == "200", r.stderr
     assert wait_for(lambda: textfile.exists() and 'device="nt:xff:xfe"' in textfile.read_text(),
                     10), a.stop()
+
+
+# What the resident agent's process never imports: the CLI's modules (it is
+# exec'd as the unit starts it), OpenSSL (_ssl, _hashlib: 5 MB of RSS for a
+# plain-HTTP endpoint and one hash), shutil's archive formats (_bz2, _lzma),
+# pyroute2.  (ssl, bz2 and lzma themselves are listed: imports that the
+# agent makes fail, daemon.NOT_LOADED.)
+NEVER_IMPORTED = ("typer", "rich", "click", "yaml", "jsonschema", "_ssl", "_hashlib", "_bz2", "_lzma",
+                  "pyroute2")
+
+
+def _imports_of_the_last_interpreter(log: str) -> set:
+    """The modules listed by PYTHONPROFILEIMPORTTIME (every interpreter
+    prints its own list, header first) after the last header: those of the
+    process `agent run` exec'd, the resident agent."""
+    assert "| imported package" in log, log[-2000:]
+    own = log.rsplit("| imported package", 1)[1]
+    return {line.rsplit("|", 1)[1].strip() for line in own.splitlines()
+            if line.startswith("import time:")}
+
+
+def test_the_agent_process_imports_no_cli_module_nor_openssl(lab, agent, monkeypatch):
+    monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")
+    apply(lab, "restore")
+    a = agent("--metrics-address", "127.0.0.1:9463")
+    must(lab, "ip", "link", "set", "ntv0", "mtu", "1500")  # a restore: the engine writes, journals
+    assert wait_for(lambda: a.key("link:ntv0:mtu").get("restores") == 1, 10), a.stop()
+    scraped = lab.run(lab.ns_a, [sys.executable, "-c", "import urllib.request; print(urllib.request"
+                                 ".urlopen('http://127.0.0.1:9463/metrics', timeout=5).read().decode())"])
+    assert "nictune_drift" in scraped.stdout, scraped.stderr
+    names = _imports_of_the_last_interpreter(a.stop())
+    assert {"nictune.host.resident.daemon", "nictune.host.resident.metrics",
+            "nictune.host.transaction.journal"} <= names
+    assert not {n for n in names if n.split(".")[0] in NEVER_IMPORTED}
+
+
+def test_without_netns_agent_run_execs_the_agent_too(tmp_path):
+    # No desired state in a fresh state directory: it idles, writing nothing
+    # but its status, in this namespace.
+    state = tmp_path / "state"
+    root = os.path.dirname(os.path.dirname(nictune_pkg.__file__))
+    with open(tmp_path / "agent.log", "w+") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "from nictune.cli.app import main; main()", "agent", "run",
+             "--state-dir", str(state), "--metrics-address", ""],
+            env=dict(os.environ, PYTHONPATH=root, PYTHONPROFILEIMPORTTIME="1"),
+            stdout=log, stderr=subprocess.STDOUT)
+        try:
+            assert wait_for(lambda: (state / "agent-status.json").exists() or proc.poll() is not None)
+            assert proc.poll() is None
+        finally:
+            proc.terminate()
+            proc.wait(10)
+        log.seek(0)
+        names = _imports_of_the_last_interpreter(log.read())
+    assert "nictune.host.resident.daemon" in names
+    assert not {n for n in names if n.split(".")[0] in NEVER_IMPORTED}
+
+
+def test_a_drift_reported_by_netlink_is_put_back_without_waiting_for_the_poll(lab, agent):
+    apply(lab, "restore")
+    # The last --interval wins: no poll within the test; three drifts are no flapping here.
+    a = agent("--interval", "3600", "--flap-limit", "10")
+    for _ in range(3):  # one after the other, each right after the agent's own write
+        must(lab, "ip", "link", "set", "ntv0", "mtu", "1500")
+        assert wait_for(lambda: mtu(lab) == 9000, 10), a.stop()
+    must(lab, "ethtool", "-K", "ntv0", "gro", "off")  # the ethtool monitor's event
+    assert wait_for(lambda: gro(lab) == "on", 10), a.stop()
+    time.sleep(1)  # the verify that the event of its own write asks for is over
+    must(lab, "sysctl", "-qw", "net.ipv4.tcp_ecn=2")  # no event: left to the poll
+    time.sleep(1)
+    assert sysctl(lab, "net.ipv4.tcp_ecn") == "2"

@@ -254,6 +254,41 @@ def test_the_resident_agent_never_writes_firmware_config(nic):
     assert "log" not in nic.tool()
 
 
+def test_the_resident_agent_runs_mstconfig_at_start_and_at_its_slow_poll_only(nic, monkeypatch):
+    from nictune.host.resident import daemon
+
+    queries = []
+    real = mstconfig.query
+    monkeypatch.setattr(mstconfig, "query", lambda *a: queries.append(a) or real(*a))
+    assert nic.engine().apply(PROFILE, SOURCES, "cx7.yaml").error is None
+    nic.reboot(runs=True)
+    queries.clear()
+    agent = daemon.Resident(str(nic.state_dir), log=lambda line: None, listen=False)
+    agent.host = _Host(str(nic.root))
+    monkeypatch.setattr(agent, "first_start_since_boot", lambda: False)
+    assert agent.refresh_desired()
+    agent.take_up("start", at_start=True)
+    assert len(queries) == 1
+    key = str(Key("firmware", HANDLE, "total_vfs"))
+    assert agent.status["keys"][key]["drifted"] is False
+    # Someone stores another value with the tool: reported by the slow poll only.
+    state = nic.tool()
+    state["rows"]["NUM_OF_VFS"]["next"] = 4
+    nic.state.write_text(json.dumps(state))
+    agent.cycle([], due=True)   # the --interval poll
+    agent.verify("link event")  # what a netlink event asks for
+    assert len(queries) == 1 and not agent.status["keys"][key]["drifted"]
+    agent.slow_at = 0.0  # SLOW_POLL seconds later
+    agent.cycle([], due=True)
+    assert len(queries) == 2
+    assert agent.status["keys"][key]["drifted"] and agent.status["keys"][key]["drifts"] == 1
+    # Until the next slow poll, the verifies that leave it out do not call the host as wanted.
+    ok = agent.status["last_verify_ok"]
+    agent.cycle([], due=True)
+    assert len(queries) == 2 and agent.status["last_verify_ok"] == ok
+    assert len(nic.tool()["log"]) == 1  # the user's apply's set: the agent never writes it
+
+
 def test_without_mstconfig_each_key_is_unsupported_saying_so(nic, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     fam = FirmwareFamily(_Host(str(nic.root)))

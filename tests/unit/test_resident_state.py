@@ -396,3 +396,65 @@ def test_a_file_someone_else_wrote_over_nictunes_is_drift_the_agent_reports_and_
     with open(host.path("etc/nccl.conf")) as f:
         assert f.read() == "NCCL_IB_TC=0\nROOT_PASSWORD=hunter2\n"
     assert not any("hunter2" in line for line in agent.lines)
+
+
+class _Events:
+    """A ready monitor whose read() gives one batch of link events."""
+
+    def __init__(self, events: list):
+        self.events, self.downs = events, set()
+
+    def read(self) -> list:
+        events, self.events = self.events, []
+        return events
+
+
+def test_a_link_event_right_after_a_verify_is_verified_in_the_same_turn(cx7, monkeypatch):
+    host, state = _applied_then_drifted(cx7, on_drift="restore")
+    agent = _agent(host, state, monkeypatch)
+    agent.limiter = FlapLimiter(limit=10)  # four drifts are not a flapping key here
+    assert agent.refresh_desired()
+    agent.take_up("start")  # a verify (it puts the MTU back), as the agent's own write's event asks
+    assert host.kernel.links[P1].mtu == 9000
+    agent.learn_links()
+    index = agent.ifindex[P1]
+    for n in range(3):  # drifts in quick succession, each reported by an event
+        host.kernel.links[P1].mtu = 1500
+        agent.cycle([_Events([("new", index, P1)])], due=False)
+        assert host.kernel.links[P1].mtu == 9000, n
+    assert agent.status["keys"][f"link:{P1}:mtu"]["restores"] == 4
+
+
+def test_a_storm_of_link_events_is_verified_at_a_bounded_pace():
+    from nictune.host.resident.daemon import Pacer
+
+    pacer = Pacer(burst=4, gap=0.25)
+    now = pacer.at
+    for _ in range(4):  # a burst at once
+        assert pacer.next_at(now) == now
+        pacer.spend(now)
+    assert pacer.next_at(now) == pytest.approx(now + 0.25)
+    now += 0.1
+    assert pacer.next_at(now) == pytest.approx(now + 0.15)
+    now += 10  # quiet for a while: a whole burst again, never more
+    for _ in range(4):
+        assert pacer.next_at(now) == now
+        pacer.spend(now)
+    assert pacer.next_at(now) > now
+
+
+def test_a_turn_that_changed_nothing_but_the_time_writes_no_status(cx7, monkeypatch):
+    host, state = _applied_then_drifted(cx7)
+    agent = _agent(host, state, monkeypatch)
+    assert agent.refresh_desired()
+    agent.take_up("start")
+    agent.write_status(if_changed=True)
+    path = os.path.join(state, "agent-status.json")
+    first = os.stat(path).st_ino  # replaced whole (a rename): a new inode at each write
+    agent.cycle([_Events([("del", 999, "gone0")])], due=False)  # a link we never kept went away
+    agent.write_status(if_changed=True)
+    assert os.stat(path).st_ino == first
+    agent.cycle([], due=True)  # a poll: its last_verify is news
+    agent.write_status(if_changed=True)
+    assert os.stat(path).st_ino != first
+    assert json.load(open(path))["last_verify"] == agent.status["last_verify"]

@@ -3,8 +3,10 @@ foreground, and what it last wrote about itself.
 
 With --netns NS, as for the other commands, the state directory is
 DIR/netns/NS (control/remote/targets.py NetnsTarget): the one `nictune apply
---netns NS --state-dir DIR` stores the desired state in.  `run` then execs
-the resident agent under `ip netns exec NS`, so that its pid is the one started.
+--netns NS --state-dir DIR` stores the desired state in.  `run` execs the
+resident agent (`python3 -m nictune.host.resident`), under `ip netns exec NS`
+with --netns, so that its pid is the one started and none of the CLI's
+modules stays in its memory.
 
 `install|uninstall` put the resident agent in place as a systemd service, here or on
 an inventory's hosts over SSH (control/install/agent_install.py); `status -i` asks
@@ -54,17 +56,19 @@ def run(target: Optional[str], opts: Options) -> None:
         argv += ["--metrics-textfile", opts.metrics_textfile]
     if opts.metrics_detail:
         argv += ["--metrics-detail"]
-    if opts.netns is None:
-        from nictune.host.resident import daemon
-
-        raise typer.Exit(daemon.main(argv))
     import nictune
 
     package_root = os.path.dirname(os.path.dirname(nictune.__file__))
     env = dict(os.environ, PYTHONPATH=package_root, LANG="C")
+    # Exec'd, never run inside this process: the resident agent keeps none
+    # of the CLI's modules (typer, rich, yaml, jsonschema) in its memory.
+    # With site, unlike the unit's zipapp (python3 -s -S): from an installed
+    # nictune, pyroute2 (netlink/dcb.py's message classes) is in site-packages.
+    resident = [sys.executable, "-m", "nictune.host.resident", *argv]
     sys.stdout.flush()
-    os.execvpe("ip", ["ip", "netns", "exec", opts.netns, sys.executable, "-m", "nictune.host.resident",
-                      *argv, "--netns", opts.netns], env)
+    if opts.netns is None:
+        os.execve(sys.executable, resident, env)
+    os.execvpe("ip", ["ip", "netns", "exec", opts.netns, *resident, "--netns", opts.netns], env)
 
 
 def _fleet_hosts(inventory: str, limit: Optional[str]) -> list:

@@ -13,17 +13,22 @@ systemd unit's ExecStart would (`python3 -m nictune.host.resident
   read-back, rollback on failure): the kernel's defaults are back;
 - listens to rtnetlink link notifications (RTMGRP_LINK): a matched
   interface that appears with a new ifindex (deleted and made again, a
-  driver reload) is re-tuned at once, whatever on_drift says; one that
+  driver reload) is re-tuned at once (SETTLE), whatever on_drift says; one that
   comes back up (IFF_UP) has the keys of the families the kernel resets
   then (IRQ placement, knobs/irq.py) written again, whatever on_drift
-  says; any other change of a link is verified at once;
+  says; any other change of a link is verified at once (a storm of
+  events at the pace of Pacer);
 - listens to the ethtool generic netlink family's "monitor" group
   (netlink/ethmonitor.py): an ethtool setting changed by anyone (features,
   rings, channels, coalesce, pause), most of which make no rtnetlink
   event, is verified at once too.  A kernel without the group leaves
   ethtool settings to the poll, and the status says so (ethtool_monitor);
 - verifies every --interval seconds what sends no notification (sysctls,
-  sysfs, owned files, ethtool settings);
+  sysfs, owned files, ethtool settings); the families it never writes
+  (firmware configuration: mstconfig) only at start, when it takes up a
+  desired state and every SLOW_POLL seconds;
+- serves its metrics endpoint from the same select() (start_metrics): between
+  events, polls and scrapes nothing in it wakes;
 - records each key's drift as it happens; on_drift (profile top level and
   per entry, read like on_unsupported: engine.Policy) says whether it is
   put back: `report` (the default) or `restore`.  A key that drifts
@@ -86,6 +91,7 @@ stable; fields are only ever added):
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import select
@@ -126,11 +132,30 @@ RTM_NEWLINK = 16
 RTM_DELLINK = 17
 IFF_UP = 0x1  # include/uapi/linux/if.h
 _HDR = struct.Struct("=IHHII")
-# A burst of link events (many VFs at once) settles before the re-tune.
+# A burst of link events (many VFs at once) settles before the re-tune of
+# a link that appeared: until no event came for QUIET seconds, SETTLE at
+# most.  A change of a link is verified without waiting.
 SETTLE = 0.05
-# Link events ask for a verify at once, but no more often than this: a
-# flapping carrier must not keep the agent reading the host.
+QUIET = 0.01
+# Link events ask for a verify at once: VERIFY_BURST of them at once, then
+# one every MIN_GAP seconds (Pacer): a flapping carrier must not keep the
+# agent reading the host, and a drift must not wait behind the verify that
+# the event of the agent's own last write asked for.
 MIN_GAP = 0.25
+VERIFY_BURST = 4
+# Families the resident agent never writes (Family.resident_writes: the
+# firmware's stored configuration, read with mstconfig, seconds per device)
+# are read at start, when a desired state is taken up, and by the poll at
+# most every SLOW_POLL seconds, never on an event nor by the agent's own
+# applies: a stored value changes only when a tool writes it, runs only
+# after a reset, and is only ever reported.
+SLOW_POLL = 3600.0
+# What the stdlib modules of the metrics endpoint (http.server) import when
+# they can, and nothing the resident agent runs uses: ssl (http.client's,
+# for HTTPS: OpenSSL's libraries, about 5 MB of RSS for an endpoint that
+# speaks plain HTTP), bz2 and lzma (shutil's, for archive formats: 0.3 MB).
+# The agent's process never loads them (start_metrics).
+NOT_LOADED = ("ssl", "bz2", "lzma")
 SOCKET_NAME = "agent.sock"
 MAX_REQUEST = 4 * 2**20  # a profile and its sources, many times over
 REQUEST_TIMEOUT = 10.0
@@ -141,15 +166,26 @@ _UCRED = struct.Struct("iII")  # include/linux/socket.h struct ucred: pid, uid, 
 def archive_id():
     """sha256 of the zipapp this code was imported from (agent install puts
     it at <state dir>/resident/nictune-agent.pyz), or None."""
-    import hashlib
-
     import nictune
 
     archive = getattr(getattr(nictune, "__loader__", None), "archive", None)
     if not archive:
         return None
     with open(archive, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+        return _sha256()(f.read()).hexdigest()
+
+
+def _sha256():
+    """Python's own sha256, not hashlib's: hashlib loads OpenSSL's libcrypto,
+    about 4 MB of the resident agent's RSS, for one hash at start."""
+    try:
+        from _sha256 import sha256  # Python <= 3.11
+    except ImportError:
+        try:
+            from _sha2 import sha256  # 3.12 and later
+        except ImportError:  # a Python built without its own: OpenSSL's, then
+            from hashlib import sha256
+    return sha256
 
 
 def peer_uid(conn: socket.socket) -> int:
@@ -303,6 +339,41 @@ class FlapLimiter:
         self.left.clear()
 
 
+class Pacer:
+    """When an event-driven verify may run: at once while the bucket holds a
+    token (`burst` of them, one back every `gap` seconds)."""
+
+    def __init__(self, burst: int = VERIFY_BURST, gap: float = MIN_GAP):
+        self.burst, self.gap = burst, gap
+        self.tokens, self.at = float(burst), time.monotonic()
+
+    def _refill(self, now: float) -> None:
+        self.tokens = min(float(self.burst), self.tokens + (now - self.at) / self.gap)
+        self.at = now
+
+    def next_at(self, now: float) -> float:
+        """The monotonic time from which the next verify may run."""
+        self._refill(now)
+        return now if self.tokens >= 1 else now + (1 - self.tokens) * self.gap
+
+    def spend(self, now: float) -> None:
+        self._refill(now)
+        self.tokens = max(0.0, self.tokens - 1)
+
+
+def slow_key(key) -> bool:
+    """Whether `key` belongs to a family the resident agent never writes
+    (SLOW_POLL)."""
+    from nictune.host.knobs import family_named
+
+    family = family_named(key.family)
+    return family is not None and not family.resident_writes
+
+
+def fast_key(key) -> bool:
+    return not slow_key(key)
+
+
 class LinkMonitor(Subscription):
     """rtnetlink link notifications: (event, ifindex, name), event "new" or
     "del", or ("resync", 0, "") when the kernel dropped some (ENOBUFS)."""
@@ -417,11 +488,17 @@ class Resident:
         self.link_up: dict = {}   # name -> IFF_UP when last seen, to tell a link come up
         self.drifted: set = set()  # keys differing since their drift was counted
         self.verify_at = float("inf")  # monotonic time of an event-driven verify
+        self.pacer = Pacer()
+        self._said = None              # the status last written, but its time
+        self.slow_at = 0.0             # monotonic time the slow families are read again
+        self.slow_names: set = set()   # their keys' names, as last read
         # The LLDP listener of the rails whose entries have switch: checks
         # (transports/lldpsock.py; imported with the first such rail): its
         # frames go to lldpsock.STORE_FILE.
         self.lldp = None
-        self._verified = 0.0           # monotonic time of the last verify
+        # The metrics endpoint's server (host/resident/metrics.py), served
+        # from run()'s select (main(): start_metrics), or None.
+        self.metrics_server = None
         self.status = {
             "nictune_agent_status": STATUS_FORMAT, "pid": os.getpid(), "started": time.time(),
             "updated": None, "stopped": None, "interval": interval, "flap_limit": flap_limit,
@@ -482,8 +559,8 @@ class Resident:
         defaults again), applies the whole of it, as `nictune apply`."""
         if at_start and self.first_start_since_boot():
             self.reapply("boot")
-        self.verify(cause)
-        self._verified, self.verify_at = time.monotonic(), float("inf")
+        self.verify(cause, slow=True)
+        self.verify_at = float("inf")
 
     def first_start_since_boot(self) -> bool:
         """Whether the desired state, the last journaled apply and the last
@@ -519,7 +596,7 @@ class Resident:
 
         try:
             out = self._engine().apply(d["doc"], d.get("sources") or {}, d.get("path"),
-                                       remember=False, only=wanted, keeping=d)
+                                       remember=False, only=wanted, keeping=d, scope=fast_key)
         except Superseded:
             # An apply or a rollback replaced it meanwhile: the next turn
             # takes the new one up (refresh_desired).
@@ -551,16 +628,21 @@ class Resident:
 
     # -- watching ------------------------------------------------------------------
 
-    def verify(self, cause: str = "") -> None:
-        """Read every key; count new drift; put back what on_drift says
-        (the re-apply's reason starts with `cause` when given)."""
+    def verify(self, cause: str = "", slow: bool = False) -> None:
+        """Read every key (those of the slow families only with `slow`:
+        SLOW_POLL); count new drift; put back what on_drift says (the
+        re-apply's reason starts with `cause` when given)."""
         d = self.desired
         engine = self._engine()
         try:
-            desire, changes = engine._plan(d["doc"], d.get("sources") or {}, read_only=True)
+            desire, changes = engine._plan(d["doc"], d.get("sources") or {}, read_only=True,
+                                           scope=None if slow else fast_key)
         except NictuneError as e:
             self._failed(f"verify: {e}")
             return
+        if slow:
+            self.slow_at = time.monotonic() + SLOW_POLL
+            self.slow_names = {str(c.key) for c in changes if slow_key(c.key)}
         now = time.time()
         keys = self.status["keys"]
         differ, restore = {}, []
@@ -592,7 +674,8 @@ class Resident:
             if policy == "restore" and c.status == m.PENDING and not rec["left_alone"]:
                 restore.append(name)
         self.status["last_verify"] = now
-        ok = not differ
+        # A slow family's key left out of this verify differs still if it did.
+        ok = not differ and (slow or not self.drifted & self.slow_names)
         if restore:
             out = self.reapply((f"{cause}: " if cause else "") + "restore " + ", ".join(restore),
                                only=lambda key: str(key) in restore)
@@ -691,10 +774,17 @@ class Resident:
 
     # -- the loop --------------------------------------------------------------
 
-    def write_status(self) -> None:
+    def write_status(self, if_changed: bool = False) -> None:
+        """STATUS_FILE, replaced; with `if_changed`, only when it says
+        something new besides the time (a turn that only heard of a link
+        going away spends no fsync before the next event's work)."""
+        said = json.dumps({k: v for k, v in self.status.items() if k != "updated"}, sort_keys=True)
+        if if_changed and said == self._said:
+            return
         self.status["updated"] = time.time()
         with self.journal._state(create=True) as fd:
             _replace(fd, STATUS_FILE, json.dumps(self.status, sort_keys=True))
+        self._said = said
 
     def cycle(self, monitors, due: bool) -> None:
         """One turn: the events of the monitors that are ready first (a
@@ -703,8 +793,7 @@ class Resident:
         self.status["error"] = None
         appeared, check, up = set(), False, set()
         if monitors:
-            time.sleep(SETTLE)
-            events = [e for mon in monitors for e in mon.read()]
+            events = self.read_events(monitors)
             appeared, check = self.on_links(events)
             downs = set()
             for mon in monitors:
@@ -728,10 +817,36 @@ class Resident:
         if up - appeared:
             self.reassert(up - appeared)
         if check:
-            self.verify_at = min(self.verify_at, self._verified + MIN_GAP)
+            self.verify_at = min(self.verify_at, self.pacer.next_at(time.monotonic()))
         if (due or time.monotonic() >= self.verify_at) and not verified:
-            self.verify()
-            self._verified, self.verify_at = time.monotonic(), float("inf")
+            self.verify(slow=due and time.monotonic() >= self.slow_at)
+            self.pacer.spend(time.monotonic())
+            self.verify_at = float("inf")
+
+    def read_events(self, monitors) -> list:
+        """What the ready monitors say.  When a link appeared (a name with a
+        new ifindex), the burst it comes in (many VFs, a driver's reload)
+        settles first (QUIET, SETTLE), to be re-tuned by one apply."""
+        events = [e for mon in monitors for e in mon.read()]
+        if any(event == "new" and name and self.ifindex.get(name) != index
+               for event, index, name in events):
+            deadline = time.monotonic() + SETTLE
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select(monitors, [], [], min(QUIET, left))[0]:
+                    break
+                events += [e for mon in monitors for e in mon.read()]
+        return events
+
+    def serve(self, ready: list, rails: list, server) -> None:
+        """What the sockets beside the monitors that are `ready` ask for."""
+        if any(sock in ready for sock in rails):
+            self.keep_lldp(ready)  # the kernel queued a frame: nothing polls for them
+        if server is not None and server in ready:
+            server.serve()  # between cycles: never beside the agent's own work
+        if self.metrics_server is not None and self.metrics_server in ready:
+            # A scrape is answered in a thread of its own (ThreadingHTTPServer).
+            self.metrics_server.handle_request()
 
     def ethtool_monitor(self):
         """The ethtool monitor group's socket, or None (the status says why)."""
@@ -763,6 +878,11 @@ class Resident:
             except Exception as e:  # noqa: BLE001 - the next turn tries again
                 self._failed(f"start: {type(e).__name__}: {e}")
             self.write_status()
+            # What start-up made lives as long as the agent: out of the
+            # collector's way, which would otherwise walk it at every
+            # collection of the oldest generation.
+            gc.collect()
+            gc.freeze()
             if self.listen:  # after write_status: the state directory exists, 0700
                 try:
                     server = AuditSocket(self.state_dir, archive_id(), log=self.log)
@@ -772,20 +892,14 @@ class Resident:
             while True:
                 timeout = max(0.0, min(next_poll, self.verify_at) - time.monotonic())
                 rails = self.lldp.sockets() if self.lldp else []
-                ready, _, _ = select.select(monitors + [wake_fd] + ([server] if server else []) + rails,
-                                            [], [], timeout)
+                side = rails + [s for s in (server, self.metrics_server) if s is not None]
+                ready, _, _ = select.select(monitors + [wake_fd] + side, [], [], timeout)
                 if wake_fd in ready:
                     return
-                if any(sock in ready for sock in rails):
-                    self.keep_lldp(ready)  # the kernel queued a frame: nothing polls for them
-                    if (not any(mon in ready for mon in monitors) and server not in ready
-                            and time.monotonic() < min(next_poll, self.verify_at)):
-                        continue
-                if server in ready:
-                    server.serve()  # between cycles: never beside the agent's own work
-                    if (not any(mon in ready for mon in monitors)
-                            and time.monotonic() < min(next_poll, self.verify_at)):
-                        continue
+                self.serve(ready, rails, server)
+                if (not any(mon in ready for mon in monitors)
+                        and time.monotonic() < min(next_poll, self.verify_at)):
+                    continue
                 due = time.monotonic() >= next_poll
                 if due:
                     next_poll = time.monotonic() + self.interval
@@ -794,7 +908,7 @@ class Resident:
                 except Exception as e:  # noqa: BLE001 - a resident agent outlives one bad cycle
                     self._failed(f"{type(e).__name__}: {e}")
                 self.host.forget(facts=True)
-                self.write_status()
+                self.write_status(if_changed=True)
         finally:
             for mon in monitors:
                 mon.close()
@@ -809,8 +923,40 @@ class Resident:
                 pass
 
 
+def start_metrics(agent: Resident, address: str, textfile, **options):
+    """The metrics (host/resident/metrics.py) of `agent`: its endpoint on
+    `address` (when given) becomes agent.metrics_server, which the agent's
+    loop serves from its own select(): socketserver's serve_forever would
+    wake a thread twice a second on an idle host (100 ms of CPU every 10
+    minutes).  The textfile writer (when `textfile`) is the exporter
+    returned, started, or None.  `options` go to both metrics.Exporter's."""
+    for name in NOT_LOADED:
+        sys.modules.setdefault(name, None)  # `import name` fails, as where Python lacks it
+    # Here, not at the top: only the resident agent serves metrics.
+    from nictune.host.resident import metrics
+
+    def status() -> dict:
+        return agent.status
+
+    try:
+        if address:
+            agent.metrics_server = metrics.Exporter(status, address, log=agent.log, **options).server
+        return metrics.start(status, None, textfile, log=agent.log, **options) if textfile else None
+    except (OSError, ValueError) as e:
+        if agent.metrics_server is not None:
+            agent.metrics_server.server_close()
+        raise NictuneError(f"metrics on {address}: {e}") from None
+
+
+def _HelpFormatter(prog: str) -> argparse.HelpFormatter:
+    """argparse's, with a width: without one it imports shutil (and with it
+    zlib, bz2 and lzma) for the terminal's, at every add_argument."""
+    return argparse.HelpFormatter(prog, width=80)
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="nictune-agent", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="nictune-agent", description=__doc__.split("\n")[0],
+                                     formatter_class=_HelpFormatter)
     parser.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
     parser.add_argument("--netns", default=None,
                         help="the namespace this runs in (its /etc/netns files)")
@@ -830,19 +976,13 @@ def main(argv=None) -> int:
     signal.set_wakeup_fd(w)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: None)
-    exporter = None
+    exporter = agent = None
     try:
         agent = Resident(args.state_dir, args.netns, args.interval, args.flap_limit,
                          args.flap_window)
-        # Here, not at the top: only the resident agent serves metrics.
-        from nictune.host.resident import metrics
-
-        try:
-            exporter = metrics.start(lambda: agent.status, args.metrics_address or None,
-                                     args.metrics_textfile, log=agent.log,
+        if args.metrics_address or args.metrics_textfile:
+            exporter = start_metrics(agent, args.metrics_address, args.metrics_textfile,
                                      detail=args.metrics_detail)
-        except (OSError, ValueError) as e:
-            raise NictuneError(f"metrics on {args.metrics_address}: {e}") from None
         agent.log(f"started (state directory {args.state_dir}, every {args.interval:g} s"
                   + (f", metrics on http://{args.metrics_address}/metrics" if args.metrics_address else "")
                   + ")")
@@ -853,6 +993,8 @@ def main(argv=None) -> int:
     finally:
         if exporter is not None:
             exporter.stop()
+        if agent is not None and agent.metrics_server is not None:
+            agent.metrics_server.server_close()
     return 0
 
 

@@ -50,6 +50,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import socketserver
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -505,6 +506,13 @@ class _Server(ThreadingHTTPServer):
 
             self.address_family = socket.AF_INET6
         super().__init__(address, handler)
+
+    def server_bind(self):
+        # HTTPServer's looks the host's name up (socket.getfqdn), which
+        # loads the idna codec and unicodedata (0.8 MB of the resident
+        # agent's RSS) for a name that nothing here uses.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[:2]
 
 
 class Exporter:

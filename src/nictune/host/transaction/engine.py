@@ -131,6 +131,12 @@ class Desire:
             self.policy[desired.key] = policy
             self.owner[desired.key] = owner
 
+    def narrow(self, scope) -> None:
+        """Keep only the keys scope(key) accepts, to read, diff and write.
+        The families keep the whole profile's wants (Family.wanted): a
+        narrowed command leaves keys out, never changes what the others mean."""
+        self.items = {k: d for k, d in self.items.items() if scope(k)}
+
 
 class Sourced(str):
     """A key's "file:line", which also knows the profile path the family
@@ -405,10 +411,13 @@ class Engine:
             fam.state_dir = self.journal.dir
         self._own_health = None
 
-    def _plan(self, doc: dict, sources: dict, read_only: bool = False) -> tuple:
-        """(desire, changes); `read_only` for a check that never writes (diff)."""
+    def _plan(self, doc: dict, sources: dict, read_only: bool = False, scope=None) -> tuple:
+        """(desire, changes); `read_only` for a check that never writes (diff);
+        `scope(key)`: only the keys it accepts are read (Desire.narrow)."""
         self._fresh(knobs.families_for(doc))
         desire = expand(self.host, self.fams, doc, sources)
+        if scope is not None:
+            desire.narrow(scope)
         current = self.fams.read(list(desire.items))
         changes = diff(self.fams, desire, current, read_only)
         if any(c.status == m.STAGED for c in changes):  # else no read a snapshot lacks
@@ -435,7 +444,7 @@ class Engine:
         return out
 
     def apply(self, doc: dict, sources: dict, profile: Optional[str], remember: bool = True,
-              only=None, keeping: Optional[dict] = None) -> Outcome:
+              only=None, keeping: Optional[dict] = None, scope=None) -> Outcome:
         """With `remember` (every apply but the resident agent's own), a
         successful apply stores its profile as the host's desired state
         (journal.py desired.json).  `only(key)` limits the writes to the keys
@@ -445,13 +454,15 @@ class Engine:
         its record says so ("by": "agent"), and when that state has been
         replaced (an apply, a rollback) since the agent read it, nothing
         is written (Superseded): checked under the lock that rollback
-        holds while it restores and puts back the desired state before."""
+        holds while it restores and puts back the desired state before.
+        `scope(key)`: the keys outside it are not even read (the resident
+        agent's applies leave out what it never writes: Engine._plan)."""
         with self.journal.lock():
             self._refuse_unfinished()
             if keeping is not None and desired_stamp(self._desired_now()) != desired_stamp(keeping):
                 raise Superseded("the desired state was replaced since the agent read it: "
                                  "nothing written")
-            desire, changes = self._plan(doc, sources)
+            desire, changes = self._plan(doc, sources, scope=scope)
             out = Outcome("apply", changes, list(desire.warnings) + self.journal.warnings)
             out.warnings += [w for fam in self.fams.ordered for w in fam.warnings()]
             _report_unsupported(out, desire)
