@@ -119,8 +119,9 @@ TARGET_SIZE = 100
 # Issue 13's targets: wall at 100 and 200 hosts at most 0.8x pyinfra
 # facts-only and 1.3x the ssh floor; host CPU at most pyinfra facts-only's
 # and the floor's + 25 ms; controller CPU at most 10 ms per host, not
-# growing with N; per-host wall at 500 within 1.2x that at 100.
-TARGET_FACTS_RATIO = 0.8
+# growing with N; per-host wall at 500 within 1.2x that at 100.  The
+# 0.8x of pyinfra facts-only was retired (issue 28): nictune does a full
+# verify at 1.3x the physical floor; the ratio is still printed (section 5).
 TARGET_FLOOR_RATIO = 1.3
 TARGET_FLOOR_HOST_CPU_S = 0.025
 TARGET_CTL_CPU_S = 0.010
@@ -1115,8 +1116,7 @@ def issue13_checks(summary: dict, sizes: list) -> list:
         base = summary.get((n, form))
         if form != "nictune" and not base:
             continue
-        for other, want, name in (("pyinfra-facts", TARGET_FACTS_RATIO, "pyinfra facts-only"),
-                                  ("ssh", TARGET_FLOOR_RATIO, "the plain-ssh floor")):
+        for other, want, name in (("ssh", TARGET_FLOOR_RATIO, "the plain-ssh floor"),):
             s = summary.get((n, other))
             what = f"{form} audit of {n} hosts at most {want:g}x {name} (wall)"
             if not (base and s):
@@ -1300,15 +1300,7 @@ def main() -> int:
         print(f"bench: {e}", file=sys.stderr)
         return 1
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        for what in stop_descendants():
-            print(f"bench: clean-up: stopped process {what}", file=sys.stderr)
-        if fleet is not None or (tmp / "fleet" / "record.json").exists():
-            fleetlab.down(str(tmp / "fleet" / "record.json"))
-        if hosts is not None:
-            hosts.remove()
-        shutil.rmtree(tmp, ignore_errors=True)
+        clean_up(fleet, hosts, tmp)
     fig["bench_seconds"] = round(time.monotonic() - started, 1)
     print(f"\n(bench took {fig['bench_seconds']:.0f} s; fleet {prefix} and {tmp} removed)")
     if args.json:
@@ -1552,6 +1544,20 @@ def apply_tools(asked: str) -> list:
     return [t for t in APPLY_TOOLS if t in wanted]
 
 
+def clean_up(fleet, hosts, tmp: Path) -> None:
+    """What a run made, removed whatever happened: the processes the tools
+    left, the fleet, the hosts' cgroups, the temp dir; no signal stops it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for what in stop_descendants():
+        print(f"bench: clean-up: stopped process {what}", file=sys.stderr)
+    if fleet is not None or (tmp / "fleet" / "record.json").exists():
+        fleetlab.down(str(tmp / "fleet" / "record.json"))
+    if hosts is not None:
+        hosts.remove()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main_apply(args, sizes: list, rounds: int) -> int:
     """`--apply`: a fleet of max(sizes) hosts, the apply rounds, the table;
     everything removed in a `finally`, as in main()."""
@@ -1623,15 +1629,7 @@ def main_apply(args, sizes: list, rounds: int) -> int:
         print(f"bench: {e}", file=sys.stderr)
         return 1
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        for what in stop_descendants():
-            print(f"bench: clean-up: stopped process {what}", file=sys.stderr)
-        if fleet is not None or (tmp / "fleet" / "record.json").exists():
-            fleetlab.down(str(tmp / "fleet" / "record.json"))
-        if hosts is not None:
-            hosts.remove()
-        shutil.rmtree(tmp, ignore_errors=True)
+        clean_up(fleet, hosts, tmp)
     fig["bench_seconds"] = round(time.monotonic() - started, 1)
     print(f"\n(bench took {fig['bench_seconds']:.0f} s, load average after {fig['load_after']}; "
           f"fleet {prefix} and {tmp} removed)")
