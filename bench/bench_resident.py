@@ -48,7 +48,7 @@ sys.path.insert(0, HERE)
 from _util import (  # noqa: E402
     BenchError, RailLab, cpu_seconds, med, rss_kib, start_resident, stop_resident, table)
 
-REPRODUCE = "sudo .venv/bin/python bench/bench_resident.py --rails 8 --idle-seconds 60 --drifts 100 --recreates 10"
+REPRODUCE = "sudo .venv/bin/python bench/bench_resident.py"
 PROBE = os.path.join(HERE, "_resident_probe.py")
 RSS_BUDGET_KIB = 20 * 1024
 DRIFT_P99_BUDGET_MS = 100
@@ -151,7 +151,9 @@ def report(results: dict, args) -> None:
           f"{'met' if s['drift_p99'] <= DRIFT_P99_BUDGET_MS and not s['drift_missed'] else 'MISSED'}); "
           f"re-create max {s['recreate_max']:.0f} ms (<= {RECREATE_BUDGET_MS}: "
           f"{'met' if s['recreate_max'] <= RECREATE_BUDGET_MS and not s['recreate_missed'] else 'MISSED'})")
-    print(f"reproduce: {REPRODUCE}")
+    print(f"reproduce: {REPRODUCE} --rails {args.rails} --idle-seconds {args.idle_seconds:g} "
+          f"--drifts {args.drifts} --recreates {args.recreates} --rounds {args.rounds}"
+          + (" --no-metrics" if args.no_metrics else "") + (" --lldp" if args.lldp else ""))
 
 
 def main() -> int:
