@@ -11,6 +11,7 @@ import pytest
 
 import test_probe as probe_test
 from nictune.control.remote import probe
+from nictune.host.replay import decoded, probe_reads
 from nictune.host.transports.netlink import _nlmsg
 
 pytestmark = pytest.mark.netns
@@ -30,6 +31,9 @@ def test_two_hosts_answers_replayed_in_turn_keep_their_own_reports(veth_pair, tm
         data = probe_test.probe_in(ns, questions)
         hosts[ns] = (agent_report, questions, data)
 
+    # A cache of this test's own: the process-wide one holds what earlier
+    # tests' replays decoded, and the counts below start from nothing.
+    monkeypatch.setattr(probe_reads._ReplaySocket, "decoded", decoded.DecodedCache())
     decodes = []
     real = _nlmsg.nlmsg.decode
     monkeypatch.setattr(_nlmsg.nlmsg, "decode", lambda self: (decodes.append(1), real(self))[1])
