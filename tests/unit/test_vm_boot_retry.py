@@ -30,6 +30,7 @@ def test_a_panic_before_the_command_is_booted_again_and_others_are_not(tmp_path)
         "after": (run.STARTED + "pytest\n" + PANIC, False),
         "silent": ("[    0.00] Linux version 6.12\n", False),
     }
+    assert not run.panicked_before_its_command(str(tmp_path / "no-such-log"))
     assert len(cases) == 3
     for name, (text, expected) in cases.items():
         log = tmp_path / name
